@@ -1,0 +1,35 @@
+"""The exception hierarchy.
+
+    CpObserveError
+    ├── JudgeError            the judge could not return one aligned verdict per context
+    │   └── JudgeTransportError  the judge could not be reached or kept failing (after retries)
+    └── ConfigurationError    a setting given in code is invalid (also a ValueError)
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigurationError", "CpObserveError", "JudgeError", "JudgeTransportError"]
+
+
+class CpObserveError(Exception):
+    """Base class of every error cp-observe raises on purpose."""
+
+
+class JudgeError(CpObserveError):
+    """The judge gave no usable verdict for every context; no score was computed.
+
+    Attributes:
+        calls: how many judge calls were made before giving up.
+    """
+
+    def __init__(self, message: str, *, calls: int = 0) -> None:
+        super().__init__(message)
+        self.calls = calls
+
+
+class JudgeTransportError(JudgeError):
+    """The judge endpoint failed (timeout, connection, 429/5xx) on every attempt."""
+
+
+class ConfigurationError(CpObserveError, ValueError):
+    """An argument given in code cannot work; raised when configuring, never on the request path."""

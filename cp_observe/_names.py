@@ -1,0 +1,110 @@
+"""Every span attribute, event, metric and environment variable name cp-observe uses.
+
+This is the one module that spells them. Other modules, the collector configs, the dashboards and the
+alert rules refer to these names; the tests check that they agree.
+
+The span names and attributes follow both the OpenTelemetry GenAI semantic conventions (``gen_ai.*``)
+and OpenInference (``openinference.span.kind``, ``input.value``, ``retrieval.documents.*``,
+``evaluations.*``), so Jaeger, Tempo and Phoenix all show the spans well.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- span names -------------------------------------------------------------------------------------------
+RETRIEVAL_SPAN_PREFIX: Final = "retrieval"
+AGENT_SPAN_PREFIX: Final = "invoke_agent"
+EVALUATION_SPAN_NAME: Final = "evaluation context_precision"
+
+# --- OpenTelemetry GenAI conventions ------------------------------------------------------------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+OPERATION_RETRIEVAL: Final = "retrieval"
+OPERATION_INVOKE_AGENT: Final = "invoke_agent"
+GEN_AI_DATA_SOURCE_ID: Final = "gen_ai.data_source.id"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_RETRIEVAL_QUERY_TEXT: Final = "gen_ai.retrieval.query.text"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
+GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
+GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
+GEN_AI_EVALUATION_RESULT_EVENT: Final = "gen_ai.evaluation.result"
+ERROR_TYPE: Final = "error.type"
+
+EVALUATION_NAME: Final = "context_precision"
+LABEL_PASS: Final = "pass"
+LABEL_FAIL: Final = "fail"
+
+# --- OpenInference ------------------------------------------------------------------------------------------
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+KIND_RETRIEVER: Final = "RETRIEVER"
+KIND_AGENT: Final = "AGENT"
+KIND_EVALUATOR: Final = "EVALUATOR"
+INPUT_VALUE: Final = "input.value"
+OUTPUT_VALUE: Final = "output.value"
+RETRIEVAL_DOCUMENTS: Final = "retrieval.documents"
+DOCUMENT_FIELDS: Final = ("id", "content", "score", "metadata")
+OI_EVALUATION_NAME: Final = "evaluations.0.evaluation.name"
+OI_EVALUATION_SCORE: Final = "evaluations.0.evaluation.score"
+OI_EVALUATION_LABEL: Final = "evaluations.0.evaluation.label"
+OI_EVALUATION_EXPLANATION: Final = "evaluations.0.evaluation.explanation"
+
+
+def document_attribute(index: int, field: str) -> str:
+    """Return the OpenInference attribute for one field of the retrieved document at ``index``."""
+    return f"{RETRIEVAL_DOCUMENTS}.{index}.document.{field}"
+
+
+# --- cp-observe's own attributes -----------------------------------------------------------------------------
+CP_SAMPLED: Final = "context_precision.sampled"
+CP_SAMPLING_REASON: Final = "context_precision.sampling.reason"
+CP_CONTEXT_COUNT: Final = "context_precision.context.count"
+CP_CONTENT_CAPTURED: Final = "context_precision.content.captured"
+CP_VERDICTS: Final = "context_precision.verdicts"
+CP_REASONS: Final = "context_precision.reasons"
+CP_REFERENCE: Final = "context_precision.reference"
+CP_JUDGE_MODEL: Final = "context_precision.judge.model"
+CP_AVERAGE_PRECISION: Final = "context_precision.average_precision"
+CP_TRUNCATED_CONTEXTS: Final = "context_precision.truncated_contexts"
+CP_JUDGE_CALLS: Final = "context_precision.judge.calls"
+CP_SCORE: Final = "context_precision.score"
+
+REFERENCE_OUTPUT: Final = "output"
+REFERENCE_QUERY: Final = "query"
+
+# --- metrics (OpenTelemetry name -> Prometheus series) ---------------------------------------------------
+#: histogram, unit "1" -> context_precision_score_{bucket,sum,count}
+METRIC_SCORE: Final = "context_precision.score"
+#: counter by outcome -> context_precision_evaluations_total
+METRIC_EVALUATIONS: Final = "context_precision.evaluations"
+#: counter of evaluation targets marked sampled -> context_precision_sampled_total
+METRIC_SAMPLED: Final = "context_precision.sampled"
+#: histogram of judge latency in seconds -> context_precision_judge_duration_seconds_*
+METRIC_JUDGE_DURATION: Final = "context_precision.judge.duration"
+#: GenAI convention histogram of tokens -> gen_ai_client_token_usage_*
+METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+#: counter of judge cost in US dollars -> context_precision_judge_cost_usd_total
+METRIC_JUDGE_COST: Final = "context_precision.judge.cost"
+#: up-down counter of evaluations waiting -> context_precision_queue_depth
+METRIC_QUEUE_DEPTH: Final = "context_precision.queue.depth"
+
+SCORE_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# Metric attribute (label) names.
+OUTCOME: Final = "outcome"
+REASON: Final = "reason"
+OUTCOME_SCORED: Final = "scored"
+OUTCOME_FAILED: Final = "failed"
+OUTCOME_DROPPED: Final = "dropped"
+OUTCOME_SKIPPED: Final = "skipped"
+OUTCOMES: Final = (OUTCOME_SCORED, OUTCOME_FAILED, OUTCOME_DROPPED, OUTCOME_SKIPPED)
+
+# --- environment variables -----------------------------------------------------------------------------------
+ENV_PREFIX: Final = "CP_OBSERVE_"
+#: The OpenTelemetry GenAI switch for content capture; "false" / "NO_CONTENT" turn capture off.
+ENV_OTEL_CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+#: litellm fetches a remote cost map at import unless this is "True".
+ENV_LITELLM_LOCAL_COST_MAP: Final = "LITELLM_LOCAL_MODEL_COST_MAP"

@@ -1,0 +1,118 @@
+"""The value types shared by judges, the scorer and the processor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = ["Judge", "Judgement", "ScoreResult", "Usage", "Verdict"]
+
+Reference = Literal["output", "query"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The judge's decision on one retrieved context.
+
+    Attributes:
+        index: the context's rank position, from 0.
+        relevant: whether the context was useful for producing the reference text.
+        reason: the judge's one-line justification (may be empty).
+    """
+
+    index: int
+    relevant: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens and calls spent on one judgement, as the provider reported them."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.calls + other.calls,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What a judge returns: one verdict per context, in rank order, plus what it cost.
+
+    Attributes:
+        verdicts: exactly one ``Verdict`` per context, ``verdicts[i].index == i``.
+        model: the judge's model name.
+        usage: calls and tokens spent (cache hits cost nothing).
+        cost_usd: the price litellm knows for those tokens, or ``None`` when it does not know it.
+        truncated: indices of contexts that were cut to the prompt budget before judging.
+        cached: how many verdicts came from the verdict cache.
+        reason: an LLM-written overall reason, when the judge was asked for one.
+    """
+
+    verdicts: tuple[Verdict, ...]
+    model: str
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float | None = None
+    truncated: tuple[int, ...] = ()
+    cached: int = 0
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreResult:
+    """The result of scoring one retrieval.
+
+    Attributes:
+        score: ``AP * scale`` rounded half up to two decimals.
+        reason: a human-readable explanation built from the verdicts (or written by the LLM on request).
+        verdicts: one ``Verdict`` per context, in rank order.
+        average_precision: the unrounded AP, before scaling.
+        judge_model: the judge's model name.
+        reference: ``"output"`` when judged against the answer, ``"query"`` when against the query alone.
+        usage: judge calls and tokens.
+        cost_usd: judge cost in US dollars, ``None`` when unknown.
+        truncated: indices of contexts cut to the prompt budget.
+        scale: the scale the score was computed with.
+    """
+
+    score: float
+    reason: str
+    verdicts: tuple[Verdict, ...]
+    average_precision: float
+    judge_model: str
+    reference: Reference
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float | None = None
+    truncated: tuple[int, ...] = ()
+    scale: float = 1.0
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Decides, for each retrieved context, whether it was useful for producing the reference text.
+
+    ``reference`` is the agent's answer, or the query itself when there is no answer. A judge returns a
+    ``Judgement`` (or a plain sequence of ``Verdict``) with exactly one verdict per context; cp-observe
+    validates the alignment and never scores misaligned verdicts.
+    """
+
+    @property
+    def model(self) -> str:
+        """The name reported as ``context_precision.judge.model``."""
+        ...
+
+    async def judge(self, query: str, reference: str, contexts: Sequence[str]) -> Judgement | Sequence[Verdict]:
+        """Return one verdict per context, in rank order."""
+        ...
