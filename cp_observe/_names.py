@@ -87,6 +87,8 @@ METRIC_JUDGE_DURATION: Final = "context_precision.judge.duration"
 METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
 #: counter of judge cost in US dollars -> context_precision_judge_cost_usd_total
 METRIC_JUDGE_COST: Final = "context_precision.judge.cost"
+#: counter of per-context verdicts by relevant=true|false -> context_precision_verdicts_total
+METRIC_VERDICTS: Final = "context_precision.verdicts"
 #: up-down counter of evaluations waiting -> context_precision_queue_depth
 METRIC_QUEUE_DEPTH: Final = "context_precision.queue.depth"
 
@@ -96,6 +98,7 @@ DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
 # Metric attribute (label) names.
 OUTCOME: Final = "outcome"
 REASON: Final = "reason"
+RELEVANT: Final = "relevant"
 OUTCOME_SCORED: Final = "scored"
 OUTCOME_FAILED: Final = "failed"
 OUTCOME_DROPPED: Final = "dropped"
