@@ -70,6 +70,8 @@ CP_AVERAGE_PRECISION: Final = "context_precision.average_precision"
 CP_TRUNCATED_CONTEXTS: Final = "context_precision.truncated_contexts"
 CP_JUDGE_CALLS: Final = "context_precision.judge.calls"
 CP_SCORE: Final = "context_precision.score"
+CP_PARTIAL: Final = "context_precision.partial"
+CP_ANSWER_SOURCE: Final = "context_precision.reference.source"
 
 REFERENCE_OUTPUT: Final = "output"
 REFERENCE_QUERY: Final = "query"
@@ -86,7 +88,7 @@ METRIC_JUDGE_DURATION: Final = "context_precision.judge.duration"
 #: GenAI convention histogram of tokens -> gen_ai_client_token_usage_*
 METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
 #: counter of judge cost in US dollars -> context_precision_judge_cost_usd_total
-METRIC_JUDGE_COST: Final = "context_precision.judge.cost"
+METRIC_JUDGE_COST: Final = "context_precision.judge.cost_usd"
 #: counter of per-context verdicts by relevant=true|false -> context_precision_verdicts_total
 METRIC_VERDICTS: Final = "context_precision.verdicts"
 #: up-down counter of evaluations waiting -> context_precision_queue_depth

@@ -1,0 +1,221 @@
+"""``configure()``: one call that wires the hook into the application's OpenTelemetry set-up.
+
+If the application already has SDK providers (global or passed in), the processor joins them. If not,
+providers are created with OTLP exporters configured from the standard ``OTEL_*`` variables (or
+``otlp_endpoint``), and optionally a Prometheus endpoint on ``metrics_port``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import _logs, metrics, trace
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from cp_observe import _runtime
+from cp_observe._errors import ConfigurationError
+from cp_observe._log import logger
+from cp_observe._processor import ContextPrecisionProcessor
+from cp_observe._sampling import TraceIdRatio
+from cp_observe._settings import Settings
+from cp_observe._types import Judge
+
+__all__ = ["configure"]
+
+_CURRENT: list[ContextPrecisionProcessor | None] = [None]
+
+
+def configure(
+    judge: Judge | str | None = None,
+    *,
+    redact: Callable[[str], str] | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    logger_provider: LoggerProvider | None = None,
+    **settings: Any,
+) -> ContextPrecisionProcessor | None:
+    """Set up context-precision scoring for this process; returns the processor (``None`` in capture-only mode).
+
+    Args:
+        judge: a ``Judge``, a litellm model string, or ``"lexical"``; default ``CP_OBSERVE_JUDGE`` or
+            ``"lexical"``.
+        redact: ``(text) -> text`` applied to every query, context and answer before it is recorded or
+            sent to the judge.
+        tracer_provider: the provider to attach to (default: the global SDK provider, else a new one).
+        meter_provider: where metrics go (default: the global SDK provider, else a new one).
+        logger_provider: where evaluation events go (default: the global SDK provider, else a new one).
+        **settings: any field of ``Settings`` (``sample_rate``, ``capture_content``, ``threshold``,
+            ``otlp_endpoint``, ``metrics_port``, ...); each falls back to ``CP_OBSERVE_<NAME>``, then the default.
+
+    Raises:
+        ConfigurationError: an argument is invalid.
+    """
+    if redact is not None and not callable(redact):
+        raise ConfigurationError("redact must be a callable (text) -> text")
+    if isinstance(judge, str):
+        settings["judge"] = judge
+    resolved = Settings.resolve(settings)
+    resource = Resource.create({"service.name": resolved.service_name} if resolved.service_name else {})
+    tracer_provider = tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider)
+    if tracer_provider is None:
+        tracer_provider = TracerProvider(resource=resource)
+        exporter = _span_exporter(resolved)
+        if exporter is not None:
+            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(tracer_provider)
+    meter_provider = meter_provider or _global_sdk(metrics.get_meter_provider(), MeterProvider)
+    if meter_provider is None:
+        meter_provider = MeterProvider(resource=resource, metric_readers=_metric_readers(resolved))
+        metrics.set_meter_provider(meter_provider)
+    elif resolved.metrics_port is not None:
+        logger.warning("metrics_port ignored: the application already has a meter provider")
+    logger_provider = logger_provider or _global_sdk(_logs.get_logger_provider(), LoggerProvider)
+    if logger_provider is None:
+        logger_provider = LoggerProvider(resource=resource)
+        log_exporter = _log_exporter(resolved)
+        if log_exporter is not None:
+            logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
+        _logs.set_logger_provider(logger_provider)
+
+    sampler = TraceIdRatio(resolved.sample_rate)
+    _runtime.install(
+        capture_content=resolved.capture_content,
+        redact=redact,
+        max_value_length=resolved.max_value_length,
+        max_contexts=resolved.max_contexts,
+        max_judged_contexts=resolved.max_judged_contexts,
+        sampler=sampler,
+        tracer_provider=tracer_provider,
+        configured=True,
+    )
+    previous = _CURRENT[0]
+    if previous is not None:
+        previous.shutdown()
+        _CURRENT[0] = None
+    if resolved.capture_only:
+        logger.info("cp-observe configured in capture-only mode", sample_rate=resolved.sample_rate)
+        return None
+    processor = ContextPrecisionProcessor(
+        judge if judge is not None and not isinstance(judge, str) else _judge_from(resolved),
+        sample_rate=resolved.sample_rate,
+        max_evaluations_per_minute=resolved.max_evaluations_per_minute,
+        daily_budget_usd=resolved.daily_budget_usd,
+        threshold=resolved.threshold,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        logger_provider=logger_provider,
+        capture_content=resolved.capture_content,
+        queue_size=resolved.queue_size,
+        concurrency=resolved.concurrency,
+        turn_timeout_s=resolved.turn_timeout_s,
+        max_pending_traces=resolved.max_pending_traces,
+        max_judged_contexts=resolved.max_judged_contexts,
+        circuit_failures=resolved.circuit_failures,
+        circuit_cooldown_s=resolved.circuit_cooldown_s,
+    )
+    tracer_provider.add_span_processor(processor)
+    _CURRENT[0] = processor
+    logger.info("cp-observe configured", judge=processor.judge.model, sample_rate=resolved.sample_rate,
+                capture_content=resolved.capture_content)
+    return processor
+
+
+def _judge_from(settings: Settings) -> Judge:
+    if settings.judge.strip().lower() == "lexical":
+        from cp_observe._lexical import LexicalJudge
+
+        return LexicalJudge()
+    from cp_observe._llm_judge import LLMJudge
+
+    return LLMJudge(
+        settings.judge,
+        api_base=settings.judge_api_base,
+        api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
+        timeout=settings.judge_timeout_s,
+        max_retries=settings.judge_max_retries,
+    )
+
+
+def _global_sdk(provider: Any, sdk_type: type[Any]) -> Any:
+    return provider if isinstance(provider, sdk_type) else None
+
+
+def _protocol() -> str:
+    return os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").strip().lower()
+
+
+def _wants_otlp(settings: Settings, signal: str) -> bool:
+    return bool(
+        settings.otlp_endpoint
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    )
+
+
+def _endpoint(settings: Settings, signal: str) -> dict[str, Any]:
+    """Explicit endpoints need the signal path for HTTP; env endpoints are completed by the exporters."""
+    if not settings.otlp_endpoint:
+        return {}
+    base = settings.otlp_endpoint.rstrip("/")
+    if _protocol() == "grpc":
+        return {"endpoint": base}
+    return {"endpoint": f"{base}/v1/{signal}"}
+
+
+def _span_exporter(settings: Settings) -> Any:
+    if not _wants_otlp(settings, "traces"):
+        return None
+    if _protocol() == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+
+        return GrpcSpanExporter(**_endpoint(settings, "traces"))
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(**_endpoint(settings, "traces"))
+
+
+def _log_exporter(settings: Settings) -> Any:
+    if not _wants_otlp(settings, "logs"):
+        return None
+    if _protocol() == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
+
+        return GrpcLogExporter(**_endpoint(settings, "logs"))
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+
+    return OTLPLogExporter(**_endpoint(settings, "logs"))
+
+
+def _metric_readers(settings: Settings) -> list[MetricReader]:
+    readers: list[MetricReader] = []
+    if _wants_otlp(settings, "metrics"):
+        if _protocol() == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
+
+            readers.append(PeriodicExportingMetricReader(GrpcExporter(**_endpoint(settings, "metrics"))))
+        else:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+            readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(**_endpoint(settings, "metrics"))))
+    if settings.metrics_port is not None:
+        readers.append(start_prometheus_endpoint(settings.metrics_port))
+    return readers
+
+
+def start_prometheus_endpoint(port: int, addr: str = "0.0.0.0") -> MetricReader:  # noqa: S104 - a scrape target
+    """Serve the metrics in Prometheus text format on ``port`` (needs the ``prometheus`` extra)."""
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import start_http_server
+    except ImportError as exc:
+        raise ConfigurationError("metrics_port needs the prometheus extra: pip install 'cp-observe[prometheus]'") from exc
+    start_http_server(port, addr=addr)
+    return PrometheusMetricReader()

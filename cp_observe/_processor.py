@@ -1,0 +1,223 @@
+"""``ContextPrecisionProcessor``: the OpenTelemetry span processor that scores sampled retrievals.
+
+``on_end`` is the only part on the request path. For a span that is neither a retrieval, an agent nor a
+local root it returns after two dictionary lookups; for one in an unsampled trace after a bit mask; for
+a sampled one it takes the in-memory payload and appends to a bounded queue. It never blocks and never
+raises. Everything else runs on the evaluator thread (see ``_evaluator``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode, TracerProvider
+
+from cp_observe import _names as n
+from cp_observe import _runtime
+from cp_observe._assembly import Item
+from cp_observe._circuit import CircuitBreaker
+from cp_observe._emit import Emitter
+from cp_observe._evaluator import Evaluator
+from cp_observe._internal import report_internal_error
+from cp_observe._runtime import PAYLOADS
+from cp_observe._sampling import FORCED, DailyBudget, RateLimiter, TraceIdRatio
+from cp_observe._scorer import resolve_judge
+from cp_observe._types import Judge
+
+__all__ = ["ContextPrecisionProcessor"]
+
+_KIND_OF_OPERATION = {n.OPERATION_RETRIEVAL: n.KIND_RETRIEVER, n.OPERATION_INVOKE_AGENT: n.KIND_AGENT}
+
+
+class ContextPrecisionProcessor(SpanProcessor):
+    """Scores a sampled share of retrievals in the background and emits spans, events and metrics.
+
+    Add it to your tracer provider: ``provider.add_span_processor(ContextPrecisionProcessor(judge))``.
+
+    Args:
+        judge: a ``Judge`` (``LLMJudge``, ``LexicalJudge`` or your own) or a model string for ``LLMJudge``
+            (``"lexical"`` for the offline judge).
+        sample_rate: share of traces scored, decided by trace id (consistent across processes).
+        max_evaluations_per_minute: rate cap; beyond it targets are skipped (``rate_limited``).
+        daily_budget_usd: stop judging once today's known judge cost reaches it (``budget_exhausted``).
+        threshold: scores below it get ``gen_ai.evaluation.score.label = fail``.
+        tracer_provider: where evaluation spans go (default: the global provider).
+        meter_provider: where metrics go (default: the global provider).
+        logger_provider: where ``gen_ai.evaluation.result`` events go (default: the global provider).
+        capture_content: export the judge's per-context reasons (they may quote content).
+        queue_size: targets waiting or being judged before new ones are dropped (counted).
+        concurrency: judge calls in flight at once.
+        turn_timeout_s: how long a retrieval waits for its agent's answer before it is judged on its query.
+        max_pending_traces: traces held for turn assembly at once (the oldest is judged on its query).
+        max_judged_contexts: contexts sent to the judge per target.
+        evaluation_timeout_s: the longest one evaluation (all its judge calls) may take.
+        circuit_failures: consecutive judge failures that stop judge calls for ``circuit_cooldown_s``.
+        circuit_cooldown_s: seconds before a stopped judge is probed again.
+        shutdown_timeout_s: how long ``shutdown`` drains before counting the rest as dropped.
+    """
+
+    def __init__(
+        self,
+        judge: Judge | str,
+        *,
+        sample_rate: float = 1.0,
+        max_evaluations_per_minute: float | None = None,
+        daily_budget_usd: float | None = None,
+        threshold: float = 0.5,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        logger_provider: Any | None = None,
+        capture_content: bool | None = None,
+        queue_size: int = 1000,
+        concurrency: int = 4,
+        turn_timeout_s: float = 60.0,
+        max_pending_traces: int = 1000,
+        max_judged_contexts: int = 50,
+        evaluation_timeout_s: float = 300.0,
+        circuit_failures: int = 5,
+        circuit_cooldown_s: float = 30.0,
+        shutdown_timeout_s: float = 30.0,
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError("threshold must be within [0, 1]")
+        for label, value in (("queue_size", queue_size), ("concurrency", concurrency),
+                             ("max_pending_traces", max_pending_traces), ("max_judged_contexts", max_judged_contexts),
+                             ("circuit_failures", circuit_failures)):
+            if int(value) < 1:
+                raise ValueError(f"{label} must be >= 1")
+        for label, seconds in (("turn_timeout_s", turn_timeout_s), ("evaluation_timeout_s", evaluation_timeout_s),
+                               ("circuit_cooldown_s", circuit_cooldown_s), ("shutdown_timeout_s", shutdown_timeout_s)):
+            if seconds <= 0:
+                raise ValueError(f"{label} must be > 0")
+        self.judge = resolve_judge(judge) if isinstance(judge, str) else judge
+        if not hasattr(self.judge, "judge"):
+            raise ValueError("judge must implement the Judge protocol (an async judge(query, reference, contexts))")
+        self.sampler = TraceIdRatio(sample_rate)
+        runtime = _runtime.runtime()
+        if capture_content is None:
+            capture_content = runtime.capture_content
+        if not runtime.configured:
+            # Without configure(), the decorators mark spans with this processor's rate.
+            _runtime.install(sampler=self.sampler)
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self._emitter = Emitter(
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            logger_provider=logger_provider,
+            threshold=threshold,
+            capture_content=capture_content,
+            queue_depth=lambda: self._evaluator.depth(),
+        )
+        self._evaluator = Evaluator(
+            judge=self.judge,
+            emitter=self._emitter,
+            queue_size=queue_size,
+            concurrency=concurrency,
+            turn_timeout_s=turn_timeout_s,
+            max_pending_traces=max_pending_traces,
+            rate=RateLimiter(max_evaluations_per_minute),
+            budget=DailyBudget(daily_budget_usd),
+            circuit=CircuitBreaker(circuit_failures, circuit_cooldown_s),
+            max_judged_contexts=max_judged_contexts,
+            evaluation_timeout_s=evaluation_timeout_s,
+        )
+        self._flushing = threading.local()
+        self._shutdown = False
+        if hasattr(os, "register_at_fork"):
+            after_fork = weakref.WeakMethod(self._after_fork)
+            os.register_at_fork(after_in_child=lambda: (m := after_fork()) and m())
+
+    def _after_fork(self) -> None:
+        self._evaluator.after_fork()
+
+    # --- SpanProcessor -------------------------------------------------------------------------------------
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Nothing to do at start: the decorators mark spans themselves."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Hand a sampled retrieval, agent or local root to the evaluator; O(1), never raises."""
+        try:
+            attributes = span.attributes
+            kind = attributes.get(n.OPENINFERENCE_SPAN_KIND) if attributes else None
+            if kind is None and attributes:
+                operation = attributes.get(n.GEN_AI_OPERATION_NAME)
+                kind = _KIND_OF_OPERATION.get(operation) if isinstance(operation, str) else None
+            parent = span.parent
+            local_root = parent is None or parent.is_remote
+            if kind != n.KIND_RETRIEVER and kind != n.KIND_AGENT and not local_root:
+                return
+            context = span.context
+            if context is None or self._shutdown:
+                return
+            trace_id = context.trace_id
+            forced = trace_id in FORCED
+            if not (forced or self.sampler(trace_id)):
+                if kind == n.KIND_RETRIEVER or kind == n.KIND_AGENT:
+                    PAYLOADS.take((trace_id, context.span_id))
+                return
+            if kind == n.KIND_RETRIEVER:
+                item_kind, target = "retriever", True
+            elif kind == n.KIND_AGENT:
+                item_kind = "agent"
+                target = bool(attributes.get(n.CP_CONTEXT_COUNT) is not None)
+            else:
+                item_kind, target = "root", False
+            payload = PAYLOADS.take((trace_id, context.span_id)) if item_kind != "root" else None
+            self._evaluator.submit(
+                Item(
+                    kind=item_kind,
+                    span_context=context,
+                    start_ns=span.start_time or 0,
+                    end_ns=span.end_time or 0,
+                    error=span.status.status_code is StatusCode.ERROR,
+                    local_root=local_root,
+                    attributes=attributes,
+                    payload=payload,
+                    target=target,
+                    sampling_reason="forced" if forced else "ratio",
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - on_end must never raise into the SDK or the host
+            report_internal_error("on_end", exc)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Judge everything queued, emit the evaluations, and flush the provider they went to."""
+        if getattr(self._flushing, "active", False):
+            return True  # re-entered through the provider's own force_flush below
+        self._flushing.active = True
+        try:
+            done = self._evaluator.flush(timeout_millis / 1000)
+            provider = self._emitter.tracer_provider
+            flush = getattr(provider, "force_flush", None)
+            if callable(flush):
+                flush(timeout_millis)
+            return done
+        finally:
+            self._flushing.active = False
+
+    def shutdown(self) -> None:
+        """Drain within ``shutdown_timeout_s``; what could not finish is counted as dropped (shutdown)."""
+        if self._shutdown:
+            return
+        self._evaluator.shutdown(self.shutdown_timeout_s)
+        self._shutdown = True
+
+    # --- introspection ---------------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Counts of targets: sampled, scored, failed, dropped, skipped, pending, and reasons.
+
+        Once nothing is pending, ``sampled == scored + failed + dropped + skipped``.
+        """
+        with self._evaluator._lock:
+            return self._evaluator.stats.as_dict(self._evaluator.depth())
+
+    @property
+    def circuit_state(self) -> str:
+        """``closed``, ``open`` or ``half_open``."""
+        return self._evaluator.circuit.state

@@ -1,0 +1,120 @@
+"""Process-wide state the decorators read on every call, and the bounded store of judge payloads.
+
+The decorators run on the request path, so what they need is one attribute read away: the capture
+settings, the redaction hook, the sampler and the tracer. ``configure()`` (or a processor) installs them.
+
+Payloads: a sampled call's query, contexts and answer are kept in memory for the in-process judge,
+keyed by (trace id, span id), until the processor takes them when the span ends. This is how scoring
+works with content capture off: the content never touches a span. The store is bounded; when full, the
+oldest entry is evicted and counted (its span is then scored from its attributes, or skipped).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+from opentelemetry.trace import Tracer, TracerProvider
+
+from cp_observe._log import logger
+from cp_observe._sampling import TraceIdRatio
+
+__all__ = ["Payload", "PayloadStore", "Runtime", "RUNTIME", "PAYLOADS"]
+
+Redactor = Callable[[str], str]
+
+
+@dataclass(slots=True)
+class Payload:
+    """What the judge needs from one call, kept in memory (never exported when capture is off)."""
+
+    query: str
+    contexts: list[str] | None = None
+    answer: str | None = None
+
+
+@dataclass(slots=True)
+class Runtime:
+    """Settings the decorators read per call. Replaced wholesale, never mutated field by field."""
+
+    capture_content: bool = True
+    redact: Redactor | None = None
+    max_value_length: int = 4096
+    max_contexts: int = 20
+    max_judged_contexts: int = 50
+    sampler: TraceIdRatio = field(default_factory=lambda: TraceIdRatio(1.0))
+    tracer_provider: TracerProvider | None = None
+    tracer: Tracer = field(default_factory=lambda: trace.get_tracer("cp_observe"))
+    configured: bool = False
+
+
+RUNTIME_HOLDER: list[Runtime] = [Runtime()]
+
+
+def runtime() -> Runtime:
+    """The current runtime settings."""
+    return RUNTIME_HOLDER[0]
+
+
+def install(**changes: object) -> Runtime:
+    """Replace the runtime settings with ``changes`` applied; returns the new settings."""
+    from dataclasses import replace
+
+    current = RUNTIME_HOLDER[0]
+    updated = replace(current, **changes)  # type: ignore[arg-type]
+    if "tracer_provider" in changes:
+        provider = changes["tracer_provider"]
+        updated.tracer = (
+            provider.get_tracer("cp_observe")  # type: ignore[union-attr]
+            if provider is not None
+            else trace.get_tracer("cp_observe")
+        )
+    RUNTIME_HOLDER[0] = updated
+    return updated
+
+
+class PayloadStore:
+    """At most ``max_entries`` payloads by (trace id, span id); the oldest is evicted first and counted."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._data: dict[tuple[int, int], Payload] = {}
+        self._max = max_entries
+        self._lock = threading.Lock()  # guards _data and evicted
+        self.evicted = 0
+
+    def put(self, key: tuple[int, int], payload: Payload) -> None:
+        """Keep ``payload`` until ``take(key)``."""
+        with self._lock:
+            self._data[key] = payload
+            if len(self._data) > self._max:
+                del self._data[next(iter(self._data))]
+                self.evicted += 1
+                if self.evicted in (1, 100, 10_000):
+                    logger.warning("payload store full; oldest payloads evicted", evicted=self.evicted)
+
+    def update(self, key: tuple[int, int], **fields: object) -> None:
+        """Set fields of a stored payload, if it is still there."""
+        with self._lock:
+            payload = self._data.get(key)
+            if payload is not None:
+                for name, value in fields.items():
+                    setattr(payload, name, value)
+
+    def take(self, key: tuple[int, int]) -> Payload | None:
+        """Remove and return the payload, or ``None``."""
+        with self._lock:
+            return self._data.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        """Forget everything (after fork: the parent's calls are not the child's)."""
+        with self._lock:
+            self._data.clear()
+
+
+PAYLOADS = PayloadStore()
+RUNTIME = RUNTIME_HOLDER

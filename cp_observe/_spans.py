@@ -1,0 +1,245 @@
+"""The decorators' hot path: start a target span, record content per the capture settings, end it.
+
+Cost matters here: everything static about a call site (span name, kind attributes) is computed at
+decoration time; a call does one ``start_span``, one ``set_attributes`` after start, one after the call,
+and ``end``. Unsampled calls keep nothing in memory. Every function here swallows its own errors (and
+re-raises them under pytest): a bug in cp-observe must never reach the host's code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
+from opentelemetry.trace import Span, Status, StatusCode
+
+from cp_observe import _names as n
+from cp_observe._extract import extract_contexts
+from cp_observe._internal import report_internal_error
+from cp_observe._runtime import PAYLOADS, RUNTIME_HOLDER, Payload, Runtime
+from cp_observe._sampling import FORCED, is_forced
+from cp_observe._serialize import finite_float, metadata_json, safe_str
+
+__all__ = ["Call", "State", "enter", "fail", "finish", "leave", "start"]
+
+_JUDGE_TEXT_LIMIT = 20_000
+_ANSWER_KEYS = ("answer", "output", "content", "text", "response")
+_get_value = otel_context.get_value
+_attach = otel_context.attach
+_detach = otel_context.detach
+_set_span_in_context = trace.set_span_in_context
+
+
+@dataclass(slots=True)
+class Call:
+    """What a decorated function's spans have in common, computed once at decoration time."""
+
+    kind: str
+    name: str
+    query: Callable[[tuple[Any, ...], dict[str, Any]], Any]
+    context_extractor: Callable[[Any], Any] | None = None
+    output: Callable[[Any], Any] | None = None
+    span_name: str = ""
+    start_attributes: dict[str, Any] = field(default_factory=dict)
+    scores_contexts: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind == "retriever":
+            self.span_name = f"{n.RETRIEVAL_SPAN_PREFIX} {self.name}"
+            self.start_attributes = {
+                n.GEN_AI_OPERATION_NAME: n.OPERATION_RETRIEVAL,
+                n.GEN_AI_DATA_SOURCE_ID: self.name,
+                n.OPENINFERENCE_SPAN_KIND: n.KIND_RETRIEVER,
+            }
+            self.scores_contexts = True
+        else:
+            self.span_name = f"{n.AGENT_SPAN_PREFIX} {self.name}"
+            self.start_attributes = {
+                n.GEN_AI_OPERATION_NAME: n.OPERATION_INVOKE_AGENT,
+                n.GEN_AI_AGENT_NAME: self.name,
+                n.OPENINFERENCE_SPAN_KIND: n.KIND_AGENT,
+            }
+            self.scores_contexts = self.context_extractor is not None
+
+
+class State:
+    """One call in flight: its span, the context to make current, and whether it is sampled."""
+
+    __slots__ = ("call", "ctx", "key", "recording", "runtime", "sampled", "span")
+
+    def __init__(self, call: Call, span: Span, runtime: Runtime, sampled: bool, key: tuple[int, int] | None) -> None:
+        self.call = call
+        self.span = span
+        self.runtime = runtime
+        self.sampled = sampled
+        self.key = key
+        self.recording = span.is_recording()
+        self.ctx = _set_span_in_context(span)
+
+
+def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | None:
+    """Start the span of one call; ``None`` means run the function untraced."""
+    if _get_value(_SUPPRESS_INSTRUMENTATION_KEY):
+        return None
+    span: Span | None = None
+    try:
+        rt = RUNTIME_HOLDER[0]
+        span = rt.tracer.start_span(call.span_name, attributes=call.start_attributes)
+        if not span.is_recording():
+            return State(call, span, rt, False, None)
+        span_context = span.get_span_context()
+        trace_id = span_context.trace_id
+        sampled = rt.sampler(trace_id)
+        if not sampled and is_forced(None, trace_id):
+            FORCED.add(trace_id)  # so the processor, which sees only the ended span, agrees
+            sampled = True
+        attributes: dict[str, Any] = {n.CP_SAMPLED: sampled}
+        key = None
+        if sampled or rt.capture_content:
+            query = _text(call.query(args, kwargs), rt, rt.max_value_length if not sampled else _JUDGE_TEXT_LIMIT)
+            if rt.capture_content:
+                shown = query if len(query) <= rt.max_value_length else safe_str(query, rt.max_value_length)
+                attributes[n.INPUT_VALUE] = shown
+                if call.kind == "retriever":
+                    attributes[n.GEN_AI_RETRIEVAL_QUERY_TEXT] = shown
+            if sampled:
+                key = (trace_id, span_context.span_id)
+                PAYLOADS.put(key, Payload(query=query))
+        attributes[n.CP_CONTENT_CAPTURED] = rt.capture_content
+        span.set_attributes(attributes)
+        return State(call, span, rt, sampled, key)
+    except Exception as exc:  # noqa: BLE001 - our failure: no span, the call runs untraced
+        if span is not None:
+            with contextlib.suppress(Exception):
+                span.end()
+        report_internal_error("span start", exc)
+        return None
+
+
+def enter(state: State) -> object:
+    """Make the call's span current; returns the token for ``leave``."""
+    return _attach(state.ctx)
+
+
+def leave(token: object) -> None:
+    """Restore the context that was current before ``enter``."""
+    _detach(token)  # type: ignore[arg-type]
+
+
+def finish(state: State, result: Any, *, partial: bool = False) -> None:
+    """Record what the call returned and end its span."""
+    span = state.span
+    try:
+        if state.recording:
+            _record_result(state, result, partial)
+    except Exception as exc:  # noqa: BLE001 - our failure: the span still ends, the result is untouched
+        if state.key is not None:
+            PAYLOADS.take(state.key)
+        with contextlib.suppress(Exception):
+            span.set_attribute(n.CP_SAMPLED, False)
+        _end(span)
+        report_internal_error("span finish", exc)
+        return
+    _end(span)
+
+
+def fail(state: State, exc: BaseException) -> None:
+    """The call raised: mark the span as an error (it will not be scored) and end it."""
+    span = state.span
+    try:
+        if state.key is not None:
+            PAYLOADS.take(state.key)
+        if state.recording:
+            span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+            if isinstance(exc, Exception) and state.runtime.capture_content:
+                span.record_exception(exc)
+    except Exception as error:  # noqa: BLE001 - our failure must not replace the user's exception
+        _end(span)
+        report_internal_error("span fail", error)
+        return
+    _end(span)
+
+
+def _end(span: Span) -> None:
+    try:
+        span.end()
+    except Exception as exc:  # noqa: BLE001 - an exporter raising inside end() must not reach the host
+        report_internal_error("span end", exc)
+
+
+def _record_result(state: State, result: Any, partial: bool) -> None:
+    call, rt = state.call, state.runtime
+    attributes: dict[str, Any] = {}
+    contexts: list[str] | None = None
+    if call.scores_contexts:
+        raw = call.context_extractor(result) if call.context_extractor is not None else result
+        extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
+        items = extracted.contexts
+        redact = rt.redact
+        contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
+        attributes[n.CP_CONTEXT_COUNT] = extracted.total if extracted.total is not None else len(items)
+        if rt.capture_content:
+            limit = rt.max_value_length
+            for i in range(min(len(items), rt.max_contexts)):
+                item, text = items[i], contexts[i]
+                attributes[n.document_attribute(i, "content")] = text if len(text) <= limit else safe_str(text, limit)
+                if item.id is not None:
+                    attributes[n.document_attribute(i, "id")] = item.id
+                if item.score is not None:
+                    score = finite_float(item.score)
+                    if score is not None:
+                        attributes[n.document_attribute(i, "score")] = score
+                if item.metadata:
+                    meta = metadata_json(item.metadata, limit)
+                    if meta is not None:
+                        attributes[n.document_attribute(i, "metadata")] = meta
+    answer: str | None = None
+    if call.kind == "agent":
+        answer = _text(call.output(result) if call.output is not None else _answer_of(result), rt, _JUDGE_TEXT_LIMIT)
+        if rt.capture_content:
+            attributes[n.OUTPUT_VALUE] = answer if len(answer) <= rt.max_value_length else safe_str(
+                answer, rt.max_value_length
+            )
+    if partial:
+        attributes[n.CP_PARTIAL] = True
+    if state.key is not None:
+        PAYLOADS.update(state.key, contexts=contexts, answer=answer)
+    span = state.span
+    if attributes:
+        span.set_attributes(attributes)
+
+
+def _answer_of(result: Any) -> Any:
+    if type(result) is str:
+        return result
+    if isinstance(result, Mapping):
+        for key in _ANSWER_KEYS:
+            value = result.get(key)
+            if isinstance(value, str):
+                return value
+    for key in _ANSWER_KEYS:
+        value = getattr(result, key, None)
+        if isinstance(value, str):
+            return value
+    return result
+
+
+def _text(value: Any, rt: Runtime, limit: int) -> str:
+    text = value if type(value) is str and len(value) <= limit else safe_str(value, limit)
+    redact = rt.redact
+    return _redacted(text, redact) if redact is not None else text
+
+
+def _redacted(text: str, redact: Callable[[str], str]) -> str:
+    try:
+        out = redact(text)
+    except Exception as exc:  # noqa: BLE001 - fail closed: a broken redactor must not let content through
+        report_internal_error("redaction hook", exc)
+        return "[redaction failed]"
+    return out if isinstance(out, str) else "[redaction failed]"

@@ -1,0 +1,131 @@
+"""Shared fixtures: in-memory OpenTelemetry pipelines, a simple test judge, and a clean runtime per test."""
+
+from __future__ import annotations
+
+import os
+
+# litellm must never fetch its cost map from the network in tests.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from cp_observe import _configure, _internal, _runtime
+from cp_observe._sampling import FORCED
+from cp_observe._types import Judgement, Usage, Verdict
+
+
+@dataclass
+class Otel:
+    """An in-memory tracer, meter and logger provider, wired as the decorators' provider."""
+
+    tracer_provider: TracerProvider
+    spans: InMemorySpanExporter
+    meter_provider: MeterProvider
+    metrics: InMemoryMetricReader
+    logger_provider: LoggerProvider
+    logs: InMemoryLogRecordExporter
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def by_name(self, prefix: str) -> list[ReadableSpan]:
+        return [s for s in self.finished() if s.name.startswith(prefix)]
+
+    def metric_points(self, name: str) -> list[Any]:
+        data = self.metrics.get_metrics_data()
+        points: list[Any] = []
+        if data is None:
+            return points
+        for resource_metrics in data.resource_metrics:
+            for scope in resource_metrics.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        points.extend(metric.data.data_points)
+        return points
+
+    def processor(self, judge: Any, **kwargs: Any) -> Any:
+        from cp_observe import ContextPrecisionProcessor
+
+        processor = ContextPrecisionProcessor(
+            judge,
+            tracer_provider=self.tracer_provider,
+            meter_provider=self.meter_provider,
+            logger_provider=self.logger_provider,
+            **kwargs,
+        )
+        self.tracer_provider.add_span_processor(processor)
+        self._processors.append(processor)
+        return processor
+
+    _processors: list[Any] = field(default_factory=list)
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    """In-memory providers; the decorators write to this tracer provider for the test's duration."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    metrics = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[metrics])
+    logs = InMemoryLogRecordExporter()
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    saved = _runtime.RUNTIME_HOLDER[0]
+    _runtime.install(tracer_provider=tracer_provider)
+    state = Otel(tracer_provider, spans, meter_provider, metrics, logger_provider, logs)
+    yield state
+    for processor in state._processors:
+        processor.shutdown()
+    _runtime.RUNTIME_HOLDER[0] = saved
+    _runtime.PAYLOADS.clear()
+    _configure._CURRENT[0] = None
+    FORCED._ids.clear()
+
+
+@pytest.fixture
+def production_errors() -> Iterator[None]:
+    """Internal errors are swallowed as in production (by default they raise under pytest)."""
+    _internal.RAISE_UNDER_TEST[0] = False
+    yield
+    _internal.RAISE_UNDER_TEST[0] = True
+
+
+class KeywordJudge:
+    """A deterministic test judge: a context is relevant when it contains a word of 5+ letters of the reference.
+
+    It records every call, so tests can check what reached the judge.
+    """
+
+    def __init__(self, model: str = "keyword-judge") -> None:
+        self._model = model
+        self.calls: list[tuple[str, str, list[str]]] = []
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def judge(self, query: str, reference: str, contexts: Sequence[str]) -> Judgement:
+        self.calls.append((query, reference, list(contexts)))
+        words = {w.strip(".,!?").lower() for w in reference.split() if len(w.strip(".,!?")) >= 5}
+        verdicts = tuple(
+            Verdict(i, any(w in c.lower() for w in words), "keyword overlap") for i, c in enumerate(contexts)
+        )
+        return Judgement(verdicts=verdicts, model=self._model, usage=Usage(1, 10, 5), cost_usd=0.001)
+
+
+@pytest.fixture
+def keyword_judge() -> KeywordJudge:
+    """A fresh recording keyword judge."""
+    return KeywordJudge()
