@@ -153,10 +153,10 @@ class LLMJudge:
         if self.llm_reason and n:
             reason, extra = await self._write_reason(query, reference, ordered)
             usage = usage + extra.usage
-            if extra.cost_usd is None:
+            if extra.cost is None:
                 cost_known = False
             else:
-                cost += extra.cost_usd
+                cost += extra.cost
         return Judgement(
             verdicts=ordered,
             model=self._model,
