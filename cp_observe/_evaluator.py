@@ -16,6 +16,7 @@ import concurrent.futures
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from cp_observe._errors import JudgeError, JudgeTransportError
 from cp_observe._evaluate import evaluate
 from cp_observe._log import logger
 from cp_observe._sampling import DailyBudget, RateLimiter
-from cp_observe._types import Judge
+from cp_observe._types import Judge, ScoreResult
 
 __all__ = ["Evaluator", "Stats"]
 
@@ -78,8 +79,12 @@ class Evaluator:
         circuit: CircuitBreaker,
         max_judged_contexts: int,
         evaluation_timeout_s: float,
+        on_finished: Callable[[Item, ScoreResult | None], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
         self.judge = judge
+        self.on_finished = on_finished
+        self.on_tick = on_tick
         self.emitter = emitter
         self.queue_size = queue_size
         self.concurrency = concurrency
@@ -143,6 +148,14 @@ class Evaluator:
             self.stats.reasons[(n.OUTCOME_DROPPED, reason)] += 1
         self.emitter.count_sampled(labels)
         self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+        self._finished(item, None)
+
+    def _finished(self, item: Item, result: ScoreResult | None) -> None:
+        if self.on_finished is not None:
+            try:
+                self.on_finished(item, result)
+            except Exception as exc:  # noqa: BLE001 - a failing export must not stop the accounting
+                logger.warning("releasing a held span failed", error_type=type(exc).__name__)
 
     def _start_thread(self) -> None:
         with self._lock:
@@ -233,6 +246,11 @@ class Evaluator:
                 self.emitter.count_sampled(Emitter.labels(_target(item, "", item.sampling_reason)))
             outcomes.extend(self._assembler.add(item, now))
         outcomes.extend(self._assembler.flush() if flush else self._assembler.expire(now))
+        if self.on_tick is not None:
+            try:
+                self.on_tick()
+            except Exception as exc:  # noqa: BLE001 - see _finished
+                logger.warning("expiring held spans failed", error_type=type(exc).__name__)
         for outcome in outcomes:
             if isinstance(outcome, Skip):
                 self._finish_skip(outcome.item, outcome.reason)
@@ -280,6 +298,7 @@ class Evaluator:
             self.stats.dropped += 1
             self.stats.reasons[(n.OUTCOME_DROPPED, reason)] += 1
         self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+        self._finished(item, None)
 
     def _finish_skip(self, item: Item, reason: str) -> None:
         labels = Emitter.labels(_target(item, "", item.sampling_reason))
@@ -287,6 +306,7 @@ class Evaluator:
             self.stats.skipped += 1
             self.stats.reasons[(n.OUTCOME_SKIPPED, reason)] += 1
         self.emitter.count(n.OUTCOME_SKIPPED, reason, labels)
+        self._finished(item, None)
 
     async def _evaluate(self, ready: Ready) -> None:
         item = ready.item
@@ -331,6 +351,7 @@ class Evaluator:
                 self.stats.reasons[(n.OUTCOME_FAILED, reason)] += 1
             logger.info("evaluation failed", reason=reason, error_type=type(exc).__name__, data_source=target.data_source)
             self._emit_safely(self.emitter.failed, target, exc, reason, start_ns, time.time_ns(), model)
+            self._finished(item, None)
             return
         otel_context.detach(token)
         self.circuit.success()
@@ -339,6 +360,7 @@ class Evaluator:
             self.stats.scored += 1
             self.stats.reasons[(n.OUTCOME_SCORED, "ok")] += 1
         self._emit_safely(self.emitter.scored, target, result, start_ns, time.time_ns(), result.judge_model)
+        self._finished(item, result)
 
     @staticmethod
     def _emit_safely(emit: Any, *args: Any) -> None:

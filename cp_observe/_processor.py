@@ -24,11 +24,12 @@ from cp_observe._assembly import Item
 from cp_observe._circuit import CircuitBreaker
 from cp_observe._emit import Emitter
 from cp_observe._evaluator import Evaluator
+from cp_observe._hold import HeldSpans
 from cp_observe._internal import report_internal_error
 from cp_observe._runtime import PAYLOADS
 from cp_observe._sampling import FORCED, DailyBudget, RateLimiter, TraceIdRatio
 from cp_observe._scorer import resolve_judge
-from cp_observe._types import Judge
+from cp_observe._types import Judge, ScoreResult
 
 __all__ = ["ContextPrecisionProcessor"]
 
@@ -60,6 +61,12 @@ class ContextPrecisionProcessor(SpanProcessor):
         circuit_failures: consecutive judge failures that stop judge calls for ``circuit_cooldown_s``.
         circuit_cooldown_s: seconds before a stopped judge is probed again.
         shutdown_timeout_s: how long ``shutdown`` drains before counting the rest as dropped.
+        export_processor: opt-in enrichment: give the processor that exports your spans (e.g. a
+            ``BatchSpanProcessor``) here *instead of* adding it to the provider. Every span then passes through
+            this processor; sampled target spans are held back until judged and exported with
+            ``context_precision.score`` on them, or unenriched after ``hold_timeout_s``. Never lost.
+        hold_timeout_s: the longest a span is held for its score.
+        max_held_spans: the most spans held at once; beyond it spans are exported at once, unenriched.
     """
 
     def __init__(
@@ -83,6 +90,9 @@ class ContextPrecisionProcessor(SpanProcessor):
         circuit_failures: int = 5,
         circuit_cooldown_s: float = 30.0,
         shutdown_timeout_s: float = 30.0,
+        export_processor: SpanProcessor | None = None,
+        hold_timeout_s: float = 30.0,
+        max_held_spans: int = 2000,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
@@ -114,6 +124,11 @@ class ContextPrecisionProcessor(SpanProcessor):
             capture_content=capture_content,
             queue_depth=lambda: self._evaluator.depth(),
         )
+        self._hold = (
+            HeldSpans(export_processor, timeout_s=hold_timeout_s, max_spans=max_held_spans, threshold=threshold)
+            if export_processor is not None
+            else None
+        )
         self._evaluator = Evaluator(
             judge=self.judge,
             emitter=self._emitter,
@@ -126,6 +141,8 @@ class ContextPrecisionProcessor(SpanProcessor):
             circuit=CircuitBreaker(circuit_failures, circuit_cooldown_s),
             max_judged_contexts=max_judged_contexts,
             evaluation_timeout_s=evaluation_timeout_s,
+            on_finished=self._release if self._hold is not None else None,
+            on_tick=self._hold.expire if self._hold is not None else None,
         )
         self._flushing = threading.local()
         self._shutdown = False
@@ -136,12 +153,36 @@ class ContextPrecisionProcessor(SpanProcessor):
     def _after_fork(self) -> None:
         self._evaluator.after_fork()
 
+    def _release(self, item: Item, result: ScoreResult | None) -> None:
+        if self._hold is not None and item.target:
+            self._hold.release((item.span_context.trace_id, item.span_context.span_id), result)
+
     # --- SpanProcessor -------------------------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        """Nothing to do at start: the decorators mark spans themselves."""
+        """Nothing to do at start (the decorators mark spans); in hold mode, pass the span on."""
+        if self._hold is not None:
+            try:
+                self._hold.downstream.on_start(span, parent_context)
+            except Exception as exc:  # noqa: BLE001 - the export processor failing must not reach the host
+                report_internal_error("on_start", exc)
 
     def on_end(self, span: ReadableSpan) -> None:
         """Hand a sampled retrieval, agent or local root to the evaluator; O(1), never raises."""
+        if self._hold is None:
+            self._on_end(span)
+            return
+        held = False
+        try:
+            held = self._on_end(span, hold=True)
+        finally:
+            if not held:
+                try:
+                    self._hold.downstream.on_end(span)
+                except Exception as exc:  # noqa: BLE001 - see on_start
+                    report_internal_error("export on_end", exc)
+
+    def _on_end(self, span: ReadableSpan, *, hold: bool = False) -> bool:
+        """Returns True when the span is held for enrichment (the caller then does not export it now)."""
         try:
             attributes = span.attributes
             kind = attributes.get(n.OPENINFERENCE_SPAN_KIND) if attributes else None
@@ -151,16 +192,16 @@ class ContextPrecisionProcessor(SpanProcessor):
             parent = span.parent
             local_root = parent is None or parent.is_remote
             if kind != n.KIND_RETRIEVER and kind != n.KIND_AGENT and not local_root:
-                return
+                return False
             context = span.context
             if context is None or self._shutdown:
-                return
+                return False
             trace_id = context.trace_id
             forced = trace_id in FORCED
             if not (forced or self.sampler(trace_id)):
                 if kind == n.KIND_RETRIEVER or kind == n.KIND_AGENT:
                     PAYLOADS.take((trace_id, context.span_id))
-                return
+                return False
             if kind == n.KIND_RETRIEVER:
                 item_kind, target = "retriever", True
             elif kind == n.KIND_AGENT:
@@ -169,7 +210,8 @@ class ContextPrecisionProcessor(SpanProcessor):
             else:
                 item_kind, target = "root", False
             payload = PAYLOADS.take((trace_id, context.span_id)) if item_kind != "root" else None
-            self._evaluator.submit(
+            held = hold and target and self._hold is not None and self._hold.hold(span)
+            accepted = self._evaluator.submit(
                 Item(
                     kind=item_kind,
                     span_context=context,
@@ -183,8 +225,11 @@ class ContextPrecisionProcessor(SpanProcessor):
                     sampling_reason="forced" if forced else "ratio",
                 )
             )
+            del accepted  # a target the queue refused was already released (exported) by the evaluator
+            return held
         except Exception as exc:  # noqa: BLE001 - on_end must never raise into the SDK or the host
             report_internal_error("on_end", exc)
+            return False
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Judge everything queued, emit the evaluations, and flush the provider they went to."""
@@ -193,6 +238,9 @@ class ContextPrecisionProcessor(SpanProcessor):
         self._flushing.active = True
         try:
             done = self._evaluator.flush(timeout_millis / 1000)
+            if self._hold is not None:
+                self._hold.release_all()
+                self._hold.downstream.force_flush(timeout_millis)
             provider = self._emitter.tracer_provider
             flush = getattr(provider, "force_flush", None)
             if callable(flush):
@@ -207,6 +255,9 @@ class ContextPrecisionProcessor(SpanProcessor):
             return
         self._evaluator.shutdown(self.shutdown_timeout_s)
         self._shutdown = True
+        if self._hold is not None:
+            self._hold.release_all()
+            self._hold.downstream.shutdown()
 
     # --- introspection ---------------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

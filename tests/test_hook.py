@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -481,3 +483,76 @@ def test_instrumentation_is_suppressed_on_the_judge_path(otel: Otel) -> None:
     assert inner_calls
     assert [s.attributes[n.INPUT_VALUE] for s in otel.by_name("retrieval sync")] == ["from the host"]
     assert processor.stats()["scored"] == 1
+
+
+def test_hold_mode_writes_the_score_onto_the_scored_span(keyword_judge: KeywordJudge) -> None:
+    """With an export processor handed over, sampled spans are exported with their score on them."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from cp_observe import _runtime
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    processor = cp_observe.ContextPrecisionProcessor(
+        keyword_judge, tracer_provider=provider, export_processor=SimpleSpanProcessor(exporter)
+    )
+    provider.add_span_processor(processor)
+    saved = _runtime.RUNTIME_HOLDER[0]
+    _runtime.install(tracer_provider=provider)
+    try:
+        assert sync_search("capital of France") == DOCS
+        processor.force_flush(10_000)
+    finally:
+        _runtime.RUNTIME_HOLDER[0] = saved
+        processor.shutdown()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    retrieval = spans["retrieval sync"]
+    assert retrieval.attributes[n.CP_SCORE] == 0.83
+    assert retrieval.attributes[n.GEN_AI_EVALUATION_SCORE_LABEL] == "pass"
+    assert n.EVALUATION_SPAN_NAME in spans
+    assert len(exporter.get_finished_spans()) == 2
+
+
+def test_hold_mode_releases_unenriched_when_time_is_up(keyword_judge: KeywordJudge) -> None:
+    """A span whose judgement outlasts the hold is exported without a score, never lost."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from cp_observe import _runtime
+
+    gate = threading.Event()
+
+    class Stuck:
+        model = "stuck"
+
+        async def judge(self, query: str, reference: str, contexts: Any) -> Any:
+            while not gate.is_set():
+                await asyncio.sleep(0.01)
+            return [cp_observe.Verdict(i, True) for i in range(len(contexts))]
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    processor = cp_observe.ContextPrecisionProcessor(
+        Stuck(), tracer_provider=provider, export_processor=SimpleSpanProcessor(exporter), hold_timeout_s=0.2
+    )
+    provider.add_span_processor(processor)
+    saved = _runtime.RUNTIME_HOLDER[0]
+    _runtime.install(tracer_provider=provider)
+    try:
+        sync_search("capital")
+        deadline = time.monotonic() + 5
+        while not exporter.get_finished_spans() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        [released] = exporter.get_finished_spans()
+        assert released.name == "retrieval sync"
+        assert n.CP_SCORE not in released.attributes
+    finally:
+        gate.set()
+        processor.force_flush(10_000)
+        _runtime.RUNTIME_HOLDER[0] = saved
+        processor.shutdown()
+    names = sorted(s.name for s in exporter.get_finished_spans())
+    assert names == [n.EVALUATION_SPAN_NAME, "retrieval sync"]
