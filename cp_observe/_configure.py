@@ -65,12 +65,17 @@ def configure(
     resolved = Settings.resolve(settings)
     resource = Resource.create({"service.name": resolved.service_name} if resolved.service_name else {})
     tracer_provider = tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider)
+    export_processor: BatchSpanProcessor | None = None
     if tracer_provider is None:
         tracer_provider = TracerProvider(resource=resource)
         exporter = _span_exporter(resolved)
         if exporter is not None:
-            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+            export_processor = BatchSpanProcessor(exporter)
+            if not (resolved.hold_spans and not resolved.capture_only):
+                tracer_provider.add_span_processor(export_processor)
         trace.set_tracer_provider(tracer_provider)
+    if resolved.hold_spans and export_processor is None:
+        logger.warning("hold_spans needs cp-observe to create the exporting pipeline; ignored")
     meter_provider = meter_provider or _global_sdk(metrics.get_meter_provider(), MeterProvider)
     if meter_provider is None:
         meter_provider = MeterProvider(resource=resource, metric_readers=_metric_readers(resolved))
@@ -120,6 +125,9 @@ def configure(
         max_judged_contexts=resolved.max_judged_contexts,
         circuit_failures=resolved.circuit_failures,
         circuit_cooldown_s=resolved.circuit_cooldown_s,
+        export_processor=export_processor if resolved.hold_spans else None,
+        hold_timeout_s=resolved.hold_timeout_s,
+        max_held_spans=resolved.max_held_spans,
     )
     tracer_provider.add_span_processor(processor)
     _CURRENT[0] = processor

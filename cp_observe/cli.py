@@ -1,0 +1,47 @@
+"""The ``cp-observe`` command: ``demo`` (the bundled RAG app, scored live) and ``serve`` (the scoring service)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    from cp_observe import __version__
+
+    parser = argparse.ArgumentParser(prog="cp-observe", description="Live context precision of RAG retrieval.")
+    parser.add_argument("--version", action="version", version=f"cp-observe {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="run the bundled RAG demo through the hook and print the scores")
+    from cp_observe.demo._cli import add_arguments as add_demo_arguments
+
+    add_demo_arguments(demo)
+
+    serve = commands.add_parser("serve", help="score retrievals received over OTLP (behind a Collector)")
+    try:
+        from cp_observe.serve._cli import add_arguments as add_serve_arguments
+    except ImportError:  # pragma: no cover - the service module is optional while it is being built
+        add_serve_arguments = None
+    if add_serve_arguments is not None:
+        add_serve_arguments(serve)
+
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from cp_observe.demo._cli import run as run_demo
+
+        return run_demo(args)
+    if args.command == "serve":
+        from cp_observe.serve._cli import run as run_serve
+
+        return run_serve(args)
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
