@@ -1,0 +1,196 @@
+"""``cp-observe demo``: the bundled RAG app, run turn after turn through the hook, with scores printed live.
+
+A BM25 retriever and an extractive answerer over a few dozen English and Japanese help-centre documents,
+decorated with ``@retriever`` and ``@agent``. Every turn is scored by the offline judge (or by ``--judge
+MODEL`` through litellm) in the background; the demo reads the results back from the evaluation spans the
+hook emits, like any backend would. ``--degrade-after N`` swaps in a bad retriever under the same data
+source id, so the sampled MAP visibly drops — and an alert on it fires.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+
+__all__ = ["DATA_SOURCE", "add_arguments", "run"]
+
+DATA_SOURCE = "demo-bm25"
+AGENT = "demo-agent"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options."""
+    parser.add_argument("--judge", default=os.environ.get("CP_OBSERVE_JUDGE", "lexical"),
+                        help="litellm model string of the judge, or 'lexical' (offline, default)")
+    parser.add_argument("--judge-api-base", default=None, help="endpoint of the judge model")
+    parser.add_argument("--otlp", metavar="ENDPOINT", default=None,
+                        help="export traces, metrics and events over OTLP (else the OTEL_* variables decide)")
+    parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    parser.add_argument("--degrade-after", type=int, default=None, metavar="N",
+                        help="after N turns, swap in a bad retriever (same data source id) so the MAP drops")
+    parser.add_argument("--loop", action="store_true", help="keep asking questions until stopped (for the stack)")
+    parser.add_argument("--turns", type=int, default=None,
+                        help="how many turns to run (default: each demo question once; with --loop: forever)")
+    parser.add_argument("--interval", type=float, default=None,
+                        help="seconds between turns (default 0, or 1 with --loop)")
+    parser.add_argument("--sample-rate", type=float, default=1.0, help="share of traces scored (default 1)")
+    parser.add_argument("--no-capture-content", action="store_true", help="do not record content on spans")
+    parser.add_argument("--service-name", default="cp-observe-demo", help="service.name of the demo")
+    parser.add_argument("--quiet", action="store_true", help="print only the summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; returns the exit code."""
+    import cp_observe
+    from cp_observe.demo._corpus import CORPUS, QUESTIONS
+    from cp_observe.demo._rag import BM25Retriever, DegradedRetriever, ExtractiveAnswerer
+
+    if args.turns is not None and args.turns < 0:
+        print("--turns must be >= 0", file=sys.stderr)
+        return 2
+    printer = _Printer()
+    processor = cp_observe.configure(
+        args.judge,
+        judge_api_base=args.judge_api_base,
+        sample_rate=args.sample_rate,
+        capture_content=not args.no_capture_content,
+        service_name=args.service_name,
+        otlp_endpoint=args.otlp,
+        metrics_port=args.metrics_port,
+    )
+    from opentelemetry import trace
+
+    provider: Any = trace.get_tracer_provider()
+    provider.add_span_processor(printer)
+    good, bad, answerer = BM25Retriever(CORPUS, k=5), DegradedRetriever(CORPUS, k=5, seed=7), ExtractiveAnswerer()
+    state = {"retriever": good}
+
+    @cp_observe.retriever(name=DATA_SOURCE)
+    def search(query: str) -> list[Any]:
+        return state["retriever"].search(query)  # type: ignore[no-any-return]
+
+    @cp_observe.agent(name=AGENT)
+    def ask(question: str) -> str:
+        return answerer.answer(question, search(question))
+
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    turns = args.turns if args.turns is not None else (None if args.loop else len(QUESTIONS))
+    interval = args.interval if args.interval is not None else (1.0 if args.loop else 0.0)
+    judge_name = processor.judge.model if processor is not None else "none"
+    print(f"cp-observe demo: judge={judge_name}, sample_rate={args.sample_rate}, "
+          f"{len(CORPUS)} documents, {len(QUESTIONS)} questions", flush=True)
+    turn = 0
+    try:
+        while (turns is None or turn < turns) and not stop.is_set():
+            if args.degrade_after is not None and turn == args.degrade_after:
+                state["retriever"] = bad
+                print(f"-- after {turn} turns: the retriever is degraded (same data source '{DATA_SOURCE}')",
+                      flush=True)
+            question = QUESTIONS[turn % len(QUESTIONS)].text
+            answer = ask(question)
+            if processor is not None:
+                processor.force_flush(60_000)
+            turn += 1
+            printer.report(turn, turns, question, answer, quiet=args.quiet, degraded=state["retriever"] is bad)
+            if interval:
+                stop.wait(interval)
+    finally:
+        _summary(printer, args.degrade_after, processor)
+        _shutdown()
+    return 0
+
+
+class _Printer(SpanProcessor):
+    """Collects the scores the hook emits, from its evaluation spans, as a tracing backend would."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards _latest and scores
+        self._latest: tuple[tuple[bool, ...], float, str] | None = None
+        self.scores: list[tuple[bool, float]] = []  # (degraded, average precision)
+        self.failures = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        from cp_observe import _names as n
+
+        if span.name != n.EVALUATION_SPAN_NAME or not span.attributes:
+            return
+        attributes = span.attributes
+        with self._lock:
+            if n.CP_VERDICTS not in attributes:
+                self.failures += 1
+                self._latest = ((), -1.0, str(attributes.get(n.ERROR_TYPE, "error")))
+                return
+            verdicts = tuple(bool(v) for v in attributes[n.CP_VERDICTS])  # type: ignore[union-attr]
+            self._latest = (verdicts, float(attributes[n.CP_AVERAGE_PRECISION]),  # type: ignore[arg-type]
+                            str(attributes.get(n.GEN_AI_EVALUATION_SCORE_LABEL, "")))
+
+    def report(self, turn: int, turns: int | None, question: str, answer: str, *, quiet: bool,
+               degraded: bool) -> None:
+        with self._lock:
+            latest, self._latest = self._latest, None
+        if latest is not None and latest[1] >= 0:
+            self.scores.append((degraded, latest[1]))
+        if quiet:
+            return
+        print(f"{_bar(turn, turns)} {question}", flush=True)
+        print(f"        answer: {answer[:100]}", flush=True)
+        if latest is None:
+            print("        not sampled", flush=True)
+        elif latest[1] < 0:
+            print(f"        judge failed: {latest[2]}", flush=True)
+        else:
+            verdicts, ap, label = latest
+            marks = " ".join(f"{i + 1}{'✓' if v else '✗'}" for i, v in enumerate(verdicts))
+            mean = sum(s for _, s in self.scores) / len(self.scores)
+            print(f"        ranks: {marks}   score {ap:.2f} ({label})   sampled MAP {mean:.2f}", flush=True)
+
+
+def _bar(turn: int, turns: int | None, width: int = 20) -> str:
+    if turns is None or turns == 0:
+        return f"[{turn:>4}]"
+    filled = round(width * turn / turns)
+    return f"[{turn:>3}/{turns}] {'█' * filled}{'░' * (width - filled)}"
+
+
+def _summary(printer: _Printer, degrade_after: int | None, processor: Any) -> None:
+    scores = printer.scores
+    if not scores:
+        print("no turn was scored", flush=True)
+        return
+    mean = sum(s for _, s in scores) / len(scores)
+    print(f"sampled MAP over {len(scores)} scored turns: {mean:.2f}", flush=True)
+    if degrade_after is not None:
+        for label, degraded in (("before degradation", False), ("after degradation", True)):
+            part = [s for d, s in scores if d is degraded]
+            if part:
+                print(f"  {label}: {sum(part) / len(part):.2f} over {len(part)} turns", flush=True)
+    if processor is not None:
+        stats = processor.stats()
+        print(f"evaluations: sampled {stats['sampled']}, scored {stats['scored']}, failed {stats['failed']}, "
+              f"dropped {stats['dropped']}, skipped {stats['skipped']}", flush=True)
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+
+def _shutdown() -> None:
+    from opentelemetry import _logs, metrics, trace
+
+    for provider in (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider()):
+        shutdown = getattr(provider, "shutdown", None)
+        if callable(shutdown):
+            try:
+                shutdown()
+            except Exception as exc:  # noqa: BLE001 - the demo is ending; say so and go on
+                print(f"shutdown: {type(exc).__name__}", file=sys.stderr)
