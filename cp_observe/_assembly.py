@@ -64,7 +64,7 @@ class Item:
             if value is None:
                 break
             out.append(str(value))
-        if not out and not self.attributes.get(n.CP_CONTEXT_COUNT) == 0:
+        if not out and self.attributes.get(n.CP_CONTEXT_COUNT) != 0:
             return None
         return out
 

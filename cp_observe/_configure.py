@@ -218,12 +218,12 @@ def _metric_readers(settings: Settings) -> list[MetricReader]:
     return readers
 
 
-def start_prometheus_endpoint(port: int, addr: str = "0.0.0.0") -> MetricReader:  # noqa: S104 - a scrape target
+def start_prometheus_endpoint(port: int, addr: str = "0.0.0.0") -> MetricReader:
     """Serve the metrics in Prometheus text format on ``port`` (needs the ``prometheus`` extra)."""
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import start_http_server
     except ImportError as exc:
-        raise ConfigurationError("metrics_port needs the prometheus extra: pip install 'cp-observe[prometheus]'") from exc
+        raise ConfigurationError("metrics_port needs opentelemetry-exporter-prometheus installed") from exc
     start_http_server(port, addr=addr)
     return PrometheusMetricReader()

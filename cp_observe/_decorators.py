@@ -108,13 +108,14 @@ def _decorate(
 
     def decorator(target: F) -> F:
         if isinstance(target, (staticmethod, classmethod)):
-            inner = decorator(target.__func__)
-            return type(target)(inner)  # type: ignore[return-value]
+            inner: Any = decorator(target.__func__)  # type: ignore[arg-type]
+            rewrapped: Any = type(target)(inner)
+            return rewrapped  # type: ignore[no-any-return]
         if not callable(target):
             raise TypeError(f"@{kind} needs a function, got {type(target).__name__}")
         call = Call(
             kind=kind,
-            name=name or getattr(target, "__qualname__", None) or getattr(target, "__name__", "call"),
+            name=name or str(getattr(target, "__qualname__", None) or getattr(target, "__name__", "call")),
             query=_query_getter(target, query),
             context_extractor=context_extractor,
             output=output,
@@ -169,93 +170,111 @@ def _query_getter(func: Callable[..., Any], query: QuerySpec) -> Callable[[tuple
 
 
 def _wrap(func: F, call: Call) -> F:
-    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+    """Build the wrapper for the function's kind, once."""
     if inspect.isasyncgenfunction(func):
-
-        @functools.wraps(func)
-        async def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
-            generator = func(*args, **kwargs)
-            state = start(call, args, kwargs)
-            if state is None:
-                async for item in generator:
-                    yield item
-                return
-            items: list[Any] = []
-            try:
-                while True:
-                    token = _spans.enter(state)
-                    try:
-                        item = await generator.__anext__()
-                    except StopAsyncIteration:
-                        break
-                    finally:
-                        _spans.leave(token)
-                    items.append(item)
-                    yield item
-            except BaseException as exc:
-                if isinstance(exc, GeneratorExit):
-                    finish(state, items, partial=True)
-                    await generator.aclose()
-                else:
-                    fail(state, exc)
-                raise
-            finish(state, items)
-
-        return agen_wrapper  # type: ignore[return-value]
-
+        return _wrap_async_generator(func, call)
     if inspect.isgeneratorfunction(func):
-
-        @functools.wraps(func)
-        def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
-            generator = func(*args, **kwargs)
-            state = start(call, args, kwargs)
-            if state is None:
-                return (yield from generator)
-            items: list[Any] = []
-            try:
-                while True:
-                    token = _spans.enter(state)
-                    try:
-                        item = next(generator)
-                    except StopIteration as stop:
-                        result = stop.value
-                        break
-                    finally:
-                        _spans.leave(token)
-                    items.append(item)
-                    yield item
-            except BaseException as exc:
-                if isinstance(exc, GeneratorExit):
-                    # Abandoned half-way: what was consumed is what was retrieved; close the inner generator too.
-                    finish(state, items, partial=True)
-                    generator.close()
-                else:
-                    fail(state, exc)
-                raise
-            finish(state, items)
-            return result
-
-        return gen_wrapper  # type: ignore[return-value]
-
+        return _wrap_generator(func, call)
     if inspect.iscoroutinefunction(func):
+        return _wrap_coroutine(func, call)
+    return _wrap_function(func, call)
 
-        @functools.wraps(func)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            state = start(call, args, kwargs)
-            if state is None:
-                return await func(*args, **kwargs)
-            token = _spans.enter(state)
-            try:
-                result = await func(*args, **kwargs)
-            except BaseException as exc:
-                _spans.leave(token)
+
+def _wrap_async_generator(func: F, call: Call) -> F:
+    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+
+    @functools.wraps(func)
+    async def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
+        generator = func(*args, **kwargs)
+        state = start(call, args, kwargs)
+        if state is None:
+            async for item in generator:
+                yield item
+            return
+        items: list[Any] = []
+        try:
+            while True:
+                token = _spans.enter(state)
+                try:
+                    item = await generator.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    _spans.leave(token)
+                items.append(item)
+                yield item
+        except BaseException as exc:
+            if isinstance(exc, GeneratorExit):
+                finish(state, items, partial=True)
+                await generator.aclose()
+            else:
                 fail(state, exc)
-                raise
-            _spans.leave(token)
-            finish(state, result)
-            return result
+            raise
+        finish(state, items)
 
-        return async_wrapper  # type: ignore[return-value]
+    return agen_wrapper  # type: ignore[return-value]
+
+
+def _wrap_generator(func: F, call: Call) -> F:
+    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+
+    @functools.wraps(func)
+    def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
+        generator = func(*args, **kwargs)
+        state = start(call, args, kwargs)
+        if state is None:
+            return (yield from generator)
+        items: list[Any] = []
+        try:
+            while True:
+                token = _spans.enter(state)
+                try:
+                    item = next(generator)
+                except StopIteration as stop:
+                    result = stop.value
+                    break
+                finally:
+                    _spans.leave(token)
+                items.append(item)
+                yield item
+        except BaseException as exc:
+            if isinstance(exc, GeneratorExit):
+                # Abandoned half-way: what was consumed is what was retrieved; close the inner generator too.
+                finish(state, items, partial=True)
+                generator.close()
+            else:
+                fail(state, exc)
+            raise
+        finish(state, items)
+        return result
+
+    return gen_wrapper  # type: ignore[return-value]
+
+
+def _wrap_coroutine(func: F, call: Call) -> F:
+    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+
+    @functools.wraps(func)
+    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        state = start(call, args, kwargs)
+        if state is None:
+            return await func(*args, **kwargs)
+        token = _spans.enter(state)
+        try:
+            result = await func(*args, **kwargs)
+        except BaseException as exc:
+            _spans.leave(token)
+            fail(state, exc)
+            raise
+        _spans.leave(token)
+        finish(state, result)
+        return result
+
+    return async_wrapper  # type: ignore[return-value]
+
+
+def _wrap_function(func: F, call: Call) -> F:
+    start, finish, fail = _spans.start, _spans.finish, _spans.fail
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -112,7 +112,7 @@ class Emitter:
         """Count one target marked sampled."""
         self._sampled.add(1, labels)
 
-    def scored(self, target: Target, result: ScoreResult, start_ns: int, end_ns: int, model: str) -> None:
+    def scored(self, target: Target, result: ScoreResult, *, start_ns: int, end_ns: int, model: str) -> None:
         """Emit a successful evaluation."""
         labels = self.labels(target)
         label = n.LABEL_PASS if result.score >= self.threshold else n.LABEL_FAIL
@@ -150,10 +150,10 @@ class Emitter:
             self._verdicts.add(relevant, {**labels, n.RELEVANT: "true"})
         if len(result.verdicts) - relevant:
             self._verdicts.add(len(result.verdicts) - relevant, {**labels, n.RELEVANT: "false"})
-        self._judge_metrics(model, result.usage.prompt_tokens, result.usage.completion_tokens, result.cost_usd,
-                            (end_ns - start_ns) / 1e9, n.OUTCOME_SCORED)
+        self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
+                            cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED)
 
-    def failed(self, target: Target, error: BaseException, reason: str, start_ns: int, end_ns: int,
+    def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
                model: str) -> None:
         """Emit a failed evaluation: an ERROR evaluation span and the failure count; no score."""
         labels = self.labels(target)
@@ -173,7 +173,8 @@ class Emitter:
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {reason}"))
         span.end(end_time=end_ns)
         self.count(n.OUTCOME_FAILED, reason, labels)
-        self._judge_metrics(model, 0, 0, None, (end_ns - start_ns) / 1e9, n.OUTCOME_FAILED)
+        self._judge_metrics(model, prompt=0, completion=0, cost=None, seconds=(end_ns - start_ns) / 1e9,
+                            outcome=n.OUTCOME_FAILED)
 
     def _start_span(self, target: Target, start_ns: int, attributes: dict[str, Any]) -> Any:
         parent = trace.set_span_in_context(NonRecordingSpan(target.span_context))
@@ -214,7 +215,7 @@ class Emitter:
             )
         )
 
-    def _judge_metrics(self, model: str, prompt: int, completion: int, cost: float | None, seconds: float,
+    def _judge_metrics(self, model: str, *, prompt: int, completion: int, cost: float | None, seconds: float,
                        outcome: str) -> None:
         self._duration.record(seconds, {n.GEN_AI_REQUEST_MODEL: model, n.OUTCOME: outcome})
         if prompt:

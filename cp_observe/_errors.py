@@ -1,9 +1,9 @@
 """The exception hierarchy.
 
-    CpObserveError
-    ├── JudgeError            the judge could not return one aligned verdict per context
-    │   └── JudgeTransportError  the judge could not be reached or kept failing (after retries)
-    └── ConfigurationError    a setting given in code is invalid (also a ValueError)
+CpObserveError
+├── JudgeError            the judge could not return one aligned verdict per context
+│   └── JudgeTransportError  the judge could not be reached or kept failing (after retries)
+└── ConfigurationError    a setting given in code is invalid (also a ValueError)
 """
 
 from __future__ import annotations

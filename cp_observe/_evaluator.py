@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections import Counter, deque
@@ -225,10 +226,8 @@ class Evaluator:
         assert self._wake is not None
         self._running = True
         while self._running:
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=_TICK_S)
-            except asyncio.TimeoutError:
-                pass
             self._wake.clear()
             self._step()
         if self._inflight:
@@ -272,12 +271,12 @@ class Evaluator:
         self._step(flush=True)
 
     def _notify_idle(self) -> None:
-        if self._idle_waiters and not self._queue and not self._ready and not self._inflight:
-            if self._assembler.pending == 0:
-                for waiter in self._idle_waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-                self._idle_waiters.clear()
+        busy = self._queue or self._ready or self._inflight or self._assembler.pending
+        if self._idle_waiters and not busy:
+            for waiter in self._idle_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._idle_waiters.clear()
 
     def _stop_now(self, done: concurrent.futures.Future[None]) -> None:
         for task in list(self._inflight):
@@ -349,8 +348,10 @@ class Evaluator:
             with self._lock:
                 self.stats.failed += 1
                 self.stats.reasons[(n.OUTCOME_FAILED, reason)] += 1
-            logger.info("evaluation failed", reason=reason, error_type=type(exc).__name__, data_source=target.data_source)
-            self._emit_safely(self.emitter.failed, target, exc, reason, start_ns, time.time_ns(), model)
+            logger.info("evaluation failed", reason=reason, error_type=type(exc).__name__,
+                        data_source=target.data_source)
+            self._emit_safely(self.emitter.failed, target, exc, reason, start_ns=start_ns, end_ns=time.time_ns(),
+                              model=model)
             self._finished(item, None)
             return
         otel_context.detach(token)
@@ -359,13 +360,14 @@ class Evaluator:
         with self._lock:
             self.stats.scored += 1
             self.stats.reasons[(n.OUTCOME_SCORED, "ok")] += 1
-        self._emit_safely(self.emitter.scored, target, result, start_ns, time.time_ns(), result.judge_model)
+        self._emit_safely(self.emitter.scored, target, result, start_ns=start_ns, end_ns=time.time_ns(),
+                          model=result.judge_model)
         self._finished(item, result)
 
     @staticmethod
-    def _emit_safely(emit: Any, *args: Any) -> None:
+    def _emit_safely(emit: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            emit(*args)
+            emit(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - an exporter or meter failing must not kill the evaluator
             logger.warning("emitting an evaluation failed", error_type=type(exc).__name__)
 

@@ -82,7 +82,6 @@ class Context:
         score: the retriever's score, finite, when it reported one.
         metadata: the document's metadata mapping as the retriever returned it (not copied; serialise it
             with ``metadata_json`` when recording it).
-
     """
 
     text: str
@@ -102,7 +101,6 @@ class ExtractedContexts:
             except in the unread tail of a sequence, where each element counts as one.
         dropped: items beyond ``max_items`` (for an unfinished iterator, those seen: a lower bound).
         truncated: how many context texts were cut to ``max_chars``.
-
     """
 
     contexts: tuple[Context, ...]
@@ -136,11 +134,10 @@ def extract_contexts(value: object, *, max_items: int = 100, max_chars: int = 20
         value: what a retriever returned; see the module docstring for the shapes recognised.
         max_items: the most contexts to return; the rest are counted in ``dropped``.
         max_chars: the most characters of one context's text; longer ones are cut and counted.
-
     """
     try:
         return _extract(value, _bound(max_items, 100), _bound(max_chars, 20_000))
-    except Exception:  # a bug of ours: record nothing rather than break the host
+    except Exception:  # noqa: BLE001 - a bug of ours: record nothing rather than break the host
         return ExtractedContexts((), None)
 
 
@@ -149,7 +146,7 @@ def _bound(value: object, default: int) -> int:
         return value if value > 0 else 0
     try:
         return max(0, operator.index(value))  # type: ignore[arg-type]
-    except Exception:  # a bad bound is our caller's bug: stay bounded
+    except Exception:  # noqa: BLE001 - a bad bound is our caller's bug: stay bounded
         return default
 
 
@@ -159,11 +156,12 @@ def _extract(value: object, max_items: int, max_chars: int) -> ExtractedContexts
         return _walk(value, len(value), max_items, max_chars)  # type: ignore[arg-type]
     if value is None:
         return _EMPTY
-    if isinstance(value, Mapping):
-        items = _unwrap(value, 0)
+    kind = _MAPPING if cls is dict else _TEXT if cls is str or cls is list or cls is tuple else _plan(cls).kind
+    if kind is _MAPPING:
+        items = _unwrap(value, 0)  # type: ignore[arg-type]
         if items is not None:
             return _walk(items, len(items), max_items, max_chars)
-    elif not (cls is list or cls is tuple or isinstance(value, (str, bytes, bytearray, memoryview))):
+    elif kind is _OBJECT:
         plan = _plan(cls)
         attrs = _instance_dict(value) if plan.use_dict else _NO_ATTRS
         for name in plan.wrappers:
@@ -217,7 +215,7 @@ def _walk(items: Iterable[Any], size: int | None, max_items: int, max_chars: int
             if visits > max_items:  # None items or empty lists seen: stop reading anyway
                 more = True
                 break
-    except Exception:  # the iterator raised half-way: keep what we have, the total is unknown
+    except Exception:  # noqa: BLE001 - an iterator raising half-way: keep what we have
         size, more = None, True
     if size is not None:
         dropped += max(size - visits, 0)
@@ -234,7 +232,7 @@ def _count(item: object) -> int:
 def _size(value: object) -> int | None:
     try:
         return operator.index(len(value))  # type: ignore[arg-type]
-    except Exception:  # a collection with a broken __len__: read it like an iterator
+    except Exception:  # noqa: BLE001 - a broken __len__: read it like an iterator
         return None
 
 
@@ -280,11 +278,11 @@ def _context(item: object, max_chars: int, cut: list[int], score: Score = None, 
             return _make(_text(item, max_chars, cut), None, score)  # a list nested too deep: its JSON text
         plan = _plan(cls)
         if plan.kind is _OBJECT:
-            return _from_object(item, plan, max_chars, cut, score, nested)
+            return _from_object(item, plan, max_chars, cut, score=score, nested=nested)
         if plan.kind is _MAPPING:
             return _from_mapping(item, max_chars, cut, score)  # type: ignore[arg-type]
         return _make(_text(item, max_chars, cut), None, score)  # str and bytes subclasses, numbers
-    except Exception:  # a per-item failure: say so in the text rather than drop the item silently
+    except Exception:  # noqa: BLE001 - one bad item: say so, never drop it silently
         return _make(f"<unrepresentable {type_name(item)}>")
 
 
@@ -322,7 +320,7 @@ def _first(get: Any, keys: tuple[str, ...]) -> Any:
     return None
 
 
-def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], score: Score, nested: bool) -> Context:
+def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, score: Score, nested: bool) -> Context:
     attrs = _instance_dict(obj) if plan.use_dict else _NO_ATTRS
     if plan.node and not nested:  # a NodeWithScore: its node (read one level down only), its own score
         node = _read(obj, attrs, plan, "node")
@@ -335,14 +333,15 @@ def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], score
     text = None
     for name in plan.text:
         value = _read(obj, attrs, plan, name)
-        if type(value) is str or (value is not _MISSING and value is not None and not callable(value)):
+        if value is _FAILED:
+            failed = True
+        elif type(value) is str or (value is not _MISSING and value is not None and not callable(value)):
             text = value
             break
-        failed = failed or value is _FAILED
     if text is None and plan.get_content:
         try:
             text = obj.get_content()  # type: ignore[attr-defined]
-        except Exception:  # LlamaIndex raises for nodes it cannot render; fall back to what else we know
+        except Exception:  # noqa: BLE001 - LlamaIndex raises for nodes it cannot render
             failed = True
     meta = _meta(_first_attr(obj, attrs, plan, plan.metas))
     if text is None and meta is not None:
@@ -359,7 +358,7 @@ def _first_attr(obj: object, attrs: Mapping[str, Any], plan: _Plan, names: tuple
         if name in plan.declared:  # _read, inlined: this runs a few times per document
             try:
                 value = getattr(obj, name, None)
-            except Exception:  # a property that raises: try the next name
+            except Exception:  # noqa: BLE001 - a property that raises: try the next name
                 continue
         else:
             value = attrs.get(name)
@@ -373,7 +372,7 @@ def _read(obj: object, attrs: Mapping[str, Any], plan: _Plan, name: str) -> Any:
     if name in plan.declared:
         try:
             return getattr(obj, name, _MISSING)
-        except Exception:  # a property that raises (LlamaIndex NodeWithScore.text for an image node)
+        except Exception:  # noqa: BLE001 - a raising property (NodeWithScore.text of an image)
             return _FAILED
     return attrs.get(name, _MISSING)
 
@@ -381,7 +380,7 @@ def _read(obj: object, attrs: Mapping[str, Any], plan: _Plan, name: str) -> Any:
 def _instance_dict(obj: object) -> Mapping[str, Any]:
     try:
         attrs = getattr(obj, "__dict__", None)
-    except Exception:  # a __dict__ property that raises
+    except Exception:  # noqa: BLE001 - a __dict__ property that raises
         return _NO_ATTRS
     return attrs if type(attrs) is dict else _NO_ATTRS
 
@@ -418,11 +417,11 @@ def _plan(cls: type) -> _Plan:
             if fields:
                 declared.update(f if type(f) is str else str(getattr(f, "name", "")) for f in fields)
                 break
-        except Exception:  # an odd class attribute of that name: ignore it
+        except Exception:  # noqa: BLE001 - an odd class attribute of that name: ignore it
             continue
+    use_dict = not declared  # no declared fields: attributes live in each instance's __dict__
     wanted = (*_TEXT_NAMES, *_ID_ATTRS, *_SCORE_ATTRS, *_META_NAMES, *_WRAPPERS, "node", "get_content")
     declared.update(name for name in wanted if _has(cls, name))
-    use_dict = not declared.difference(wanted)  # only class-level matches: fields live in __dict__
 
     def keep(names: tuple[str, ...]) -> tuple[str, ...]:
         return names if use_dict else tuple(n for n in names if n in declared)
@@ -430,7 +429,10 @@ def _plan(cls: type) -> _Plan:
     text, ids, scores, metas = keep(_TEXT_NAMES), keep(_ID_ATTRS), keep(_SCORE_ATTRS), keep(_META_NAMES)
     node, get_content, document = "node" in declared or use_dict, "get_content" in declared, bool(declared & _DOC_NAMES)
     number = _has(cls, "__float__") and not _has(cls, "__len__")
-    kind = _MAPPING if issubclass(cls, Mapping) else _TEXT if number or issubclass(cls, _TEXT_TYPES) else _OBJECT
+    try:
+        kind = _MAPPING if issubclass(cls, Mapping) else _TEXT if number or issubclass(cls, _TEXT_TYPES) else _OBJECT
+    except Exception:  # noqa: BLE001 - an ABC hook that raises: read it as an object
+        kind = _OBJECT
     plan = _Plan(
         frozenset(declared),
         use_dict,
@@ -453,7 +455,7 @@ def _plan(cls: type) -> _Plan:
 def _has(cls: type, name: str) -> bool:
     try:
         return hasattr(cls, name)
-    except Exception:  # a metaclass __getattr__ raising something odd
+    except Exception:  # noqa: BLE001 - a metaclass __getattr__ raising something odd
         return False
 
 

@@ -20,7 +20,7 @@ import email.utils
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cp_observe._cache import LRUCache, digest_key
@@ -129,14 +129,16 @@ class LLMJudge:
             JudgeTransportError: the endpoint kept failing after the retries.
         """
         n = len(contexts)
-        keys = [digest_key(self._model, PROMPT_VERSION, self.reason_language or "", query, reference, c) for c in contexts]
+        language = self.reason_language or ""
+        keys = [digest_key(self._model, PROMPT_VERSION, language, query, reference, c) for c in contexts]
         found: dict[int, Verdict] = {}
         for i, key in enumerate(keys):
             hit = self._cache.get(key)
             if hit is not None:
                 found[i] = Verdict(i, hit.relevant, hit.reason)
         todo = [i for i in range(n) if i not in found]
-        usage, cost, truncated = Usage(), 0.0, ()
+        usage, cost = Usage(), 0.0
+        truncated: tuple[int, ...] = ()
         cost_known = True
         if todo:
             sub = [contexts[i] for i in todo]
@@ -291,7 +293,7 @@ class LLMJudge:
         retry_after = _retry_after(exc)
         if retry_after is not None:
             return min(retry_after, _MAX_RETRY_AFTER_S)
-        return float(min(self.backoff_max, self.backoff_base * 2**attempt) * random.uniform(0.5, 1.0))  # noqa: S311
+        return float(min(self.backoff_max, self.backoff_base * 2**attempt) * random.uniform(0.5, 1.0))
 
     def _scrub(self, text: str) -> str:
         key = self._api_key
@@ -305,7 +307,7 @@ class LLMJudge:
 
 @dataclass(slots=True)
 class _Spend:
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     cost: float | None = 0.0
 
     def add(self, reply: _Reply) -> None:

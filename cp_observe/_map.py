@@ -49,7 +49,7 @@ def round_half_up(value: Fraction | float, digits: int = 2) -> float:
     """Round ``value`` to ``digits`` decimals with ties going up, computed exactly."""
     exact = value if isinstance(value, Fraction) else Fraction(repr(float(value)))
     factor = 10**digits
-    return math.floor(exact * factor + Fraction(1, 2)) / factor
+    return float(math.floor(exact * factor + Fraction(1, 2)) / factor)
 
 
 def context_precision_score(verdicts: Iterable[bool], scale: float = 1.0) -> float:

@@ -33,6 +33,7 @@ from cp_observe._types import Judge, ScoreResult
 
 __all__ = ["ContextPrecisionProcessor"]
 
+_TARGET_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT})
 _KIND_OF_OPERATION = {n.OPERATION_RETRIEVAL: n.KIND_RETRIEVER, n.OPERATION_INVOKE_AGENT: n.KIND_AGENT}
 
 
@@ -122,7 +123,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             logger_provider=logger_provider,
             threshold=threshold,
             capture_content=capture_content,
-            queue_depth=lambda: self._evaluator.depth(),
+            queue_depth=self._depth,
         )
         self._hold = (
             HeldSpans(export_processor, timeout_s=hold_timeout_s, max_spans=max_held_spans, threshold=threshold)
@@ -149,6 +150,9 @@ class ContextPrecisionProcessor(SpanProcessor):
         if hasattr(os, "register_at_fork"):
             after_fork = weakref.WeakMethod(self._after_fork)
             os.register_at_fork(after_in_child=lambda: (m := after_fork()) and m())
+
+    def _depth(self) -> int:
+        return self._evaluator.depth()
 
     def _after_fork(self) -> None:
         self._evaluator.after_fork()
@@ -191,7 +195,7 @@ class ContextPrecisionProcessor(SpanProcessor):
                 kind = _KIND_OF_OPERATION.get(operation) if isinstance(operation, str) else None
             parent = span.parent
             local_root = parent is None or parent.is_remote
-            if kind != n.KIND_RETRIEVER and kind != n.KIND_AGENT and not local_root:
+            if kind not in _TARGET_KINDS and not local_root:
                 return False
             context = span.context
             if context is None or self._shutdown:
@@ -199,14 +203,14 @@ class ContextPrecisionProcessor(SpanProcessor):
             trace_id = context.trace_id
             forced = trace_id in FORCED
             if not (forced or self.sampler(trace_id)):
-                if kind == n.KIND_RETRIEVER or kind == n.KIND_AGENT:
+                if kind in _TARGET_KINDS:
                     PAYLOADS.take((trace_id, context.span_id))
                 return False
             if kind == n.KIND_RETRIEVER:
                 item_kind, target = "retriever", True
             elif kind == n.KIND_AGENT:
                 item_kind = "agent"
-                target = bool(attributes.get(n.CP_CONTEXT_COUNT) is not None)
+                target = attributes is not None and attributes.get(n.CP_CONTEXT_COUNT) is not None
             else:
                 item_kind, target = "root", False
             payload = PAYLOADS.take((trace_id, context.span_id)) if item_kind != "root" else None

@@ -135,7 +135,8 @@ def corrective_message(expected: int, got: Sequence[object]) -> dict[str, str]:
 
 
 _BLOCK_RE: Final = re.compile(
-    r"^=== (QUESTION|REFERENCE|CONTEXT (\d+) OF (\d+)) (?P<nonce>[0-9a-f]+) ===\n(?P<body>.*?)\n=== END (?P=nonce) ===$",
+    r"^=== (QUESTION|REFERENCE|CONTEXT (\d+) OF (\d+)) (?P<nonce>[0-9a-f]+) ===\n"
+    r"(?P<body>.*?)\n=== END (?P=nonce) ===$",
     re.S | re.M,
 )
 
@@ -201,7 +202,7 @@ def _fit_contexts(contexts: Sequence[str], budget: Budget) -> tuple[list[str], t
             remaining -= limits[i]
     out: list[str] = []
     truncated: list[int] = []
-    for i, (text, limit) in enumerate(zip(contexts, limits)):
+    for i, (text, limit) in enumerate(zip(contexts, limits, strict=True)):
         cut, was_cut = _cut(text, limit)
         out.append(cut)
         if was_cut:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Tracer, TracerProvider
@@ -21,7 +22,7 @@ from opentelemetry.trace import Tracer, TracerProvider
 from cp_observe._log import logger
 from cp_observe._sampling import TraceIdRatio
 
-__all__ = ["Payload", "PayloadStore", "Runtime", "RUNTIME", "PAYLOADS"]
+__all__ = ["PAYLOADS", "RUNTIME", "Payload", "PayloadStore", "Runtime"]
 
 Redactor = Callable[[str], str]
 
@@ -65,12 +66,8 @@ def install(**changes: object) -> Runtime:
     current = RUNTIME_HOLDER[0]
     updated = replace(current, **changes)  # type: ignore[arg-type]
     if "tracer_provider" in changes:
-        provider = changes["tracer_provider"]
-        updated.tracer = (
-            provider.get_tracer("cp_observe")  # type: ignore[union-attr]
-            if provider is not None
-            else trace.get_tracer("cp_observe")
-        )
+        provider: Any = changes["tracer_provider"]
+        updated.tracer = provider.get_tracer("cp_observe") if provider is not None else trace.get_tracer("cp_observe")
     RUNTIME_HOLDER[0] = updated
     return updated
 

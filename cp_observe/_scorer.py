@@ -11,8 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cp_observe._evaluate import evaluate
 from cp_observe._map import validate_scale
-from cp_observe._names import REFERENCE_OUTPUT, REFERENCE_QUERY
-from cp_observe._types import Judge, ScoreResult
+from cp_observe._types import Judge, Reference, ScoreResult
 
 __all__ = [
     "ContextPrecisionOptions",
@@ -65,7 +64,7 @@ class ContextPrecisionScorer:
         if scorer_id:
             self.id = scorer_id
 
-    async def arun(self, *, input: Any, output: Any = None) -> ScoreResult:  # noqa: A002 - the reference's name
+    async def arun(self, *, input: Any, output: Any = None) -> ScoreResult:
         """Score one input/output pair.
 
         Raises:
@@ -80,19 +79,20 @@ class ContextPrecisionScorer:
         else:
             raw_contexts = self.options.context
         contexts = [c.text for c in extract_contexts(raw_contexts, max_items=10_000).contexts]
-        reference = REFERENCE_OUTPUT if answer.strip() else REFERENCE_QUERY
+        reference: Reference = "output" if answer.strip() else "query"
         return await evaluate(
             self.judge,
             query=query,
-            reference_text=answer if reference == REFERENCE_OUTPUT else query,
+            reference_text=answer if reference == "output" else query,
             reference=reference,
             contexts=contexts,
             scale=self.options.scale,
         )
 
-    def run(self, *, input: Any, output: Any = None) -> ScoreResult:  # noqa: A002 - the reference's name
+    def run(self, *, input: Any, output: Any = None) -> ScoreResult:
         """Synchronous ``arun``; works inside a running event loop too (it then runs on a helper thread)."""
-        return run_sync(self.arun(input=input, output=output))
+        result: ScoreResult = run_sync(self.arun(input=input, output=output))
+        return result
 
 
 def create_context_precision_scorer(

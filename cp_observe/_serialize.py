@@ -41,6 +41,9 @@ _MAX_MESSAGES: Final = 1_000  # messages or content parts joined into one text
 _JSON_MIN: Final = 64  # metadata_json never cuts below this, so a valid JSON object always fits
 _INT_MAX: Final = 2**64  # integers beyond this become strings: JSON readers lose their precision anyway
 _CONTAINERS: Final = (list, tuple, set, frozenset)
+# One encoder for every call: json.dumps with any option builds a new JSONEncoder each time, which costs
+# more than encoding a small document's metadata. _plain has made every value JSON-safe beforehand.
+_encode: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False).encode
 _NOTE_ROOM: Final = len(', "_cp_truncated": 9999999')  # kept free so the note on left-out keys fits
 
 
@@ -50,7 +53,7 @@ def type_name(value: object) -> str:
         name = type(value).__qualname__
         if type(name) is str:
             return name[:100]
-    except Exception:  # a metaclass may do anything
+    except Exception:  # noqa: BLE001 - a metaclass may do anything
         pass
     return "object"
 
@@ -64,7 +67,7 @@ def _as_limit(limit: object) -> int:
         return limit if limit > 0 else 0
     try:
         return max(0, operator.index(limit))  # type: ignore[arg-type]
-    except Exception:  # a bad limit is our caller's bug; stay bounded instead of raising
+    except Exception:  # noqa: BLE001 - a bad limit: stay bounded, do not raise
         return _FALLBACK_LIMIT
 
 
@@ -74,7 +77,6 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
     Returns:
         ``(text, was_cut)``; the text is returned as is (no copy) when it fits. A non-``str`` argument is
         converted with ``safe_text`` rather than raising.
-
     """
     if type(text) is not str:
         return safe_text(text, limit)
@@ -106,7 +108,7 @@ def safe_text(value: object, limit: int) -> tuple[str, bool]:
         return truncate(value, limit)
     try:
         return _convert(value, limit)
-    except Exception:  # nothing may reach the host; the placeholder says what happened
+    except Exception:  # noqa: BLE001 - nothing may reach the host
         return truncate(_unrepresentable(value), limit)
 
 
@@ -126,7 +128,7 @@ def finite_float(value: object) -> float | None:
         if not (hasattr(cls, "__float__") or hasattr(cls, "__index__")) or isinstance(value, (str, bytes)):
             return None
         result = float(value)  # type: ignore[arg-type]
-    except Exception:  # overflow, a raising __float__, a size-n array: not a score
+    except Exception:  # noqa: BLE001 - overflow, a raising __float__: not a score
         return None
     return result if math.isfinite(result) else None
 
@@ -151,7 +153,7 @@ def metadata_json(mapping: object, limit: int) -> str | None:
         if not mapping:
             return None
         return _metadata_json(mapping, max(_as_limit(limit), _JSON_MIN))
-    except Exception:  # a mapping whose items() raises, say: record that there was something
+    except Exception:  # noqa: BLE001 - a mapping whose items() raises
         return None
 
 
@@ -181,7 +183,12 @@ def _convert(value: object, limit: int) -> tuple[str, bool]:
     text = _message_text(value, limit)
     if text is None:
         plain = _plain(value, 0, _Budget(limit), limit, set())
-        text = plain if type(plain) is str else json.dumps(plain, ensure_ascii=False, allow_nan=False)
+        if type(plain) is str:
+            text = plain
+        elif type(plain) is dict or type(plain) is list:
+            text = _encode(plain)
+        else:  # a number-like scalar (Decimal, numpy): its own text, not its float
+            text = _text_of(value, limit)
     return truncate(text, limit)
 
 
@@ -197,7 +204,7 @@ def _text_of(value: object, limit: int) -> str:
     for render in (str, repr):
         try:
             text = render(value)
-        except Exception:  # user __str__ / __repr__ may raise anything
+        except Exception:  # noqa: BLE001 - user __str__ / __repr__ may raise anything
             continue
         if type(text) is str:
             return truncate(text, limit)[0]
@@ -209,7 +216,7 @@ def _decode(data: bytes | bytearray | memoryview, limit: int) -> tuple[str, bool
     if type(data) is memoryview:
         try:
             data = data.cast("B")
-        except Exception:  # a non-contiguous view: copy it
+        except Exception:  # noqa: BLE001 - a non-contiguous view: copy it
             data = data.tobytes()
     size = len(data)
     if size <= limit:  # a character takes at least one byte, so this always fits
@@ -241,7 +248,7 @@ def _key(key: object) -> str:
     return _text_of(key, _KEY_LIMIT)
 
 
-def _plain(value: object, depth: int, budget: _Budget, limit: int, active: set[int]) -> Any:  # noqa: PLR0911 - flat type dispatch is the fast path
+def _plain(value: object, depth: int, budget: _Budget, limit: int, active: set[int]) -> Any:
     """Return a JSON-safe copy of ``value``, bounded by depth, the budget and reference cycles."""
     budget.nodes -= 1
     if budget.nodes < 0:
@@ -261,7 +268,7 @@ def _plain(value: object, depth: int, budget: _Budget, limit: int, active: set[i
         active.add(id(value))
         try:
             return _plain_container(value, depth, budget, limit, active)
-        except Exception:  # a container whose iteration raises
+        except Exception:  # noqa: BLE001 - a container whose iteration raises
             return _unrepresentable(value)
         finally:
             active.discard(id(value))
@@ -297,7 +304,7 @@ def _plain_other(value: object, budget: _Budget, limit: int) -> Any:
             try:
                 number = int(value)  # type: ignore[call-overload]
                 return number if -_INT_MAX < number < _INT_MAX else _scalar_text(number)
-            except Exception:  # a broken __index__: show its text
+            except Exception:  # noqa: BLE001 - a broken __index__: show its text
                 pass
         elif hasattr(cls, "__float__"):  # numpy floats, Decimal, Fraction
             return finite_float(value)
@@ -345,7 +352,7 @@ def _message_content(value: object) -> object:
     for name in ("content", "text"):
         try:
             attribute = getattr(value, name, None)
-        except Exception:  # a raising property: not a message we can read
+        except Exception:  # noqa: BLE001 - a raising property: not a message we can read
             continue
         if type(attribute) is str or (name == "content" and type(attribute) is list):
             return attribute
@@ -384,8 +391,13 @@ def _content_text(content: object, limit: int, *, typed_parts: bool = False) -> 
 
 
 def _metadata_json(mapping: Mapping[Any, Any], limit: int) -> str:
-    dumps = json.dumps
     budget = _Budget(limit)
+    whole = _plain(mapping, 0, budget, limit, set())
+    if type(whole) is dict:  # not a placeholder string for a mapping that could not be read
+        text = _encode(whole)
+        if len(text) <= limit:  # the common case: small metadata, one pass
+            return text
+    budget.nodes = _MAX_NODES
     parts: list[str] = []
     used = 2  # the braces
     left_out = 0
@@ -393,7 +405,7 @@ def _metadata_json(mapping: Mapping[Any, Any], limit: int) -> str:
         if count >= _MAX_NODES or used >= limit:
             left_out += _remaining(mapping, count)
             break
-        name = dumps(_key(key), ensure_ascii=False)
+        name = _encode(_key(key))
         room = limit - used - len(name) - 4 - _NOTE_ROOM  # ": " here, ", " before the next key, the note
         text: str | None
         if type(value) is str and len(value) > room:
@@ -401,7 +413,7 @@ def _metadata_json(mapping: Mapping[Any, Any], limit: int) -> str:
         else:
             budget.chars = room  # each value may use what is left; values visited are counted across all
             plain = _plain(value, 1, budget, limit, {id(mapping)})
-            text = dumps(plain, ensure_ascii=False, allow_nan=False)
+            text = _encode(plain)
             if len(text) > room:
                 text = _squeeze(plain if type(plain) is str else text, room)
         if text is None:
@@ -422,7 +434,7 @@ def _metadata_json(mapping: Mapping[Any, Any], limit: int) -> str:
 def _remaining(mapping: Mapping[Any, Any], seen: int) -> int:
     try:
         return max(len(mapping) - seen, 1)
-    except Exception:  # a mapping without a working len
+    except Exception:  # noqa: BLE001 - a mapping without a working len
         return 1
 
 
@@ -432,7 +444,7 @@ def _squeeze(text: str, room: int) -> str | None:
     for _ in range(4):
         if cut <= 0:
             return None
-        squeezed = json.dumps(truncate(text, cut)[0], ensure_ascii=False)
+        squeezed = _encode(truncate(text, cut)[0])
         if len(squeezed) <= room:
             return squeezed
         cut -= len(squeezed) - room + 8  # escaping made it longer; shrink by the overshoot and retry

@@ -72,7 +72,7 @@ class Settings(BaseModel):
             if raw is None or raw == "":
                 continue
             try:
-                value = TypeAdapter(field.annotation).validate_python(raw)
+                value = TypeAdapter(field.annotation or str).validate_python(raw)
                 cls.model_validate({name: value})
             except ValidationError:
                 shown = "***" if name.endswith("api_key") else raw[:80]

@@ -127,7 +127,7 @@ def parse_reply(text: str) -> list[RawVerdict] | None:
 
 
 def align(entries: Iterable[RawVerdict], n: int) -> Alignment:
-    """Place verdicts by ``context_index``; distrust the whole reply if any index is absent, repeated or out of range."""
+    """Place verdicts by ``context_index``; distrust the whole reply if an index is absent, repeated or out of range."""
     result = Alignment()
     seen: set[int] = set()
     for entry in entries:

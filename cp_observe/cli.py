@@ -34,11 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from cp_observe.demo._cli import run as run_demo
 
-        return run_demo(args)
+        return int(run_demo(args))
     if args.command == "serve":
         from cp_observe.serve._cli import run as run_serve
 
-        return run_serve(args)
+        return int(run_serve(args))
     parser.print_help()
     return 2
 

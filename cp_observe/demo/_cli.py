@@ -69,11 +69,11 @@ def run(args: argparse.Namespace) -> int:
     provider: Any = trace.get_tracer_provider()
     provider.add_span_processor(printer)
     good, bad, answerer = BM25Retriever(CORPUS, k=5), DegradedRetriever(CORPUS, k=5, seed=7), ExtractiveAnswerer()
-    state = {"retriever": good}
+    state: dict[str, BM25Retriever | DegradedRetriever] = {"retriever": good}
 
     @cp_observe.retriever(name=DATA_SOURCE)
     def search(query: str) -> list[Any]:
-        return state["retriever"].search(query)  # type: ignore[no-any-return]
+        return list(state["retriever"].search(query))
 
     @cp_observe.agent(name=AGENT)
     def ask(question: str) -> str:

@@ -530,7 +530,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _Stopped:
             self.close_connection = True
             return
-        except Exception as exc:  # a failing policy or behaviour answers 500 and the server lives on
+        except Exception as exc:  # noqa: BLE001 - a failing policy or behaviour answers 500; the server lives on
             reply = _json_reply(500, _error(500, f"JudgeServer could not answer: {exc!r}"))
         self._send(reply)
 
