@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
@@ -37,9 +39,15 @@ class LRUCache(Generic[V]):
         self._max = max_entries
         self._data: OrderedDict[str, V] = OrderedDict()
         self._lock = threading.Lock()  # guards _data and the counters
+        if hasattr(os, "register_at_fork"):
+            after_fork = weakref.WeakMethod(self._after_fork)
+            os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
         self.hits = 0
         self.misses = 0
         self.evictions = 0
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._data)

@@ -283,7 +283,7 @@ def _context(item: object, max_chars: int, cut: list[int], score: Score = None, 
             return _from_mapping(item, max_chars, cut, score)  # type: ignore[arg-type]
         return _make(_text(item, max_chars, cut), None, score)  # str and bytes subclasses, numbers
     except Exception:  # noqa: BLE001 - one bad item: say so, never drop it silently
-        return _make(f"<unrepresentable {type_name(item)}>")
+        return _make(_text(f"<unrepresentable {type_name(item)}>", max_chars, cut))
 
 
 def _from_mapping(doc: Mapping[Any, Any], max_chars: int, cut: list[int], score: Score) -> Context:

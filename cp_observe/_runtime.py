@@ -11,6 +11,7 @@ oldest entry is evicted and counted (its span is then scored from its attributes
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,10 +109,18 @@ class PayloadStore:
         return len(self._data)
 
     def clear(self) -> None:
-        """Forget everything (after fork: the parent's calls are not the child's)."""
+        """Forget everything."""
         with self._lock:
             self._data.clear()
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock and no payloads (the parent's calls are not the child's)."""
+        self._lock = threading.Lock()
+        self._data = {}
+
 
 PAYLOADS = PayloadStore()
+if hasattr(os, "register_at_fork"):
+    # A lock held by another thread at fork time would stay locked forever in the child.
+    os.register_at_fork(after_in_child=PAYLOADS.after_fork)
 RUNTIME = RUNTIME_HOLDER

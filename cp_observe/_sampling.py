@@ -8,6 +8,7 @@ of a higher rate's traces (decisions nest), unlike ``random()`` sampling.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -56,12 +57,18 @@ class ForcedTraces:
             while len(self._ids) > self._max:
                 self._ids.popitem(last=False)
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (one held at fork time would never be released)."""
+        self._lock = threading.Lock()
+
     def __contains__(self, trace_id: object) -> bool:
         return trace_id in self._ids
 
 
 #: Process-wide forced traces; ``force_evaluation()`` adds to it, every processor reads it.
 FORCED = ForcedTraces()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=FORCED.after_fork)
 
 
 def is_forced(parent: otel_context.Context | None, trace_id: int) -> bool:

@@ -394,10 +394,10 @@ def _metadata_json(mapping: Mapping[Any, Any], limit: int) -> str:
     budget = _Budget(limit)
     whole = _plain(mapping, 0, budget, limit, set())
     if type(whole) is dict:  # not a placeholder string for a mapping that could not be read
-        text = _encode(whole)
-        if len(text) <= limit:  # the common case: small metadata, one pass
-            return text
-    budget.nodes = _MAX_NODES
+        encoded = _encode(whole)
+        if len(encoded) <= limit:  # the common case: small metadata, one pass
+            return encoded
+    budget.nodes = _MAX_NODES  # too long: write it key by key, cutting what does not fit
     parts: list[str] = []
     used = 2  # the braces
     left_out = 0
