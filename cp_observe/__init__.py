@@ -1,19 +1,13 @@
-"""cp-observe: live context precision of RAG retrieval as OpenTelemetry spans, events and metrics."""
+"""cp-observe: live context precision of RAG retrieval as OpenTelemetry spans, events and metrics.
+
+The public names are loaded on first use (PEP 562), so ``import cp_observe`` costs next to nothing and the
+decorators load only what the request path needs; litellm is imported only when a judge first calls it.
+"""
 
 from __future__ import annotations
 
-from cp_observe._configure import configure
-from cp_observe._decorators import agent, retriever
-from cp_observe._errors import ConfigurationError, CpObserveError, JudgeError, JudgeTransportError
-from cp_observe._evals import EvalItemResult, EvalRunResult, arun_evals, run_evals
-from cp_observe._lexical import LexicalJudge
-from cp_observe._llm_judge import LLMJudge
-from cp_observe._map import average_precision, context_precision_score
-from cp_observe._processor import ContextPrecisionProcessor
-from cp_observe._prompt import Budget
-from cp_observe._sampling import force_evaluation
-from cp_observe._scorer import ContextPrecisionOptions, ContextPrecisionScorer, create_context_precision_scorer
-from cp_observe._types import Judge, Judgement, ScoreResult, Usage, Verdict
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "Budget",
@@ -44,3 +38,60 @@ __all__ = [
     "run_evals",
 ]
 __version__ = "0.1.0"
+
+_WHERE: dict[str, str] = {
+    "Budget": "_prompt",
+    "ConfigurationError": "_errors",
+    "ContextPrecisionOptions": "_scorer",
+    "ContextPrecisionProcessor": "_processor",
+    "ContextPrecisionScorer": "_scorer",
+    "CpObserveError": "_errors",
+    "EvalItemResult": "_evals",
+    "EvalRunResult": "_evals",
+    "Judge": "_types",
+    "JudgeError": "_errors",
+    "JudgeTransportError": "_errors",
+    "Judgement": "_types",
+    "LLMJudge": "_llm_judge",
+    "LexicalJudge": "_lexical",
+    "ScoreResult": "_types",
+    "Usage": "_types",
+    "Verdict": "_types",
+    "agent": "_decorators",
+    "arun_evals": "_evals",
+    "average_precision": "_map",
+    "configure": "_configure",
+    "context_precision_score": "_map",
+    "create_context_precision_scorer": "_scorer",
+    "force_evaluation": "_sampling",
+    "retriever": "_decorators",
+    "run_evals": "_evals",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cp_observe' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"cp_observe.{module}"), name)
+    globals()[name] = value  # later lookups are plain module attributes
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:
+    from cp_observe._configure import configure
+    from cp_observe._decorators import agent, retriever
+    from cp_observe._errors import ConfigurationError, CpObserveError, JudgeError, JudgeTransportError
+    from cp_observe._evals import EvalItemResult, EvalRunResult, arun_evals, run_evals
+    from cp_observe._lexical import LexicalJudge
+    from cp_observe._llm_judge import LLMJudge
+    from cp_observe._map import average_precision, context_precision_score
+    from cp_observe._processor import ContextPrecisionProcessor
+    from cp_observe._prompt import Budget
+    from cp_observe._sampling import force_evaluation
+    from cp_observe._scorer import ContextPrecisionOptions, ContextPrecisionScorer, create_context_precision_scorer
+    from cp_observe._types import Judge, Judgement, ScoreResult, Usage, Verdict

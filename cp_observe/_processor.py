@@ -26,9 +26,9 @@ from cp_observe._emit import Emitter
 from cp_observe._evaluator import Evaluator
 from cp_observe._hold import HeldSpans
 from cp_observe._internal import report_internal_error
+from cp_observe._judges import resolve_judge
 from cp_observe._runtime import PAYLOADS
 from cp_observe._sampling import FORCED, DailyBudget, RateLimiter, TraceIdRatio
-from cp_observe._scorer import resolve_judge
 from cp_observe._types import Judge, ScoreResult
 
 __all__ = ["ContextPrecisionProcessor"]

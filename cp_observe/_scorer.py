@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cp_observe._evaluate import evaluate
+from cp_observe._judges import resolve_judge
 from cp_observe._map import validate_scale
 from cp_observe._types import Judge, Reference, ScoreResult
 
@@ -19,7 +20,6 @@ __all__ = [
     "create_context_precision_scorer",
     "message_text",
     "query_text",
-    "resolve_judge",
 ]
 
 T = TypeVar("T")
@@ -124,23 +124,6 @@ def create_context_precision_scorer(
     elif not callable(opts.context_extractor):
         raise ValueError("context_extractor must be callable as (input, output) -> contexts")
     return ContextPrecisionScorer(resolve_judge(model), opts, scorer_id=scorer_id)
-
-
-def resolve_judge(model: str | Judge) -> Judge:
-    """Turn a model string into a judge: ``"lexical"`` is offline, anything else goes through litellm."""
-    if isinstance(model, str):
-        if not model.strip():
-            raise ValueError("model must be a litellm model string, 'lexical', or a Judge")
-        if model.strip().lower() == "lexical":
-            from cp_observe._lexical import LexicalJudge
-
-            return LexicalJudge()
-        from cp_observe._llm_judge import LLMJudge
-
-        return LLMJudge(model.strip())
-    if isinstance(model, Judge):
-        return model
-    raise ValueError(f"model must be a litellm model string or a Judge, got {type(model).__name__}")
 
 
 def query_text(value: Any) -> str:

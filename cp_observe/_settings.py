@@ -12,11 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError
 
+from cp_observe._envvars import capture_from_otel_env
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
-from cp_observe._names import ENV_OTEL_CAPTURE_CONTENT, ENV_PREFIX
+from cp_observe._names import ENV_PREFIX
 
-__all__ = ["Settings", "capture_from_otel_env"]
+__all__ = ["Settings"]
 
 
 class Settings(BaseModel):
@@ -84,16 +85,3 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             raise ConfigurationError(str(exc)) from None
-
-
-def capture_from_otel_env(env: Mapping[str, str]) -> bool | None:
-    """Read the GenAI conventions' capture switch: 'false'/'NO_CONTENT' turn capture off."""
-    raw = env.get(ENV_OTEL_CAPTURE_CONTENT)
-    if raw is None:
-        return None
-    value = raw.strip().lower()
-    if value in {"false", "0", "no", "no_content", "none", "off"}:
-        return False
-    if value in {"true", "1", "yes", "span_only", "span_and_event", "event_only", "on"}:
-        return True
-    return None
