@@ -1,0 +1,224 @@
+"""The alert rules keep their documented names, shape and parameters, and the dashboard agrees with them."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from cp_observe import _names as names
+from tests.deploy_support import (
+    ALERT_NAMES,
+    DEPLOY,
+    RULE_GROUPS,
+    RULE_TESTS_DIR,
+    RULES_FILE,
+    alert_rules,
+    iter_panels,
+    load_dashboard,
+    load_yaml,
+    prometheus_label,
+    range_windows,
+    scan_promql,
+)
+
+DATA_SOURCE_LABEL = prometheus_label(names.GEN_AI_DATA_SOURCE_ID)
+
+
+def _parameters(rule: dict[str, Any]) -> dict[str, str]:
+    """Window, threshold, minimum, for and severity, read from the rule itself."""
+    expr = rule["expr"]
+    windows = set(range_windows(expr))
+    assert len(windows) == 1, (rule["alert"], windows)
+    threshold = re.search(r"[<>]\s*(\d+(?:\.\d+)?)", expr)
+    minimum = re.search(r">=\s*(\d+)", expr)
+    assert threshold and minimum, rule["alert"]
+    return {
+        "window": windows.pop(),
+        "threshold": threshold.group(1),
+        "minimum": minimum.group(1),
+        "for": rule["for"],
+        "severity": rule["labels"]["severity"],
+    }
+
+
+def _readme_table() -> dict[str, dict[str, str]]:
+    rows = {}
+    for line in (DEPLOY / "README.md").read_text(encoding="utf-8").splitlines():
+        if m := re.match(r"\|\s*`(ContextPrecision\w+)`\s*\|(.*)\|\s*$", line):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", m.group(2))]
+            keys = ("condition", "window", "threshold", "minimum", "for", "severity")
+            rows[m.group(1)] = dict(zip(keys, cells, strict=True))
+    return rows
+
+
+def test_rule_groups_and_alert_names_are_stable() -> None:
+    """Group and alert names are the documented interface."""
+    groups = load_yaml(RULES_FILE)["groups"]
+    assert tuple(g["name"] for g in groups) == RULE_GROUPS
+    assert tuple(alert_rules()) == ALERT_NAMES
+
+
+@pytest.mark.parametrize("alert", ALERT_NAMES)
+def test_alert_is_per_data_source_with_severity_and_text(alert: str) -> None:
+    """Every alert aggregates by data source only, carries a severity, a summary and a description."""
+    rule = alert_rules()[alert]
+    groupings = set(re.findall(r"\bby\s*\(([^)]*)\)", rule["expr"]))
+    assert groupings == {DATA_SOURCE_LABEL}, groupings
+    assert rule["labels"] == {"severity": rule["labels"]["severity"]}
+    assert rule["labels"]["severity"] in {"critical", "warning"}
+    assert {"summary", "description"} <= set(rule["annotations"])
+    assert rule.get("for")
+
+
+@pytest.mark.parametrize("alert", ALERT_NAMES)
+def test_readme_documents_each_alert_parameter(alert: str) -> None:
+    """deploy/README.md's alert table states the window, threshold, minimum, for and severity the rule uses."""
+    documented = _readme_table()[alert]
+    actual = _parameters(alert_rules()[alert])
+    assert {k: documented[k] for k in actual} == actual
+
+
+def test_readme_documents_groups_and_map_drop_expression_verbatim() -> None:
+    """The rule groups are named and the MAP-drop expression is quoted exactly in deploy/README.md."""
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    for group in RULE_GROUPS:
+        assert f"`{group}`" in readme
+    expr = alert_rules()["ContextPrecisionMAPDrop"]["expr"].strip()
+    assert f"```promql\n{expr}\n```" in readme
+
+
+def test_map_drop_expression_shape() -> None:
+    """MAPDrop = sum rate(_sum) / sum rate(_count) below 0.5, guarded by >= 20 scored evaluations, one window."""
+    rule = alert_rules()["ContextPrecisionMAPDrop"]
+    expr = " ".join(rule["expr"].split())
+    w = _parameters(rule)["window"]
+    by = f"sum by ({DATA_SOURCE_LABEL})"
+    assert (
+        f"( {by} (rate(context_precision_score_sum[{w}])) / {by} (rate(context_precision_score_count[{w}])) ) < 0.5"
+        f" and {by} (increase(context_precision_score_count[{w}])) >= 20"
+    ) == expr
+
+
+def test_regression_compares_with_a_day_earlier() -> None:
+    """The regression alert divides the current MAP by the same window one day earlier, guarding both windows."""
+    expr = alert_rules()["ContextPrecisionMAPRegression"]["expr"]
+    assert expr.count("offset 1d") == 3
+    assert "increase(context_precision_score_count[1h] offset 1d)) >= 20" in expr
+    assert "increase(context_precision_score_count[1h])) >= 20" in expr
+
+
+def test_outcome_alerts_use_the_library_outcomes() -> None:
+    """The judge-failing and dropped alerts select outcomes the library counts."""
+    failing = alert_rules()["ContextPrecisionJudgeFailing"]["expr"]
+    dropped = alert_rules()["ContextPrecisionEvaluationsDropped"]["expr"]
+    assert f'outcome="{names.OUTCOME_FAILED}"' in failing
+    assert f'outcome=~"{names.OUTCOME_SCORED}|{names.OUTCOME_FAILED}"' in failing
+    assert f'outcome="{names.OUTCOME_DROPPED}"' in dropped
+    for expr in (failing, dropped):
+        for value in re.findall(r'outcome=~?"([^"]*)"', expr):
+            assert set(value.split("|")) <= set(names.OUTCOMES)
+
+
+def test_map_drop_annotations_use_labels_only() -> None:
+    """MAPDrop annotations are predictable from labels alone, so promtool scenarios can state them exactly."""
+    for text in alert_rules()["ContextPrecisionMAPDrop"]["annotations"].values():
+        assert "$value" not in text
+        assert set(re.findall(r"\{\{\s*\$labels\.(\w+)\s*\}\}", text)) <= {DATA_SOURCE_LABEL}
+
+
+def test_recording_rules_aggregate_by_data_source() -> None:
+    """Recorded MAP and outcome series keep the data source label (the dashboard filters by it)."""
+    groups = {g["name"]: g for g in load_yaml(RULES_FILE)["groups"]}
+    for rule in groups["context_precision.recording"]["rules"]:
+        if rule["record"].startswith(f"{DATA_SOURCE_LABEL}:") or rule["record"].startswith(f"{DATA_SOURCE_LABEL}_"):
+            assert DATA_SOURCE_LABEL in scan_promql(rule["expr"])[1], rule["record"]
+
+
+def test_shipped_scenarios_cover_every_alert_firing_and_quiet() -> None:
+    """deploy/prometheus/tests has, for every alert, a case where it fires and one where it stays quiet."""
+    fires: set[str] = set()
+    quiet: set[str] = set()
+    names_seen: set[str] = set()
+    for path in RULE_TESTS_DIR.glob("*.test.yml"):
+        for case in load_yaml(path)["tests"]:
+            names_seen.add(case.get("name", ""))
+            for check in case.get("alert_rule_test", []):
+                (fires if check["exp_alerts"] else quiet).add(check["alertname"])
+    assert fires == quiet == set(ALERT_NAMES)
+    for scenario in ("healthy retriever", "MAP falls", "too few evaluations", "regression vs a day earlier",
+                     "judge failing", "evaluations dropped"):  # fmt: skip
+        assert scenario in names_seen
+
+
+def _map_panel() -> dict[str, Any]:
+    return next(p for p in iter_panels(load_dashboard()["panels"]) if p["title"] == "Sampled MAP per data source")
+
+
+def test_dashboard_threshold_line_is_the_alert_threshold() -> None:
+    """The threshold drawn on the MAP panel equals ContextPrecisionMAPDrop's threshold."""
+    panel = _map_panel()
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    threshold = float(_parameters(alert_rules()["ContextPrecisionMAPDrop"])["threshold"])
+    assert [s["value"] for s in steps] == [None, threshold]
+    assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] != "off"
+
+
+def test_dashboard_plots_the_alert_window() -> None:
+    """The MAP panel plots the mean over the alert's own window, next to the 5m recorded mean."""
+    window = _parameters(alert_rules()["ContextPrecisionMAPDrop"])["window"]
+    exprs = [t["expr"] for t in _map_panel()["targets"]]
+    assert any(range_windows(e) == [window, window] for e in exprs)
+    assert any("context_precision_score:mean_rate5m" in e for e in exprs)
+
+
+def test_dashboard_uid_matches_alert_links() -> None:
+    """Alert annotations link to the dashboard by its uid and data source variable."""
+    dashboard = load_dashboard()
+    description = alert_rules()["ContextPrecisionMAPDrop"]["annotations"]["description"]
+    assert f"/d/{dashboard['uid']}/" in description
+    assert "var-data_source=" in description
+    assert "data_source" in [v["name"] for v in dashboard["templating"]["list"]]
+
+
+def test_dashboard_filters_by_the_data_source_variable() -> None:
+    """Every query on a data-source-labelled series honours the $data_source template variable."""
+    for panel in iter_panels(load_dashboard()["panels"]):
+        for target in panel.get("targets", []):
+            metrics, _ = scan_promql(target["expr"])
+            if any(m.startswith(("context_precision_score", "context_precision_evaluations",
+                                  "context_precision_verdicts", "context_precision_sampled",
+                                  f"{DATA_SOURCE_LABEL}")) for m in metrics):  # fmt: skip
+                assert f'{DATA_SOURCE_LABEL}=~"$data_source"' in target["expr"], (panel["title"], target["expr"])
+
+
+def test_dashboard_explains_how_to_find_the_worst_traces() -> None:
+    """A text panel gives the Jaeger tag and the Tempo TraceQL query built from the library's names."""
+    text = next(p for p in iter_panels(load_dashboard()["panels"]) if p["type"] == "text")["options"]["content"]
+    label, fail = names.GEN_AI_EVALUATION_SCORE_LABEL, names.LABEL_FAIL
+    assert f"`{label}={fail}`" in text
+    assert f'{{ span.{label} = "{fail}" }}' in text
+    assert "%7B%22gen_ai.evaluation.score.label%22%3A%22fail%22%7D" in text
+
+
+def test_dashboard_has_the_required_panels() -> None:
+    """The dashboard shows MAP, distribution, outcomes, verdict ratio, latency, tokens, cost and queue depth."""
+    panels = {p["title"]: p for p in iter_panels(load_dashboard()["panels"])}
+    required = {
+        "Sampled MAP per data source": "timeseries",
+        "Score distribution over time": "heatmap",
+        "Score distribution over the dashboard range": "bargauge",
+        "Evaluations by outcome": "timeseries",
+        "Relevant-verdict ratio": "timeseries",
+        "Judge latency p50 / p95": "timeseries",
+        "Judge tokens per second": "timeseries",
+        "Judge cost (USD per hour)": "timeseries",
+        "Evaluation queue depth": "timeseries",
+        "Worst traces": "text",
+    }
+    assert {t: panels[t]["type"] for t in required} == required
+    latency = " ".join(t["expr"] for t in panels["Judge latency p50 / p95"]["targets"])
+    assert "histogram_quantile(0.5," in latency and "histogram_quantile(0.95," in latency
+    ids = [p["id"] for p in iter_panels(load_dashboard()["panels"])]
+    assert len(ids) == len(set(ids))
