@@ -556,3 +556,133 @@ def test_hold_mode_releases_unenriched_when_time_is_up(keyword_judge: KeywordJud
         processor.shutdown()
     names = sorted(s.name for s in exporter.get_finished_spans())
     assert names == [n.EVALUATION_SPAN_NAME, "retrieval sync"]
+
+
+def _snapshot(otel: Otel) -> list[dict[str, Any]]:
+    """Exported spans as plain dicts: name, parent's name, links by name, attributes without volatile values."""
+    spans = otel.finished()
+    names = {s.context.span_id: s.name for s in spans}
+    out = []
+    for span in sorted(spans, key=lambda s: s.name):
+        attributes = dict(span.attributes or {})
+        attributes.pop(n.GEN_AI_EVALUATION_EXPLANATION, None)
+        attributes.pop(n.OI_EVALUATION_EXPLANATION, None)
+        out.append({
+            "name": span.name,
+            "parent": names.get(span.parent.span_id) if span.parent else None,
+            "links": [names.get(link.context.span_id) for link in span.links],
+            "status": span.status.status_code.name,
+            "attributes": attributes,
+        })
+    return out
+
+
+def test_exported_spans_snapshot(otel: Otel, keyword_judge: KeywordJudge) -> None:
+    """The whole exported trace of one turn, compared to an inline snapshot."""
+    processor = otel.processor(keyword_judge)
+
+    @cp_observe.retriever(name="kb")
+    def search(query: str) -> list[dict[str, Any]]:
+        return [
+            {"page_content": DOCS[0], "id": "d1", "score": 0.9, "metadata": {"source": "atlas"}},
+            {"page_content": DOCS[1], "id": "d2", "score": 0.4},
+        ]
+
+    @cp_observe.agent(name="helper")
+    def answer(question: str) -> str:
+        search(question)
+        return ANSWER
+
+    answer("capital?")
+    processor.force_flush(10_000)
+    assert _snapshot(otel) == [
+        {
+            "name": "evaluation context_precision",
+            "parent": "retrieval kb",
+            "links": ["retrieval kb"],
+            "status": "UNSET",
+            "attributes": {
+                "openinference.span.kind": "EVALUATOR",
+                "gen_ai.evaluation.name": "context_precision",
+                "gen_ai.evaluation.score.value": 1.0,
+                "gen_ai.evaluation.score.label": "pass",
+                "context_precision.average_precision": 1.0,
+                "context_precision.verdicts": (True, False),
+                "context_precision.reference": "output",
+                "context_precision.judge.model": "keyword-judge",
+                "context_precision.judge.calls": 1,
+                "context_precision.context.count": 2,
+                "context_precision.sampling.reason": "ratio",
+                "evaluations.0.evaluation.name": "context_precision",
+                "evaluations.0.evaluation.score": 1.0,
+                "evaluations.0.evaluation.label": "pass",
+                "gen_ai.data_source.id": "kb",
+                "gen_ai.agent.name": "helper",
+                "context_precision.reasons": ("keyword overlap", "keyword overlap"),
+            },
+        },
+        {
+            "name": "invoke_agent helper",
+            "parent": None,
+            "links": [],
+            "status": "UNSET",
+            "attributes": {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": "helper",
+                "openinference.span.kind": "AGENT",
+                "context_precision.sampled": True,
+                "input.value": "capital?",
+                "context_precision.content.captured": True,
+                "output.value": ANSWER,
+            },
+        },
+        {
+            "name": "retrieval kb",
+            "parent": "invoke_agent helper",
+            "links": [],
+            "status": "UNSET",
+            "attributes": {
+                "gen_ai.operation.name": "retrieval",
+                "gen_ai.data_source.id": "kb",
+                "openinference.span.kind": "RETRIEVER",
+                "context_precision.sampled": True,
+                "input.value": "capital?",
+                "gen_ai.retrieval.query.text": "capital?",
+                "context_precision.content.captured": True,
+                "context_precision.context.count": 2,
+                "retrieval.documents.0.document.content": DOCS[0],
+                "retrieval.documents.0.document.id": "d1",
+                "retrieval.documents.0.document.score": 0.9,
+                "retrieval.documents.0.document.metadata": '{"source": "atlas"}',
+                "retrieval.documents.1.document.content": DOCS[1],
+                "retrieval.documents.1.document.id": "d2",
+                "retrieval.documents.1.document.score": 0.4,
+            },
+        },
+    ]
+
+
+def test_processor_with_llm_judge_over_loopback(otel: Otel) -> None:
+    """The hook with a real LLMJudge: litellm over HTTP to the loopback server, scored in the background."""
+    from cp_observe.testing import JudgeServer
+
+    with JudgeServer() as server:
+        judge = cp_observe.LLMJudge("openai/judge-test", api_base=server.url, api_key="sk-test", timeout=5)
+        processor = otel.processor(judge)
+
+        @cp_observe.agent(name="helper")
+        def answer(question: str) -> str:
+            sync_search(question)
+            return ANSWER
+
+        for question in ("capital of France?", "largest city of France?"):
+            assert answer(question) == ANSWER
+        assert processor.force_flush(30_000)
+        assert server.calls == 2
+    evaluations = _evaluations(otel)
+    assert [e.attributes[n.CP_VERDICTS] for e in evaluations] == [(True, False, True), (True, False, True)]
+    assert {e.attributes[n.CP_JUDGE_MODEL] for e in evaluations} == {"openai/judge-test"}
+    tokens = otel.metric_points(n.METRIC_TOKEN_USAGE)
+    assert {p.attributes[n.GEN_AI_TOKEN_TYPE] for p in tokens} == {"input", "output"}
+    stats = processor.stats()
+    assert (stats["sampled"], stats["scored"]) == (2, 2)
