@@ -55,7 +55,7 @@ def test_demo_serves_prometheus_metrics() -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and "context_precision_score_count" not in body:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:  # noqa: S310
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
                     body = response.read().decode()
             except OSError:
                 time.sleep(0.2)

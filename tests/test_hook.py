@@ -27,7 +27,9 @@ def _evaluations(otel: Otel) -> list[Any]:
     return otel.by_name(n.EVALUATION_SPAN_NAME)
 
 
-def test_retriever_inside_agent_is_scored_against_the_answer(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_retriever_inside_agent_is_scored_against_the_answer(  # noqa: PLR0915 - one turn, every signal checked
+    otel: Otel, keyword_judge: KeywordJudge
+) -> None:
     """A retrieval inside an agent is judged against the agent's answer and emits span, event and metrics."""
     processor = otel.processor(keyword_judge)
 
@@ -93,7 +95,8 @@ def test_retriever_inside_agent_is_scored_against_the_answer(otel: Otel, keyword
         n.GEN_AI_EVALUATION_NAME: "context_precision",
         n.GEN_AI_AGENT_NAME: "helper",
     }
-    outcomes = {(p.attributes[n.OUTCOME], p.attributes[n.REASON]): p.value for p in otel.metric_points(n.METRIC_EVALUATIONS)}
+    points = otel.metric_points(n.METRIC_EVALUATIONS)
+    outcomes = {(p.attributes[n.OUTCOME], p.attributes[n.REASON]): p.value for p in points}
     assert outcomes == {("scored", "ok"): 1}
     stats = processor.stats()
     assert (stats["sampled"], stats["scored"], stats["pending"]) == (1, 1, 0)
@@ -433,7 +436,9 @@ def test_query_whose_repr_raises_does_not_break_the_call(otel: Otel, keyword_jud
     assert "unrepresentable" in span.attributes[n.INPUT_VALUE]
 
 
-def test_exporter_raising_does_not_reach_the_host(otel: Otel, keyword_judge: KeywordJudge, production_errors: None) -> None:
+def test_exporter_raising_does_not_reach_the_host(
+    otel: Otel, keyword_judge: KeywordJudge, production_errors: None
+) -> None:
     """A span processor that raises in on_end does not break the decorated call."""
 
     class Exploding:

@@ -152,7 +152,8 @@ def test_json_schema_refusal_falls_back_to_json_object(server: JudgeServer) -> N
         judge = judge_for(strict)
         assert score(judge).score == 0.83
         assert strict.calls == 2
-        assert [r.body.get("response_format", {}).get("type") for r in strict.requests] == ["json_schema", "json_object"]
+        formats = [r.body.get("response_format", {}).get("type") for r in strict.requests]
+        assert formats == ["json_schema", "json_object"]
         score(judge, contexts=[*CONTEXTS, "Another context about Paris."])
         assert strict.requests[-1].body["response_format"]["type"] == "json_object"
         assert strict.calls == 3

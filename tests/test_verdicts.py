@@ -60,7 +60,8 @@ def test_complete_alignment() -> None:
 
 def test_shifted_indices_are_not_trusted() -> None:
     """Indices 1..n for n contexts (shifted) place no verdict at all."""
-    entries = parse_reply('{"verdicts": [' + ",".join(f'{{"context_index": {i}, "verdict": "yes"}}' for i in (1, 2, 3, 4)) + "]}")
+    shifted = ",".join(f'{{"context_index": {i}, "verdict": "yes"}}' for i in (1, 2, 3, 4))
+    entries = parse_reply('{"verdicts": [' + shifted + "]}")
     assert entries is not None
     result = align(entries, 4)
     assert not result.trustworthy
