@@ -1,40 +1,37 @@
 """Retrieved contexts from what retrievers really return, recognised by shape, importing no RAG library.
 
-This runs on the request path of every decorated retriever. Items are dispatched on their exact type
-first; for objects, which attribute names a class can have is worked out once per class, so reading a
-document costs a few hits and no misses (a miss on a pydantic model raises inside ``__getattr__`` and costs
-microseconds). Every item is extracted on its own: one that cannot be read becomes a context whose text is
-``"<unrepresentable TYPE>"`` instead of vanishing, and nothing here raises into the caller.
+It runs on the request path of every decorated retriever: items dispatch on their exact type first, and the
+attribute names an object's class can have are worked out once per class, so reading a document costs a few
+hits and no misses (a miss on a pydantic model raises inside ``__getattr__``: microseconds). Each item is
+read on its own; one that cannot be read becomes ``"<unrepresentable TYPE>"`` rather than vanishing.
 
-What is recognised, in this order:
+Shapes, in order of precedence:
 
-- ``None``: no context. ``str``: one context. ``bytes``/``bytearray``/``memoryview``: one context, UTF-8.
-- A mapping holding a list under ``documents`` | ``contexts`` | ``context`` | ``source_documents`` |
-  ``source_nodes`` | ``nodes`` | ``results`` | ``matches`` | ``hits`` (first match; also through up to two
-  nested mappings, as in ``{"hits": {"hits": [...]}}``): the items of that list. The wrapper wins over
-  the mapping's own text keys.
-- Any other mapping is one document: text from ``page_content`` | ``text`` | ``content`` | ``document``
-  (a string, or a mapping with a text key: Cohere rerank) | ``_source`` (Elasticsearch) | the text key of
-  its metadata (Pinecone and Qdrant keep the text there) | else the whole mapping as JSON; id from ``id`` |
-  ``doc_id`` | ``node_id`` | ``_id``; score from ``score`` | ``relevance_score`` | ``similarity`` |
-  ``similarity_score`` | ``_score``; metadata from ``metadata`` | ``meta`` | ``payload``. A ``distance``
-  is *not* a score (lower is better, so it would read upside down next to real scores): when there is no
-  score it is added to the metadata instead.
-- An object holding a list under one of the wrapper names (LlamaIndex ``Response.source_nodes``, a
-  user's ``Result(documents=[...])``): the items of that list.
-- A LlamaIndex ``NodeWithScore`` (``node`` and ``score``): its node's text, id and metadata; its score.
-- A document object: text from ``page_content`` (LangChain ``Document``) | ``text`` (LlamaIndex
-  ``TextNode``) | ``content`` (Haystack ``Document``) | ``get_content()`` (other LlamaIndex nodes) | the
-  text key of its metadata | else ``str(obj)``; id from ``id`` | ``id_`` | ``node_id`` | ``doc_id``; score
-  from ``score`` | ``relevance_score`` | ``similarity``; metadata from ``metadata`` | ``meta`` | ``payload``.
+- ``None``: nothing. ``str``: one context. ``bytes``/``bytearray``/``memoryview``: one, decoded as UTF-8.
+- A mapping or object holding a list under ``documents`` | ``contexts`` | ``context`` | ``source_documents``
+  | ``source_nodes`` | ``nodes`` | ``results`` | ``matches`` | ``hits`` (first found; for a mapping without
+  text keys, also up to two mappings down: ``{"hits": {"hits": [...]}}``, Haystack's ``{"retriever":
+  {"documents": [...]}}``): that list's items. A wrapper wins over text: LlamaIndex's ``Response`` gives
+  its ``source_nodes``, not its answer.
+- Any other mapping is one document. Text: ``page_content`` | ``text`` | ``content`` | ``document`` (a
+  string, or a mapping with a text key: Cohere rerank) | ``_source``'s text key (Elasticsearch) | the text
+  key of its metadata (Pinecone, Qdrant) | else the mapping as JSON. Id: ``id`` | ``doc_id`` | ``node_id`` |
+  ``_id``. Score: ``score`` | ``relevance_score`` | ``similarity`` | ``similarity_score`` | ``_score``.
+  Metadata: ``metadata`` | ``meta`` | ``payload``. A ``distance`` is not a score (lower is better, so it
+  would read upside down next to scores): without a score it is added to the metadata instead.
+- A LlamaIndex ``NodeWithScore`` (``node`` and ``score``): its node's text, id and metadata, its own score.
+- A document object. Text: ``page_content`` (LangChain) | ``text`` (LlamaIndex ``TextNode``) | ``content``
+  (Haystack) | ``get_content()`` (other LlamaIndex nodes) | its metadata's text key | else ``str(obj)``.
+  Id: ``id`` | ``id_`` | ``node_id`` | ``doc_id``. Score: ``score`` | ``relevance_score`` | ``similarity``.
+  Metadata: ``metadata`` | ``meta`` | ``payload``.
 - A pair ``(doc, number)`` or ``[doc, number]`` (``similarity_search_with_score``): the doc, that score.
-- Any other list, tuple, collection or iterator: its items, each as above. An item that is itself a list or
-  tuple is flattened once (per-query batches); lists deeper than that become one context of JSON text.
-- Anything else: one context holding ``safe_str`` of it.
+- Any other list, tuple, collection or iterator: its items. A list or tuple item is flattened once
+  (per-query batches); anything nested deeper becomes one context of JSON text.
+- Anything else: one context of ``safe_str`` of it.
 
-Attribute names are taken from the class (properties, slots, dataclass / pydantic / attrs fields) and, for
-classes that declare none, from the instance ``__dict__``. Attributes that only ``__getattr__`` serves
-(proxies, mocks) are not seen, so such objects become text.
+Names are read from the class (properties, slots, dataclass / pydantic / attrs fields) and, for classes that
+declare no fields, from the instance ``__dict__``. Attributes only ``__getattr__`` serves (proxies, mocks)
+are not seen: such objects become text.
 """
 
 from __future__ import annotations
@@ -58,12 +55,14 @@ _WRAPPERS: Final = (
     *("documents", "contexts", "context", "source_documents", "source_nodes", "nodes", "results"),
     *("matches", "hits"),  # Pinecone, Elasticsearch
 )
+_ROLES: Final = (_TEXT_NAMES, _ID_ATTRS, _SCORE_ATTRS, _META_NAMES, _WRAPPERS)  # the order of _Plan's fields
 _DOC_NAMES: Final = frozenset((*_TEXT_NAMES, *_ID_ATTRS, *_SCORE_ATTRS, *_META_NAMES, "node", "get_content"))
 _TEXT_TYPES: Final = (str, bytes, bytearray, memoryview)
 _OBJECT: Final = "object"
 _MAPPING: Final = "mapping"
 _TEXT: Final = "text"
 _ID_LIMIT: Final = 256
+_MAX_FANOUT: Final = 16  # values of a mapping searched for a nested wrapper
 _PLAN_CACHE_MAX: Final = 1_024
 _MISSING: Final[Any] = object()
 _FAILED: Final[Any] = object()
@@ -113,6 +112,9 @@ class ExtractedContexts:
 # descriptors builds the same (still frozen) object about three times faster, and this is the hot path.
 _new = object.__new__
 _SET_TEXT, _SET_ID, _SET_SCORE, _SET_META = (Context.__dict__[f].__set__ for f in ("text", "id", "score", "metadata"))
+_SET_ALL, _SET_TOTAL, _SET_DROPPED, _SET_CUT = (
+    ExtractedContexts.__dict__[f].__set__ for f in ("contexts", "total", "dropped", "truncated")
+)
 
 
 def _make(text: str, ident: str | None = None, score: Score = None, meta: Mapping[str, Any] | None = None) -> Context:
@@ -122,6 +124,15 @@ def _make(text: str, ident: str | None = None, score: Score = None, meta: Mappin
     _SET_SCORE(context, score)
     _SET_META(context, meta)
     return context
+
+
+def _result(contexts: tuple[Context, ...], total: int | None, dropped: int, truncated: int) -> ExtractedContexts:
+    result: ExtractedContexts = _new(ExtractedContexts)
+    _SET_ALL(result, contexts)
+    _SET_TOTAL(result, total)
+    _SET_DROPPED(result, dropped)
+    _SET_CUT(result, truncated)
+    return result
 
 
 def extract_contexts(value: object, *, max_items: int = 100, max_chars: int = 20_000) -> ExtractedContexts:
@@ -177,7 +188,7 @@ def _extract(value: object, max_items: int, max_chars: int) -> ExtractedContexts
     context = _context(value, max_chars, cut)
     if context is None:
         return _EMPTY
-    return ExtractedContexts((), 1, 1) if max_items == 0 else ExtractedContexts((context,), 1, 0, cut[0])
+    return _result((), 1, 1, 0) if max_items == 0 else _result((context,), 1, 0, cut[0])
 
 
 _EMPTY: Final = ExtractedContexts((), 0)
@@ -200,7 +211,11 @@ def _walk(items: Iterable[Any], size: int | None, max_items: int, max_chars: int
             cls = type(item)
             if cls is str and len(item) <= max_chars:  # the commonest item, inlined
                 append(_make(item))
-            elif (cls is list or cls is tuple) and not _is_pair(item):
+            elif (cls is tuple or cls is list) and _is_pair(item):  # (doc, score)
+                context = _context(item[0], max_chars, cut, _score(item[1]), nested=True)
+                if context is not None:
+                    append(context)
+            elif cls is list or cls is tuple:
                 for position, sub in enumerate(item):
                     if len(out) >= max_items:
                         dropped += len(item) - position
@@ -219,8 +234,8 @@ def _walk(items: Iterable[Any], size: int | None, max_items: int, max_chars: int
         size, more = None, True
     if size is not None:
         dropped += max(size - visits, 0)
-        return ExtractedContexts(tuple(out), len(out) + dropped, dropped, cut[0])
-    return ExtractedContexts(tuple(out), None if more else len(out) + dropped, dropped, cut[0])
+        return _result(tuple(out), len(out) + dropped, dropped, cut[0])
+    return _result(tuple(out), None if more else len(out) + dropped, dropped, cut[0])
 
 
 def _count(item: object) -> int:
@@ -250,15 +265,20 @@ def _is_pair(value: list[Any] | tuple[Any, ...]) -> bool:
 
 
 def _unwrap(mapping: Mapping[Any, Any], depth: int) -> list[Any] | tuple[Any, ...] | None:
+    """Find the list a mapping wraps: under a wrapper key, or (unless it is a document) one mapping down."""
     get = mapping.get
     for key in _WRAPPERS:
         inner = get(key)
         if type(inner) is list or type(inner) is tuple:
             return inner
-        if depth < 2 and isinstance(inner, Mapping):
-            found = _unwrap(inner, depth + 1)
-            if found is not None:
-                return found
+    if depth >= 2 or _first(get, _TEXT_NAMES) is not None:
+        return None
+    for count, inner in enumerate(mapping.values()):  # {"hits": {"hits": ...}}, {"retriever": {"documents": ...}}
+        if count >= _MAX_FANOUT:
+            break
+        found = _unwrap(inner, depth + 1) if isinstance(inner, Mapping) else None
+        if found is not None:
+            return found
     return None
 
 
@@ -420,33 +440,18 @@ def _plan(cls: type) -> _Plan:
         except Exception:  # noqa: BLE001 - an odd class attribute of that name: ignore it
             continue
     use_dict = not declared  # no declared fields: attributes live in each instance's __dict__
-    wanted = (*_TEXT_NAMES, *_ID_ATTRS, *_SCORE_ATTRS, *_META_NAMES, *_WRAPPERS, "node", "get_content")
-    declared.update(name for name in wanted if _has(cls, name))
-
-    def keep(names: tuple[str, ...]) -> tuple[str, ...]:
-        return names if use_dict else tuple(n for n in names if n in declared)
-
-    text, ids, scores, metas = keep(_TEXT_NAMES), keep(_ID_ATTRS), keep(_SCORE_ATTRS), keep(_META_NAMES)
-    node, get_content, document = "node" in declared or use_dict, "get_content" in declared, bool(declared & _DOC_NAMES)
+    declared.update(name for names in _ROLES for name in names if _has(cls, name))
+    declared.update(name for name in ("node", "get_content") if _has(cls, name))
+    text, ids, scores, metas, wrap = (
+        names if use_dict else tuple(n for n in names if n in declared) for names in _ROLES
+    )
     number = _has(cls, "__float__") and not _has(cls, "__len__")
     try:
         kind = _MAPPING if issubclass(cls, Mapping) else _TEXT if number or issubclass(cls, _TEXT_TYPES) else _OBJECT
     except Exception:  # noqa: BLE001 - an ABC hook that raises: read it as an object
         kind = _OBJECT
-    plan = _Plan(
-        frozenset(declared),
-        use_dict,
-        text,
-        ids,
-        scores,
-        metas,
-        keep(_WRAPPERS),
-        node,
-        get_content,
-        document,
-        kind,
-        number,
-    )
+    flags = ("node" in declared or use_dict, "get_content" in declared, bool(declared & _DOC_NAMES), kind, number)
+    plan = _Plan(frozenset(declared), use_dict, text, ids, scores, metas, wrap, *flags)
     if len(_PLANS) < _PLAN_CACHE_MAX:
         _PLANS[cls] = plan
     return plan

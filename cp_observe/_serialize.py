@@ -18,7 +18,7 @@ import json
 import math
 import operator
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 __all__ = ["MARKER_MAX", "finite_float", "metadata_json", "safe_str", "safe_text", "truncate", "type_name"]
@@ -172,14 +172,12 @@ class _Budget:
 
 def _convert(value: object, limit: int) -> tuple[str, bool]:
     cls = type(value)
-    if cls is bytes or cls is bytearray or cls is memoryview:
-        return _decode(value, limit)  # type: ignore[arg-type]
     if cls is bool or cls is int or cls is float:
         return truncate(_scalar_text(value), limit)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _decode(value, limit)
     if isinstance(value, str):
         return truncate(str.__str__(value), limit)
-    if isinstance(value, (bytes, bytearray)):
-        return _decode(value, limit)
     text = _message_text(value, limit)
     if text is None:
         plain = _plain(value, 0, _Budget(limit), limit, set())
@@ -322,21 +320,12 @@ def _message_text(value: object, limit: int) -> str | None:
         if not value or len(value) > _MAX_MESSAGES:
             return None
         contents = []
-        for message in value:
+        for message in value:  # stop at the first non-message: reading attributes can be slow
             content = _message_content(message)
-            if content is _NOT_A_MESSAGE:  # not a list of messages: maybe a message's content parts
+            if content is _NOT_A_MESSAGE:  # maybe a message's content parts, else data
                 return _content_text(value, limit, typed_parts=True)
             contents.append(content)
-        texts: list[str] = []
-        size = 0
-        for content in contents:
-            text = _content_text(content, limit)
-            if text:
-                texts.append(text)
-                size += len(text) + 1
-                if size > limit:
-                    break
-        return "\n".join(texts) if texts else None
+        return _join((_content_text(content, limit) for content in contents), limit)
     content = _message_content(value)
     return None if content is _NOT_A_MESSAGE else _content_text(content, limit)
 
@@ -370,24 +359,27 @@ def _content_text(content: object, limit: int, *, typed_parts: bool = False) -> 
     if type(content) is not list and type(content) is not tuple:
         return None
     texts: list[str] = []
-    size = 0
     for part in content[:_MAX_MESSAGES]:
-        if type(part) is str:
-            text: object = part
-        elif isinstance(part, Mapping):
-            typed_parts = typed_parts and "type" not in part
-            text = part.get("text")
-            if type(text) is not str:
-                if "type" in part:
-                    continue  # an image or tool part: no text to show
-                return None
-        else:
-            return None
-        texts.append(text)  # type: ignore[arg-type]
-        size += len(text) + 1  # type: ignore[arg-type]
-        if size > limit:
-            break
-    return "\n".join(texts) if texts and not typed_parts else None
+        text = part if type(part) is str else part.get("text") if isinstance(part, Mapping) else None
+        if type(text) is str:
+            texts.append(text)
+        elif not isinstance(part, Mapping) or "type" not in part:
+            return None  # neither a text nor a typed part (an image, a tool call): not content parts
+        typed_parts = typed_parts and not (isinstance(part, Mapping) and "type" in part)
+    return None if typed_parts else _join(texts, limit)
+
+
+def _join(texts: Iterable[str | None], limit: int) -> str | None:
+    """Join the non-empty texts with newlines, stopping once ``limit`` characters are reached."""
+    kept: list[str] = []
+    size = 0
+    for text in texts:
+        if text:
+            kept.append(text)
+            size += len(text) + 1
+            if size > limit:
+                break
+    return "\n".join(kept) if kept else None
 
 
 def _metadata_json(mapping: Mapping[Any, Any], limit: int) -> str:

@@ -9,7 +9,7 @@ re-raises them under pytest): a bug in cp-observe must never reach the host's co
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.trace import Span, Status, StatusCode
 
 from cp_observe import _names as n
-from cp_observe._extract import extract_contexts
+from cp_observe._extract import Context, extract_contexts
 from cp_observe._internal import report_internal_error
 from cp_observe._runtime import PAYLOADS, RUNTIME_HOLDER, Payload, Runtime
 from cp_observe._sampling import FORCED, is_forced
@@ -28,6 +28,9 @@ from cp_observe._serialize import finite_float, metadata_json, safe_str
 __all__ = ["Call", "State", "enter", "fail", "finish", "leave", "start"]
 
 _JUDGE_TEXT_LIMIT = 20_000
+# Attribute keys of the first documents, spelled once (by _names) rather than formatted on every call.
+_DOC_KEYS = tuple({field: n.document_attribute(i, field) for field in n.DOCUMENT_FIELDS} for i in range(28))
+_UNREADABLE = object()
 _ANSWER_KEYS = ("answer", "output", "content", "text", "response")
 _get_value = otel_context.get_value
 _attach = otel_context.attach
@@ -103,7 +106,7 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
         if sampled or rt.capture_content:
             query = _text(call.query(args, kwargs), rt, rt.max_value_length if not sampled else _JUDGE_TEXT_LIMIT)
             if rt.capture_content:
-                shown = query if len(query) <= rt.max_value_length else safe_str(query, rt.max_value_length)
+                shown = _shown(query, rt.max_value_length)
                 attributes[n.INPUT_VALUE] = shown
                 if call.kind == "retriever":
                     attributes[n.GEN_AI_RETRIEVAL_QUERY_TEXT] = shown
@@ -179,33 +182,38 @@ def _record_result(state: State, result: Any, partial: bool) -> None:
     contexts: list[str] | None = None
     if call.scores_contexts:
         raw = call.context_extractor(result) if call.context_extractor is not None else result
-        extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
-        items = extracted.contexts
-        redact = rt.redact
-        contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
-        attributes[n.CP_CONTEXT_COUNT] = extracted.total if extracted.total is not None else len(items)
-        if rt.capture_content:
+        if call.context_extractor is None and not partial and isinstance(raw, Iterator):
+            # A function that *returns* an iterator hands over the host's own iterator: reading it here would
+            # empty it for the caller. Its contexts are not captured and it is not scored (skipped, no_content).
+            raw = _UNREADABLE
+        items: tuple[Context, ...] = ()
+        if raw is not _UNREADABLE:
+            extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
+            items = extracted.contexts
+            redact = rt.redact
+            contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
+            attributes[n.CP_CONTEXT_COUNT] = extracted.total if extracted.total is not None else len(items)
+        if rt.capture_content and contexts is not None:
             limit = rt.max_value_length
             for i in range(min(len(items), rt.max_contexts)):
                 item, text = items[i], contexts[i]
-                attributes[n.document_attribute(i, "content")] = text if len(text) <= limit else safe_str(text, limit)
+                keys = _DOC_KEYS[i]
+                attributes[keys["content"]] = _shown(text, limit)
                 if item.id is not None:
-                    attributes[n.document_attribute(i, "id")] = item.id
+                    attributes[keys["id"]] = _shown(item.id, limit)
                 if item.score is not None:
                     score = finite_float(item.score)
                     if score is not None:
-                        attributes[n.document_attribute(i, "score")] = score
+                        attributes[keys["score"]] = score
                 if item.metadata:
                     meta = metadata_json(item.metadata, limit)
                     if meta is not None:
-                        attributes[n.document_attribute(i, "metadata")] = meta
+                        attributes[keys["metadata"]] = _shown(meta, limit + 64)
     answer: str | None = None
     if call.kind == "agent":
         answer = _text(call.output(result) if call.output is not None else _answer_of(result), rt, _JUDGE_TEXT_LIMIT)
         if rt.capture_content:
-            attributes[n.OUTPUT_VALUE] = answer if len(answer) <= rt.max_value_length else safe_str(
-                answer, rt.max_value_length
-            )
+            attributes[n.OUTPUT_VALUE] = _shown(answer, rt.max_value_length)
     if partial:
         attributes[n.CP_PARTIAL] = True
     if state.key is not None:
@@ -213,6 +221,19 @@ def _record_result(state: State, result: Any, partial: bool) -> None:
     span = state.span
     if attributes:
         span.set_attributes(attributes)
+
+
+def _shown(text: str, limit: int) -> str:
+    """The text as recorded on a span: bounded, and encodable (a lone surrogate would fail the OTLP export)."""
+    if len(text) > limit:
+        text = safe_str(text, limit)
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _answer_of(result: Any) -> Any:

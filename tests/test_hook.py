@@ -691,3 +691,30 @@ def test_processor_with_llm_judge_over_loopback(otel: Otel) -> None:
     assert {p.attributes[n.GEN_AI_TOKEN_TYPE] for p in tokens} == {"input", "output"}
     stats = processor.stats()
     assert (stats["sampled"], stats["scored"]) == (2, 2)
+
+
+def test_returned_iterator_is_left_for_the_caller(otel: Otel, keyword_judge: KeywordJudge) -> None:
+    """A plain function returning an iterator: the caller gets every item; the call is skipped, not scored."""
+    processor = otel.processor(keyword_judge)
+
+    @cp_observe.retriever(name="lazy")
+    def search(query: str) -> Iterator[str]:
+        return iter(DOCS)
+
+    assert list(search("capital")) == DOCS
+    processor.force_flush(10_000)
+    assert processor.stats()["reasons"] == {"skipped:no_content": 1}
+
+
+def test_lone_surrogates_are_recorded_encodable(otel: Otel) -> None:
+    """A context with a lone surrogate is recorded in a form the OTLP exporter can encode."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    @cp_observe.retriever(name="odd")
+    def search(query: str) -> list[str]:
+        return ["ok \udcff text"]
+
+    search("q\ud800")
+    [span] = otel.by_name("retrieval odd")
+    encode_spans([span]).SerializeToString()
+    assert "\udcff" not in span.attributes[n.document_attribute(0, "content")]
