@@ -23,6 +23,7 @@ __all__ = ["Assembler", "Item", "Ready", "Skip"]
 
 _MAX_RETRIEVALS_PER_TRACE = 64
 _MAX_DOCUMENTS_FROM_ATTRIBUTES = 1000
+_MAX_REMEMBERED_ANSWER = 4_000
 
 
 @dataclass(slots=True)
@@ -94,6 +95,14 @@ class Skip:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    start_ns: int
+    end_ns: int
+    text: str
+    agent_name: str
+
+
 @dataclass(slots=True)
 class _Turn:
     deadline: float
@@ -107,6 +116,9 @@ class Assembler:
         self.turn_timeout_s = turn_timeout_s
         self.max_pending_traces = max_pending_traces
         self._turns: OrderedDict[int, _Turn] = OrderedDict()
+        # Agents that already ended, per trace: a retrieval arriving after its agent (spans reordered on the
+        # way to `cp-observe serve`, say) still gets the answer. Bounded like _turns, expired the same way.
+        self._answers: OrderedDict[int, tuple[float, list[_Answer]]] = OrderedDict()
         self.pending = 0  # retrievals waiting for an answer
 
     def add(self, item: Item, now: float) -> list[Ready | Skip]:
@@ -114,8 +126,11 @@ class Assembler:
         out: list[Ready | Skip] = []
         trace_id = item.span_context.trace_id
         if item.kind == "retriever" and item.target:
+            answered = None if item.error else self._late_answer(item)
             if item.error:
                 out.append(Skip(item, "call_error"))
+            elif answered is not None:
+                out.append(Ready(item, answered.text, n.REFERENCE_OUTPUT, answered.agent_name))
             else:
                 turn = self._turns.get(trace_id)
                 if turn is None:
@@ -129,7 +144,7 @@ class Assembler:
                     turn.retrievals.append(item)
                     self.pending += 1
         elif item.kind == "agent":
-            out.extend(self._agent_ended(item))
+            out.extend(self._agent_ended(item, now))
         if item.local_root:
             turn = self._turns.pop(trace_id, None)
             if turn is not None:
@@ -138,6 +153,8 @@ class Assembler:
 
     def expire(self, now: float) -> list[Ready | Skip]:
         """Judge against their queries the retrievals whose agent did not answer in time."""
+        while self._answers and next(iter(self._answers.values()))[0] <= now:
+            self._answers.popitem(last=False)
         out: list[Ready | Skip] = []
         while self._turns:
             trace_id, turn = next(iter(self._turns.items()))
@@ -155,10 +172,30 @@ class Assembler:
         self._turns.clear()
         return out
 
-    def _agent_ended(self, agent: Item) -> list[Ready | Skip]:
+    def _late_answer(self, item: Item) -> _Answer | None:
+        entry = self._answers.get(item.span_context.trace_id)
+        if entry is None:
+            return None
+        inside = [a for a in entry[1] if a.start_ns <= item.start_ns and item.end_ns <= a.end_ns]
+        return min(inside, key=lambda a: a.end_ns - a.start_ns) if inside else None  # the innermost agent
+
+    def _remember(self, agent: Item, answer: str, now: float) -> None:
+        trace_id = agent.span_context.trace_id
+        entry = self._answers.get(trace_id)
+        if entry is None:
+            entry = self._answers[trace_id] = (now + self.turn_timeout_s, [])
+            while len(self._answers) > self.max_pending_traces:
+                self._answers.popitem(last=False)
+        if len(entry[1]) < _MAX_RETRIEVALS_PER_TRACE:
+            # The judge sees at most Budget.reference characters of it; keep no more than that in memory.
+            entry[1].append(_Answer(agent.start_ns, agent.end_ns, answer[:_MAX_REMEMBERED_ANSWER], agent.name))
+
+    def _agent_ended(self, agent: Item, now: float) -> list[Ready | Skip]:
         out: list[Ready | Skip] = []
         answer = None if agent.error else agent.answer()
         agent_name = agent.name
+        if answer and answer.strip():
+            self._remember(agent, answer, now)
         turn = self._turns.get(agent.span_context.trace_id)
         if turn is not None:
             inside = [r for r in turn.retrievals if agent.start_ns <= r.start_ns and r.end_ns <= agent.end_ns]

@@ -100,6 +100,7 @@ def configure(
         sampler=sampler,
         tracer_provider=tracer_provider,
         configured=True,
+        keep_payloads=not resolved.capture_only,
     )
     previous = _CURRENT[0]
     if previous is not None:

@@ -200,7 +200,10 @@ class Evaluator:
             thread.join(max(0.1, deadline - time.monotonic()))
         # Whatever the thread did not take is counted here (the thread has stopped or is abandoned).
         while self._queue:
-            item = self._queue.popleft()
+            item = self._queue[0]
+            if item.target:
+                self._load += 1  # counted before it leaves the queue, so depth() never reads low
+            self._queue.popleft()
             if item.target:
                 self._drop(item, "shutdown")
 
@@ -238,7 +241,10 @@ class Evaluator:
         now = time.monotonic()
         outcomes: list[Ready | Skip] = []
         while self._queue:
-            item = self._queue.popleft()
+            item = self._queue[0]
+            if item.target:
+                self._load += 1  # counted before it leaves the queue, so depth() never reads low
+            self._queue.popleft()
             if item.target:
                 with self._lock:
                     self.stats.sampled += 1

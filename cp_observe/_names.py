@@ -94,6 +94,16 @@ METRIC_VERDICTS: Final = "context_precision.verdicts"
 #: up-down counter of evaluations waiting -> context_precision_queue_depth
 METRIC_QUEUE_DEPTH: Final = "context_precision.queue.depth"
 
+# `cp-observe serve`'s own instruments (SERVE_ prefix: not part of the library's METRIC_* set).
+#: counter of OTLP requests by protocol and result -> context_precision_serve_requests_total
+SERVE_METRIC_REQUESTS: Final = "context_precision.serve.requests"
+#: counter of spans received by protocol -> context_precision_serve_spans_total
+SERVE_METRIC_SPANS: Final = "context_precision.serve.spans"
+#: gauge, the admission's occupancy bound -> context_precision_serve_occupancy
+SERVE_METRIC_OCCUPANCY: Final = "context_precision.serve.occupancy"
+PROTOCOL: Final = "protocol"
+RESULT: Final = "result"
+
 SCORE_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 

@@ -264,6 +264,15 @@ class ContextPrecisionProcessor(SpanProcessor):
             self._hold.downstream.shutdown()
 
     # --- introspection ---------------------------------------------------------------------------------------
+    @property
+    def queue_size(self) -> int:
+        """Targets that may wait or run at once before new ones are dropped."""
+        return self._evaluator.queue_size
+
+    def depth(self) -> int:
+        """Targets queued, waiting for their agent's answer, ready or being judged (never reads low)."""
+        return self._evaluator.depth()
+
     def stats(self) -> dict[str, Any]:
         """Counts of targets: sampled, scored, failed, dropped, skipped, pending, and reasons.
 

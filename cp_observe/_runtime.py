@@ -50,6 +50,8 @@ class Runtime:
     tracer_provider: TracerProvider | None = None
     tracer: Tracer = field(default_factory=lambda: trace.get_tracer("cp_observe"))
     configured: bool = False
+    #: False in capture-only mode: no in-process judge will ever take a payload.
+    keep_payloads: bool = True
 
 
 def from_environment() -> Runtime:

@@ -110,7 +110,7 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
                 attributes[n.INPUT_VALUE] = shown
                 if call.kind == "retriever":
                     attributes[n.GEN_AI_RETRIEVAL_QUERY_TEXT] = shown
-            if sampled:
+            if sampled and rt.keep_payloads:
                 key = (trace_id, span_context.span_id)
                 PAYLOADS.put(key, Payload(query=query))
         attributes[n.CP_CONTENT_CAPTURED] = rt.capture_content

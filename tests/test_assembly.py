@@ -1,0 +1,78 @@
+"""Turn assembly on its own: which reference each retrieval is judged against."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.trace import SpanContext
+
+from cp_observe import _names as n
+from cp_observe._assembly import Assembler, Item, Ready, Skip
+from cp_observe._runtime import Payload
+
+
+def _item(kind: str, span_id: int, start: int, end: int, *, trace_id: int = 1, root: bool = False,
+          answer: str | None = None, error: bool = False) -> Item:
+    attributes: dict[str, Any] = {n.GEN_AI_DATA_SOURCE_ID: "kb", n.GEN_AI_AGENT_NAME: "bot"}
+    payload = Payload(query=f"query {span_id}", contexts=["c"], answer=answer)
+    return Item(kind=kind, span_context=SpanContext(trace_id, span_id, False), start_ns=start, end_ns=end,
+                error=error, local_root=root, attributes=attributes, payload=payload,
+                target=kind == "retriever", sampling_reason="ratio")
+
+
+def _refs(outcomes: list[Ready | Skip]) -> list[tuple[int, str]]:
+    return [(o.item.span_context.span_id, o.reference_text if isinstance(o, Ready) else o.reason) for o in outcomes]
+
+
+def test_retrieval_waits_for_its_agent() -> None:
+    """A retrieval inside an agent is ready when the agent ends, judged against the answer."""
+    assembler = Assembler(turn_timeout_s=60, max_pending_traces=10)
+    assert assembler.add(_item("retriever", 2, 10, 20), 0.0) == []
+    assert assembler.pending == 1
+    out = assembler.add(_item("agent", 1, 5, 30, root=True, answer="the answer"), 0.0)
+    assert _refs(out) == [(2, "the answer")]
+    assert assembler.pending == 0
+
+
+def test_retrieval_outside_the_agent_window_waits_for_the_root() -> None:
+    """A retrieval not enclosed by the agent's time is judged on its query when the local root ends."""
+    assembler = Assembler(turn_timeout_s=60, max_pending_traces=10)
+    assembler.add(_item("retriever", 2, 40, 50), 0.0)
+    assert assembler.add(_item("agent", 1, 5, 30, answer="late"), 0.0) == []
+    out = assembler.add(_item("root", 9, 0, 60, root=True), 0.0)
+    assert _refs(out) == [(2, "query 2")]
+
+
+def test_late_retrieval_gets_the_earlier_agent_answer() -> None:
+    """Spans reordered on the wire: a retrieval arriving after its agent still gets the agent's answer."""
+    assembler = Assembler(turn_timeout_s=60, max_pending_traces=10)
+    assert assembler.add(_item("agent", 1, 5, 30, root=True, answer="early answer"), 0.0) == []
+    out = assembler.add(_item("retriever", 2, 10, 20), 1.0)
+    assert _refs(out) == [(2, "early answer")]
+
+
+def test_deadline_judges_on_the_query_and_forgets_answers() -> None:
+    """Past the turn timeout waiting retrievals are judged on their query, and remembered answers expire."""
+    assembler = Assembler(turn_timeout_s=5, max_pending_traces=10)
+    assembler.add(_item("retriever", 2, 10, 20), 0.0)
+    assert _refs(assembler.expire(6.0)) == [(2, "query 2")]
+    assembler.add(_item("agent", 3, 5, 30, trace_id=7, answer="a"), 10.0)
+    assembler.expire(16.0)
+    out = assembler.add(_item("retriever", 4, 10, 20, trace_id=7, root=True), 17.0)
+    assert _refs(out) == [(4, "query 4")]
+
+
+def test_pending_traces_are_bounded() -> None:
+    """Beyond max_pending_traces the oldest trace's retrievals are released on their query, not lost."""
+    assembler = Assembler(turn_timeout_s=60, max_pending_traces=2)
+    released = []
+    for trace_id in range(1, 5):
+        released += assembler.add(_item("retriever", 10 + trace_id, 1, 2, trace_id=trace_id), 0.0)
+    assert _refs(released) == [(11, "query 11"), (12, "query 12")]
+    assert assembler.pending == 2
+
+
+def test_failed_retrieval_is_skipped() -> None:
+    """A retrieval whose call raised is skipped with call_error."""
+    assembler = Assembler(turn_timeout_s=60, max_pending_traces=10)
+    assert _refs(assembler.add(_item("retriever", 2, 1, 2, error=True), 0.0)) == [(2, "call_error")]
