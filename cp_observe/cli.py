@@ -23,12 +23,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_demo_arguments(demo)
 
     serve = commands.add_parser("serve", help="score retrievals received over OTLP (behind a Collector)")
-    try:
-        from cp_observe.serve._cli import add_arguments as add_serve_arguments
-    except ImportError:  # pragma: no cover - the service module is optional while it is being built
-        add_serve_arguments = None
-    if add_serve_arguments is not None:
-        add_serve_arguments(serve)
+    from cp_observe.serve._cli import add_arguments as add_serve_arguments
+
+    add_serve_arguments(serve)
 
     args = parser.parse_args(argv)
     if args.command == "demo":

@@ -1,0 +1,145 @@
+"""Admission: a whole OTLP request goes into the processor, or none of it does and the sender retries.
+
+The processor's queue drops (and counts) what it cannot take. A service must not: data it answered "OK"
+for is gone from the sender, so the decision is taken *before* any span of a request reaches ``on_end``,
+for the request as a whole, and refused requests get a retryable status that leaves the data with the
+Collector's retry and sending queue.
+
+The rule, with ``Q`` = ``queue_size`` and ``n`` = the items the request will put in the queue:
+
+- ``n`` counts the spans ``on_end`` would hand over: retrievals, agents and local roots of sampled (or
+  forced) traces. Spans of unsampled traces cost nothing; a request with ``n == 0`` is always accepted.
+- ``occupancy`` is an upper bound on what the evaluator holds, from ``processor.stats()``:
+  ``pending`` (its queue plus its load) plus the targets counted sampled but not finished. The core's
+  ``depth()`` can lag while the evaluator thread moves items from its queue into turn assembly; the second
+  term covers that window. It counts the evaluator's load (retrievals waiting for their answer, judgements
+  in flight) twice, which errs on the side of refusing; the strict ``<`` covers the one target the evaluator
+  may have taken from its queue but not yet counted. A public admission hook on the processor would make
+  the bound exact (see the issue notes).
+- Accept when ``occupancy + n < Q``, or when the scorer is idle (``occupancy == 0``) and ``n < 2Q``, so a
+  batch larger than the queue still gets in once the queue is empty. A request with ``n >= 2Q`` can never
+  be taken and is refused for good (HTTP 413 / ``INVALID_ARGUMENT``): keep the Collector's
+  ``send_batch_max_size`` below ``queue_size``.
+- Refusals while draining say ``UNAVAILABLE`` / 503; refusals for a full queue ``RESOURCE_EXHAUSTED`` / 429.
+
+Under this rule the evaluator never holds more than ``2Q`` items, and its own depth reading never exceeds
+``4Q``; the service gives the processor a queue of ``4Q + 1``, so the processor's drop path is unreachable
+for accepted work. ``offer`` holds one lock from the check to the last ``on_end`` of the request, so
+concurrent requests cannot both pass the check on the same free space (``on_end`` is O(1): the lock is
+held for microseconds per span).
+
+Spans the application marked ``context_precision.sampled = true`` in traces the scorer's ratio would not
+pick (``force_evaluation()`` in the app) are added to the forced traces first, so the app's forced
+decision holds here too.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from cp_observe import _names as n
+from cp_observe._processor import ContextPrecisionProcessor
+from cp_observe._sampling import FORCED
+
+__all__ = ["Admission", "Decision", "Offer", "evaluator_queue_size"]
+
+_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT})
+_OPERATIONS = frozenset({n.OPERATION_RETRIEVAL, n.OPERATION_INVOKE_AGENT})
+
+
+class Decision(enum.Enum):
+    """What became of one request."""
+
+    ACCEPTED = "accepted"
+    BUSY = "busy"  # queue full: retry later (429 / RESOURCE_EXHAUSTED)
+    DRAINING = "draining"  # shutting down: retry (elsewhere) (503 / UNAVAILABLE)
+    TOO_LARGE = "too_large"  # more sampled items than the queue can ever take (413 / INVALID_ARGUMENT)
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """The decision on one request, the queue items it carried and the occupancy seen when deciding."""
+
+    decision: Decision
+    items: int
+    occupancy: int
+
+
+def evaluator_queue_size(queue_size: int) -> int:
+    """The processor's own queue bound for a service admitting up to ``queue_size`` (see the module docstring)."""
+    return 4 * queue_size + 1
+
+
+class Admission:
+    """Decides and feeds, one request at a time, into one ``ContextPrecisionProcessor``."""
+
+    def __init__(self, processor: ContextPrecisionProcessor, queue_size: int) -> None:
+        if queue_size < 1:
+            raise ValueError("queue_size must be >= 1")
+        self.processor = processor
+        self.queue_size = queue_size
+        self._lock = threading.Lock()  # guards _draining, and spans from the check to the last on_end
+        self._draining = False
+
+    @property
+    def draining(self) -> bool:
+        """True once ``drain()`` was called: every request is refused."""
+        return self._draining
+
+    def occupancy(self) -> int:
+        """An upper bound on the items the evaluator holds (queued, waiting for an answer, being judged)."""
+        stats = self.processor.stats()
+        finished = stats["scored"] + stats["failed"] + stats["dropped"] + stats["skipped"]
+        return int(stats["pending"]) + max(0, int(stats["sampled"]) - int(finished))
+
+    def items(self, spans: Sequence[ReadableSpan]) -> int:
+        """How many of ``spans`` ``on_end`` will queue: never fewer (admission's guarantee rests on it)."""
+        sampler = self.processor.sampler
+        count = 0
+        for span in spans:
+            context = span.context
+            if context is None:
+                continue
+            attributes = span.attributes or {}
+            parent = span.parent
+            interesting = (
+                parent is None
+                or parent.is_remote
+                or attributes.get(n.OPENINFERENCE_SPAN_KIND) in _KINDS
+                or attributes.get(n.GEN_AI_OPERATION_NAME) in _OPERATIONS
+            )
+            if interesting and (context.trace_id in FORCED or sampler(context.trace_id)):
+                count += 1
+        return count
+
+    def offer(self, spans: Sequence[ReadableSpan]) -> Offer:
+        """Feed all of ``spans`` to ``processor.on_end`` (in order) or none of them."""
+        sampler = self.processor.sampler
+        for span in spans:
+            context = span.context
+            attributes = span.attributes
+            marked = context is not None and attributes is not None and attributes.get(n.CP_SAMPLED) is True
+            if marked and context is not None and not sampler(context.trace_id):
+                FORCED.add(context.trace_id)  # the application forced this trace
+        items = self.items(spans)
+        with self._lock:
+            if self._draining:
+                return Offer(Decision.DRAINING, items, -1)
+            occupancy = self.occupancy() if items else 0
+            if items and not (occupancy + items < self.queue_size or (occupancy == 0 and items < 2 * self.queue_size)):
+                decision = Decision.TOO_LARGE if items >= 2 * self.queue_size else Decision.BUSY
+                return Offer(decision, items, occupancy)
+            on_end = self.processor.on_end
+            for span in spans:
+                on_end(span)
+        return Offer(Decision.ACCEPTED, items, occupancy)
+
+    def drain(self) -> None:
+        """Refuse every later request; returns once no request is being fed."""
+        with self._lock:
+            self._draining = True

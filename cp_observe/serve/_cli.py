@@ -1,0 +1,109 @@
+"""``cp-observe serve``: flags for every setting (each also ``CP_OBSERVE_<NAME>``), run until SIGTERM, then drain."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from cp_observe._errors import ConfigurationError
+from cp_observe._names import ENV_PREFIX
+from cp_observe.serve._settings import SERVE_FIELDS, ServeSettings
+
+__all__ = ["add_arguments", "main", "run"]
+
+_EPILOG = f"""\
+Every option falls back to its environment variable, then to its default (shown in brackets).
+
+Environment only:
+  {ENV_PREFIX}JUDGE_API_KEY       the judge's API key (or the provider's own variable, e.g. OPENAI_API_KEY)
+  OTEL_EXPORTER_OTLP_ENDPOINT      where evaluation spans, events and metrics go (or --otlp-endpoint)
+  OTEL_EXPORTER_OTLP_PROTOCOL      http/protobuf (default) or grpc
+  OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES   the scorer's resource (service.instance.id: one per process)
+  OTEL_METRIC_EXPORT_INTERVAL      milliseconds between OTLP metric exports
+
+Endpoints: OTLP/gRPC TraceService/Export on --grpc-port; OTLP/HTTP POST /v1/traces (protobuf or JSON) on
+--http-port; GET /healthz, /readyz, /metrics and /stats on --admin-port. A full queue answers
+RESOURCE_EXHAUSTED / 429 with a retry delay; SIGTERM drains (new requests get UNAVAILABLE / 503)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one option per setting in ``SERVE_FIELDS``; ``None`` (not given) defers to the environment."""
+    parser.description = ("Score retrievals received over OTLP with the same turn assembly, sampling, judge and "
+                           "emission as the in-process hook; run it behind a Collector gateway.")
+    parser.epilog = _EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    fields = ServeSettings.model_fields
+    for name in SERVE_FIELDS:
+        info = fields[name]
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{info.description} [{ENV_PREFIX}{name.upper()}; {info.default!r}]".replace("%", "%%")
+        kind = _scalar(info.annotation)
+        if kind is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, dest=name, type=kind, default=None, metavar=_metavar(kind), help=help_text)
+
+
+def _scalar(annotation: Any) -> type[Any]:
+    """``float | None`` -> ``float``; the settings use str, int, float and bool only."""
+    for candidate in (bool, int, float, str):
+        if annotation is candidate or candidate in getattr(annotation, "__args__", ()):
+            return candidate
+    return str
+
+
+def _metavar(kind: type[Any]) -> str:
+    return {int: "N", float: "X", str: "TEXT"}.get(kind, "VALUE")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the service, wait for SIGTERM or SIGINT, drain; returns the exit code."""
+    from cp_observe.serve._service import ScorerService
+
+    explicit = {name: getattr(args, name, None) for name in SERVE_FIELDS}
+    try:
+        settings = ServeSettings.resolve(explicit)
+        service = ScorerService(settings)
+    except (ConfigurationError, ValueError) as exc:
+        print(f"cp-observe serve: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: types.FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            service.start()
+        except OSError as exc:
+            print(f"cp-observe serve: {exc}", file=sys.stderr)
+            service.stop(1.0)
+            return 1
+        print(f"cp-observe serve: grpc :{service.port('grpc')}, http :{service.port('http')}, "
+              f"admin :{service.port('admin')}, judge {service.processor.judge.model}, "
+              f"queue {settings.queue_size}, concurrency {settings.concurrency}", flush=True)
+        while not stop.wait(3600):
+            pass
+        print("cp-observe serve: draining", flush=True)
+        drained = service.stop()
+        stats = service.processor.stats()
+        print(f"cp-observe serve: stopped ({'drained' if drained else 'drain timed out'}); sampled "
+              f"{stats['sampled']}, scored {stats['scored']}, failed {stats['failed']}, dropped {stats['dropped']}, "
+              f"skipped {stats['skipped']}", flush=True)
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m cp_observe.serve``: the same as ``cp-observe serve``."""
+    parser = argparse.ArgumentParser(prog="cp-observe serve")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,172 @@
+"""OTLP wire formats: request bodies in (protobuf or JSON, optionally compressed), responses and refusals out.
+
+OTLP/JSON is the proto3 JSON mapping with one exception that matters here: trace and span ids are hex
+strings, not base64 (``"traceId": "5b8efff798038103d269b633813fc60c"``). They are turned into base64 before
+``json_format`` parses the document; a value that is not hex of the right length is left for the parser,
+so a base64-writing sender still works.
+
+Refusals carry a retry delay both ways the ecosystem reads it: the standard ``grpc-status-details-bin``
+(a ``google.rpc.Status`` holding a ``google.rpc.RetryInfo``; the Collector's OTLP exporter retries
+``RESOURCE_EXHAUSTED`` only when that detail is present) and ``google.rpc.retryinfo-bin`` (read by the
+Python SDK's OTLP/gRPC exporter).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import zlib
+from typing import Any
+
+# protobuf and googleapis-common-protos ship no type hints (types-protobuf is not a dependency).
+from google.protobuf import json_format  # type: ignore[import-untyped]
+from google.protobuf.any_pb2 import Any as AnyProto  # type: ignore[import-untyped]
+from google.protobuf.duration_pb2 import Duration  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+from google.rpc.error_details_pb2 import RetryInfo  # type: ignore[import-untyped]
+from google.rpc.status_pb2 import Status as RpcStatus  # type: ignore[import-untyped]
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+__all__ = [
+    "JSON",
+    "PROTOBUF",
+    "BadRequest",
+    "decode_body",
+    "encode_response",
+    "encode_status",
+    "http_retry_after",
+    "retry_metadata",
+]
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_ID_FIELDS = {"traceId": 32, "trace_id": 32, "spanId": 16, "span_id": 16, "parentSpanId": 16, "parent_span_id": 16}
+_CONTAINERS = ("resourceSpans", "resource_spans", "scopeSpans", "scope_spans", "spans", "links")
+
+
+class BadRequest(ValueError):
+    """The body cannot be read: the HTTP front door answers ``status`` (400, 413 or 415)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def decode_body(body: bytes, content_type: str, content_encoding: str, max_bytes: int) -> ExportTraceServiceRequest:
+    """Decode an OTLP/HTTP trace request body.
+
+    Raises:
+        BadRequest: unknown media type or encoding (415), too large once decompressed (413), unreadable (400).
+    """
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media not in (PROTOBUF, JSON):
+        raise BadRequest(f"unsupported content type {media or '(none)'!r}; use {PROTOBUF} or {JSON}", 415)
+    body = _decompress(body, content_encoding.strip().lower(), max_bytes)
+    if media == PROTOBUF:
+        try:
+            return ExportTraceServiceRequest.FromString(body)  # type: ignore[no-any-return]
+        except DecodeError as exc:
+            raise BadRequest(f"invalid protobuf: {exc}") from None
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        raise BadRequest(f"invalid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise BadRequest("the JSON body must be an object")
+    _hex_ids_to_base64(document)
+    try:
+        parsed: ExportTraceServiceRequest = json_format.ParseDict(
+            document, ExportTraceServiceRequest(), ignore_unknown_fields=True
+        )
+    except (ValueError, json_format.ParseError) as exc:
+        raise BadRequest(f"invalid OTLP/JSON: {exc}") from None
+    return parsed
+
+
+def _decompress(body: bytes, encoding: str, max_bytes: int) -> bytes:
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise BadRequest(f"unsupported content encoding {encoding!r}; use gzip or deflate", 415)
+    # gzip: a gzip header (wbits 16+); deflate: zlib format, or a raw stream from senders that get it wrong.
+    for wbits in ((31,) if encoding == "gzip" else (15, -15)):
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out = inflater.decompress(body, max_bytes + 1)
+        except zlib.error:
+            continue
+        if len(out) > max_bytes:
+            raise BadRequest(f"request larger than {max_bytes} bytes once decompressed", 413)
+        return out
+    raise BadRequest(f"invalid {encoding} body")
+
+
+def _hex_ids_to_base64(node: Any) -> None:
+    """Walk resourceSpans/scopeSpans/spans/links and rewrite hex ids as base64 (in place)."""
+    if isinstance(node, list):
+        for item in node:
+            _hex_ids_to_base64(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, length in _ID_FIELDS.items():
+        value = node.get(key)
+        if isinstance(value, str) and len(value) == length:
+            try:
+                raw = bytes.fromhex(value)
+            except ValueError:
+                continue
+            node[key] = base64.b64encode(raw).decode("ascii")
+    for key in _CONTAINERS:
+        if key in node:
+            _hex_ids_to_base64(node[key])
+
+
+def encode_response(media: str, rejected: int = 0, message: str = "") -> bytes:
+    """An ``ExportTraceServiceResponse`` in the request's encoding; ``partial_success`` when spans were rejected."""
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    if media == JSON:
+        return str(json_format.MessageToJson(response, indent=None)).encode("utf-8")
+    return bytes(response.SerializeToString())
+
+
+def encode_status(media: str, grpc_code: int, message: str, retry_after_s: float | None = None) -> bytes:
+    """A ``google.rpc.Status`` body for an HTTP refusal, in the request's encoding (OTLP/HTTP failure body)."""
+    status = _status(grpc_code, message, retry_after_s)
+    if media == JSON:
+        return str(json_format.MessageToJson(status, indent=None)).encode("utf-8")
+    return bytes(status.SerializeToString())
+
+
+def http_retry_after(seconds: float) -> str:
+    """``Retry-After`` takes whole seconds: round up, never below one."""
+    return str(max(1, math.ceil(seconds)))
+
+
+def retry_metadata(grpc_code: int, message: str, retry_after_s: float) -> tuple[tuple[str, bytes], ...]:
+    """Trailing metadata carrying a ``RetryInfo``, for the Collector and for the Python SDK's exporter."""
+    return (
+        ("grpc-status-details-bin", _status(grpc_code, message, retry_after_s).SerializeToString()),
+        ("google.rpc.retryinfo-bin", _retry_info(retry_after_s).SerializeToString()),
+    )
+
+
+def _retry_info(seconds: float) -> Any:
+    whole = int(seconds)
+    return RetryInfo(retry_delay=Duration(seconds=whole, nanos=round((seconds - whole) * 1e9)))
+
+
+def _status(grpc_code: int, message: str, retry_after_s: float | None) -> Any:
+    status = RpcStatus(code=grpc_code, message=message)
+    if retry_after_s is not None:
+        detail = AnyProto()
+        detail.Pack(_retry_info(retry_after_s))
+        status.details.append(detail)
+    return status

@@ -1,0 +1,298 @@
+"""``ScorerService``: one ``ContextPrecisionProcessor`` behind OTLP front doors, with health, readiness and metrics.
+
+Two front doors (OTLP/gRPC and OTLP/HTTP) turn each request into ``ReadableSpan`` objects
+(``_convert``) and offer them to ``Admission``, which feeds them to the processor's ``on_end`` or refuses
+the whole request with a retryable status. From ``on_end`` on, everything is the library's in-process
+code: turn assembly, sampling, the judge, and emission of the evaluation span, the
+``gen_ai.evaluation.result`` event and the metrics, here exported over OTLP (``OTEL_EXPORTER_OTLP_*`` or
+``otlp_endpoint``, through the same exporter helpers ``configure()`` uses) and served on ``/metrics``.
+
+Lifecycle: ``start()`` binds the ports; ``stop()`` drains: refuse new requests (503 / ``UNAVAILABLE``),
+judge what was accepted within ``drain_timeout_s``, flush the exporters, close the ports.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from prometheus_client import CollectorRegistry
+
+from cp_observe import _names as n
+from cp_observe._configure import _judge_from, _log_exporter, _metric_readers, _span_exporter
+from cp_observe._log import logger
+from cp_observe._processor import ContextPrecisionProcessor
+from cp_observe._types import Judge
+from cp_observe.serve._admission import Admission, Decision, Offer, evaluator_queue_size
+from cp_observe.serve._convert import spans_from_request
+from cp_observe.serve._settings import ServeSettings
+
+__all__ = [
+    "DEFAULT_SERVICE_NAME",
+    "SERVE_METRIC_OCCUPANCY",
+    "SERVE_METRIC_REQUESTS",
+    "SERVE_METRIC_SPANS",
+    "Ingested",
+    "ScorerService",
+]
+
+DEFAULT_SERVICE_NAME = "cp-observe-scorer"
+SERVE_METRIC_REQUESTS = n.SERVE_METRIC_REQUESTS
+SERVE_METRIC_SPANS = n.SERVE_METRIC_SPANS
+SERVE_METRIC_OCCUPANCY = n.SERVE_METRIC_OCCUPANCY
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """What became of one request: the admission decision, and spans refused as malformed (with why)."""
+
+    offer: Offer
+    spans: int
+    rejected: int
+    error: str
+
+
+class ScorerService:
+    """The scoring service: OTLP in, one ``ContextPrecisionProcessor``, evaluations out.
+
+    Args:
+        settings: the service's settings (default: ``ServeSettings.resolve()``, i.e. ``CP_OBSERVE_*``).
+        judge: a ``Judge`` object instead of the one named by ``settings.judge`` (tests, embedding).
+        tracer_provider: where evaluation spans go (default: a new provider exporting over OTLP).
+        meter_provider: where metrics go (default: a new provider exporting over OTLP and serving ``/metrics``;
+            a provider given here is not served on ``/metrics``).
+        logger_provider: where ``gen_ai.evaluation.result`` events go (default: a new provider, OTLP).
+    """
+
+    def __init__(
+        self,
+        settings: ServeSettings | None = None,
+        *,
+        judge: Judge | None = None,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        logger_provider: LoggerProvider | None = None,
+    ) -> None:
+        self.settings = s = settings if settings is not None else ServeSettings.resolve()
+        chosen = judge if judge is not None else _judge_from(s)  # first: a bad judge leaves nothing running
+        self._owned: list[Any] = []  # providers created here: flushed and shut down by stop(), in this order
+        resource = _resource(s.service_name)
+        if tracer_provider is None:
+            tracer_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
+            exporter = _span_exporter(s)
+            if exporter is not None:
+                tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+            else:
+                logger.warning("no OTLP endpoint: evaluation spans and events are not exported (set "
+                               "OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint); metrics stay on /metrics")
+            self._owned.append(tracer_provider)
+        if logger_provider is None:
+            logger_provider = LoggerProvider(resource=resource)
+            log_exporter = _log_exporter(s)
+            if log_exporter is not None:
+                logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
+            self._owned.append(logger_provider)
+        self.registry = CollectorRegistry()
+        if meter_provider is None:
+            from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+            readers = _metric_readers(s.model_copy(update={"metrics_port": None}))
+            # Flush these only: a flushed Prometheus reader would serve that collection again at the next scrape.
+            self._metric_readers: list[Any] = list(readers)
+            readers.append(PrometheusMetricReader(registry=self.registry))
+            meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+            self._owned.append(meter_provider)  # last: its final export counts everything that happened
+        else:
+            self._metric_readers = [meter_provider]
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.logger_provider = logger_provider
+        self.processor = ContextPrecisionProcessor(
+            chosen,
+            sample_rate=s.sample_rate,
+            max_evaluations_per_minute=s.max_evaluations_per_minute,
+            daily_budget_usd=s.daily_budget_usd,
+            threshold=s.threshold,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            logger_provider=logger_provider,
+            capture_content=s.capture_content,
+            queue_size=evaluator_queue_size(s.queue_size),
+            concurrency=s.concurrency,
+            turn_timeout_s=s.turn_timeout_s,
+            max_pending_traces=s.max_pending_traces,
+            max_judged_contexts=s.max_judged_contexts,
+            evaluation_timeout_s=s.evaluation_timeout_s,
+            circuit_failures=s.circuit_failures,
+            circuit_cooldown_s=s.circuit_cooldown_s,
+            shutdown_timeout_s=s.drain_timeout_s,
+        )
+        self.admission = Admission(self.processor, s.queue_size)
+        meter = meter_provider.get_meter("cp_observe.serve")
+        self._requests = meter.create_counter(
+            SERVE_METRIC_REQUESTS, unit="{request}", description="OTLP trace requests by protocol and result."
+        )
+        self._spans = meter.create_counter(SERVE_METRIC_SPANS, unit="{span}", description="Spans received.")
+
+        def observe(_: CallbackOptions) -> list[Observation]:
+            return [Observation(self.admission.occupancy())]
+
+        meter.create_observable_gauge(
+            SERVE_METRIC_OCCUPANCY, callbacks=[observe], unit="{item}",
+            description="Upper bound on the items the scorer holds; requests are refused at queue_size.",
+        )
+        self._lock = threading.Lock()  # guards _counts, _servers, _started and _stopped
+        self._counts: Counter[str] = Counter()
+        self._servers: dict[str, Any] = {}
+        self._started = False
+        self._stopped = False
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> ScorerService:
+        """Bind the gRPC, HTTP and admin ports and serve; returns the service.
+
+        Raises:
+            OSError: a port could not be bound (nothing stays open).
+        """
+        from cp_observe.serve._grpc import GrpcFrontDoor
+        from cp_observe.serve._http import AdminServer, OtlpHttpServer
+
+        s = self.settings
+        try:
+            with self._lock:
+                if self._started:
+                    raise RuntimeError("the service is already started")
+                self._servers["grpc"] = GrpcFrontDoor(self, s.listen_host, s.grpc_port).start()
+                self._servers["http"] = OtlpHttpServer(self, s.listen_host, s.http_port).start()
+                self._servers["admin"] = AdminServer(self, s.listen_host, s.admin_port).start()
+                self._started = True
+        except BaseException:
+            self._close_servers(0.0)
+            raise
+        ports = {f"{name}_port": server.port for name, server in self._servers.items()}
+        logger.info("cp-observe serve started", **ports)
+        return self
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Drain and stop: refuse new requests, judge what was accepted, flush the exporters, close the ports.
+
+        Returns True when every accepted evaluation finished within ``timeout_s`` (default ``drain_timeout_s``);
+        what did not is counted as dropped (reason ``shutdown``). Idempotent.
+        """
+        with self._lock:
+            if self._stopped:
+                return True
+            self._stopped = True
+        timeout = self.settings.drain_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        self.admission.drain()
+        done = self.processor.force_flush(int(timeout * 1000))
+        self.processor.shutdown()
+        for provider in self._owned:
+            remaining_ms = max(1_000, int((deadline - time.monotonic()) * 1000))
+            try:
+                if provider is not self.meter_provider:
+                    provider.force_flush(remaining_ms)
+            finally:
+                provider.shutdown()  # a meter provider's shutdown collects and exports one last time
+        self._close_servers(1.0)
+        logger.info("cp-observe serve stopped", drained=done, **self.processor.stats())
+        return done
+
+    def _close_servers(self, grace_s: float) -> None:
+        for server in list(self._servers.values()):
+            try:
+                server.stop(grace_s)
+            except Exception as exc:  # noqa: BLE001 - closing one port must not keep the others open
+                logger.warning("closing a port failed", error_type=type(exc).__name__)
+
+    def __enter__(self) -> ScorerService:
+        return self if self._started else self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # --- the one entry point of both front doors ---------------------------------------------------------------
+    def ingest(self, request: ExportTraceServiceRequest, protocol: str) -> Ingested:
+        """Convert one OTLP request and offer it, whole, to the processor."""
+        converted = spans_from_request(request)
+        offer = self.admission.offer(converted.spans)
+        self.count(protocol, offer.decision.value, spans=len(converted.spans) + converted.rejected)
+        if offer.decision is Decision.TOO_LARGE:
+            logger.warning("request refused: more sampled items than the queue can hold; lower the batch size",
+                           items=offer.items, queue_size=self.settings.queue_size)
+        return Ingested(offer, len(converted.spans), converted.rejected, converted.error)
+
+    def count(self, protocol: str, result: str, spans: int = 0) -> None:
+        """Count one request (and its spans) for ``/metrics`` and ``/stats``."""
+        self._requests.add(1, {n.PROTOCOL: protocol, n.RESULT: result})
+        if spans:
+            self._spans.add(spans, {n.PROTOCOL: protocol})
+        with self._lock:
+            self._counts[f"{protocol}:{result}"] += 1
+
+    # --- introspection ----------------------------------------------------------------------------------------
+    def port(self, name: str) -> int:
+        """The bound port of ``"grpc"``, ``"http"`` or ``"admin"`` (useful with port 0)."""
+        return int(self._servers[name].port)
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready to take traffic: started, not draining, occupancy below the high-water mark."""
+        if not self._started:
+            return False, "starting"
+        if self.admission.draining:
+            return False, "draining"
+        occupancy = self.admission.occupancy()
+        high = self.settings.ready_high_water * self.settings.queue_size
+        if occupancy >= high:
+            return False, f"queue above the high-water mark ({occupancy}/{self.settings.queue_size})"
+        return True, "ready"
+
+    def stats(self) -> dict[str, Any]:
+        """The processor's accounting, plus occupancy, queue size, request counts and state."""
+        out = self.processor.stats()
+        with self._lock:
+            requests = dict(sorted(self._counts.items()))
+        out.update(occupancy=self.admission.occupancy(), queue_size=self.settings.queue_size,
+                   requests=requests, draining=self.admission.draining)
+        return out
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Judge everything accepted so far and flush the evaluation spans, events and metrics."""
+        done = self.processor.force_flush(int(timeout_s * 1000))
+        for provider in (self.tracer_provider, self.logger_provider, *self._metric_readers):
+            flush = getattr(provider, "force_flush", None)
+            if callable(flush):
+                flush(int(timeout_s * 1000))
+        return done
+
+
+def _resource(service_name: str | None) -> Resource:
+    """``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``, a per-process ``service.instance.id``, our name."""
+    resource = Resource.create({})
+    extra: dict[str, str] = {}
+    if service_name:
+        extra["service.name"] = service_name
+    elif str(resource.attributes.get("service.name", "unknown_service")).startswith("unknown_service"):
+        extra["service.name"] = DEFAULT_SERVICE_NAME
+    if "service.instance.id" not in resource.attributes:
+        # Replicas' counters must not collide in the backend: one instance id per process.
+        extra["service.instance.id"] = f"{socket.gethostname()}-{os.getpid()}"
+    return resource.merge(Resource(extra)) if extra else resource
