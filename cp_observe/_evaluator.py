@@ -218,7 +218,7 @@ class Evaluator:
         except Exception as exc:  # noqa: BLE001 - never let the thread die loudly into the host's stderr
             logger.error("cp-observe evaluator stopped", error_type=type(exc).__name__)
         finally:
-            loop.close()
+            _close_loop(loop)
 
     def _set_wake(self) -> None:
         self._wake_pending = False
@@ -320,7 +320,7 @@ class Evaluator:
         if contexts is None:
             self._finish_skip(item, "no_content")
             return
-        if not self.circuit.allow():
+        if self.circuit.state == "open":
             self._finish_skip(item, "circuit_open")
             return
         if not self.rate.allow():
@@ -328,6 +328,10 @@ class Evaluator:
             return
         if not self.budget.allow():
             self._finish_skip(item, "budget_exhausted")
+            return
+        # Last, because in the half-open state this takes the single probe: a skip after it would keep it.
+        if not self.circuit.allow():
+            self._finish_skip(item, "circuit_open")
             return
         model = _model(self.judge)
         start_ns = time.time_ns()
@@ -376,6 +380,22 @@ class Evaluator:
             emit(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - an exporter or meter failing must not kill the evaluator
             logger.warning("emitting an evaluation failed", error_type=type(exc).__name__)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the loop as ``asyncio.run`` does: cancel what is left (litellm leaves a logging worker), then close."""
+    try:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    except Exception as exc:  # noqa: BLE001 - closing must not fail the thread's exit
+        logger.debug("closing the evaluator loop", error_type=type(exc).__name__)
+    finally:
+        loop.close()
 
 
 def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | None = None) -> Target:

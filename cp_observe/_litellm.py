@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from types import ModuleType
@@ -10,8 +11,11 @@ from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
 
 __all__ = ["load_litellm"]
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards the one-time import
 _module: ModuleType | None = None
+if hasattr(os, "register_at_fork"):
+    # The import takes seconds under the lock; a child forked meanwhile must not inherit it locked.
+    os.register_at_fork(before=_lock.acquire, after_in_parent=_lock.release, after_in_child=_lock.release)
 
 
 def load_litellm() -> ModuleType:
@@ -24,8 +28,13 @@ def load_litellm() -> ModuleType:
             os.environ.setdefault(ENV_LITELLM_LOCAL_COST_MAP, "True")
             import litellm
 
-            # Keep litellm quiet: its banners and "give feedback" lines would land in the host's output.
+            # Keep litellm quiet: its banners and "give feedback" lines would land in the host's output, and at
+            # DEBUG it logs whole prompts, i.e. captured content. The host can still lower the level itself.
             litellm.suppress_debug_info = True
             litellm.telemetry = False
+            for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+                log = logging.getLogger(name)
+                if log.level == logging.NOTSET or log.level < logging.WARNING:
+                    log.setLevel(logging.WARNING)
             _module = litellm
     return _module

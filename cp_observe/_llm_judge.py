@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import os
 import random
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +40,9 @@ _MODES: tuple[StructuredOutput, ...] = ("json_schema", "json_object", "none")
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _MAX_RETRY_AFTER_S = 60.0
 _FALLBACK_CONCURRENCY = 4
+_SECRET_VARIABLE = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET)$", re.IGNORECASE)
+# Key-shaped tokens (OpenAI/Anthropic "sk-...", Bearer tokens) are scrubbed even when we do not know the key.
+_KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{6,}|Bearer\s+[A-Za-z0-9._\-]{8,})")
 
 
 @dataclass(slots=True)
@@ -279,15 +284,20 @@ class LLMJudge:
                     await asyncio.sleep(delay)
                     continue
                 message = self._scrub(f"{type(exc).__name__}: {exc}")[:500]
-                if _retryable(exc):
-                    raise JudgeTransportError(
+                failure: JudgeError = (
+                    JudgeTransportError(
                         f"judge {self._model} failed after {attempt + 1} attempts: {message}", calls=spent.usage.calls
-                    ) from None
-                raise JudgeError(f"judge {self._model} call failed: {message}", calls=spent.usage.calls) from None
+                    )
+                    if _retryable(exc)
+                    else JudgeError(f"judge {self._model} call failed: {message}", calls=spent.usage.calls)
+                )
+                break
             reply = _reply_of(litellm, response)
             spent.add(reply)
             logger.debug("judge call", model=self._model, seconds=round(time.monotonic() - started, 3))
             return reply
+        # Raised outside the except block, so the unscrubbed litellm error is not kept as __context__.
+        raise failure
 
     def _delay(self, attempt: int, exc: BaseException) -> float:
         retry_after = _retry_after(exc)
@@ -296,13 +306,17 @@ class LLMJudge:
         return float(min(self.backoff_max, self.backoff_base * 2**attempt) * random.uniform(0.5, 1.0))
 
     def _scrub(self, text: str) -> str:
-        key = self._api_key
-        if key and len(key) >= 4:
+        """Remove every key litellm might have used: ours, and the provider variables' (the documented fallback)."""
+        keys = [self._api_key] if self._api_key else []
+        keys.extend(value for name, value in os.environ.items() if _SECRET_VARIABLE.search(name) and value)
+        for key in keys:
+            if key is None or len(key) < 8:
+                continue
             text = text.replace(key, "***")
             # Providers echo keys partly masked ("sk-abc...wxyz"); drop the recognisable ends too.
             if len(key) >= 12:
                 text = text.replace(key[:8], "***").replace(key[-4:], "***")
-        return text
+        return _KEY_LIKE.sub("***", text)
 
 
 @dataclass(slots=True)

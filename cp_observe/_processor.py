@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -35,6 +36,10 @@ __all__ = ["ContextPrecisionProcessor"]
 
 _TARGET_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT})
 _KIND_OF_OPERATION = {n.OPERATION_RETRIEVAL: n.KIND_RETRIEVER, n.OPERATION_INVOKE_AGENT: n.KIND_AGENT}
+
+
+def _millis_left(deadline: float) -> int:
+    return max(0, int((deadline - time.monotonic()) * 1000))
 
 
 class ContextPrecisionProcessor(SpanProcessor):
@@ -113,9 +118,8 @@ class ContextPrecisionProcessor(SpanProcessor):
         runtime = _runtime.runtime()
         if capture_content is None:
             capture_content = runtime.capture_content
-        if not runtime.configured:
-            # Without configure(), the decorators mark spans with this processor's rate.
-            _runtime.install(sampler=self.sampler)
+        _runtime.register_sampler(id(self), self.sampler)
+        weakref.finalize(self, _runtime.register_sampler, id(self), None)
         self.shutdown_timeout_s = shutdown_timeout_s
         self._emitter = Emitter(
             tracer_provider=tracer_provider,
@@ -198,7 +202,11 @@ class ContextPrecisionProcessor(SpanProcessor):
             if kind not in _TARGET_KINDS and not local_root:
                 return False
             context = span.context
-            if context is None or self._shutdown:
+            if context is None:
+                return False
+            if self._shutdown:
+                if kind in _TARGET_KINDS:
+                    PAYLOADS.take((context.trace_id, context.span_id))
                 return False
             trace_id = context.trace_id
             forced = trace_id in FORCED
@@ -240,15 +248,17 @@ class ContextPrecisionProcessor(SpanProcessor):
         if getattr(self._flushing, "active", False):
             return True  # re-entered through the provider's own force_flush below
         self._flushing.active = True
+        deadline = time.monotonic() + timeout_millis / 1000
         try:
             done = self._evaluator.flush(timeout_millis / 1000)
             if self._hold is not None:
                 self._hold.release_all()
-                self._hold.downstream.force_flush(timeout_millis)
+                self._hold.downstream.force_flush(_millis_left(deadline))
             provider = self._emitter.tracer_provider
             flush = getattr(provider, "force_flush", None)
-            if callable(flush):
-                flush(timeout_millis)
+            left = _millis_left(deadline)
+            if callable(flush) and left > 0:
+                done = bool(flush(left)) and done
             return done
         finally:
             self._flushing.active = False
@@ -257,7 +267,8 @@ class ContextPrecisionProcessor(SpanProcessor):
         """Drain within ``shutdown_timeout_s``; what could not finish is counted as dropped (shutdown)."""
         if self._shutdown:
             return
-        self._evaluator.shutdown(self.shutdown_timeout_s)
+        _runtime.register_sampler(id(self), None)
+        self._evaluator.shutdown(self.shutdown_timeout_s)  # targets ending meanwhile are counted dropped
         self._shutdown = True
         if self._hold is not None:
             self._hold.release_all()

@@ -170,9 +170,12 @@ def _block(title: str, text: str, nonce: str) -> str:
     return f"{_MARK} {title} {_MARK}\n{_neutralise(text)}\n{_MARK} END {nonce} {_MARK}"
 
 
+_EQUALS_RUN: Final = re.compile(r"={3,}")
+
+
 def _neutralise(text: str) -> str:
-    # A run of "=" long enough to look like a marker is broken up, so data can never pose as a boundary.
-    return text.replace(_MARK, "= = =") if _MARK in text else text
+    # Every run of three or more "=" is spaced out, so data can never pose as a block boundary.
+    return _EQUALS_RUN.sub(lambda run: " ".join(run.group()), text) if _MARK in text else text
 
 
 def _nonce(query: str, reference: str, contexts: Sequence[str]) -> str:

@@ -97,6 +97,28 @@ def install(**changes: object) -> Runtime:
     return updated
 
 
+_LIVE_SAMPLERS: dict[int, TraceIdRatio] = {}  # live processors' samplers, by id(processor)
+_LIVE_LOCK = threading.Lock()  # guards _LIVE_SAMPLERS
+
+
+def register_sampler(owner: int, sampler: TraceIdRatio | None) -> None:
+    """Record (or with ``None`` forget) a live processor's sampler and re-derive the decorators' marks.
+
+    Without ``configure()``, calls are marked sampled at the highest rate of the live processors: decisions
+    nest (low bits of the trace id), so each processor's own share is a subset of what was marked, and a
+    processor added for another provider never starves this one.
+    """
+    with _LIVE_LOCK:
+        if sampler is None:
+            _LIVE_SAMPLERS.pop(owner, None)
+        else:
+            _LIVE_SAMPLERS[owner] = sampler
+        if RUNTIME_HOLDER[0].configured:
+            return
+        best = max(_LIVE_SAMPLERS.values(), key=lambda s: s.rate, default=None)
+        install(sampler=best if best is not None else from_environment().sampler)
+
+
 class PayloadStore:
     """At most ``max_entries`` payloads by (trace id, span id); the oldest is evicted first and counted."""
 

@@ -9,6 +9,7 @@ re-raises them under pytest): a bug in cp-observe must never reach the host's co
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from cp_observe._extract import Context, extract_contexts
 from cp_observe._internal import report_internal_error
 from cp_observe._runtime import PAYLOADS, RUNTIME_HOLDER, Payload, Runtime
 from cp_observe._sampling import FORCED, is_forced
-from cp_observe._serialize import finite_float, metadata_json, safe_str
+from cp_observe._serialize import finite_float, metadata_json, safe_str, type_name
 
 __all__ = ["Call", "State", "enter", "fail", "finish", "leave", "start"]
 
@@ -103,16 +104,17 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             sampled = True
         attributes: dict[str, Any] = {n.CP_SAMPLED: sampled}
         key = None
-        if sampled or rt.capture_content:
-            query = _text(call.query(args, kwargs), rt, rt.max_value_length if not sampled else _JUDGE_TEXT_LIMIT)
-            if rt.capture_content:
-                shown = _shown(query, rt.max_value_length)
-                attributes[n.INPUT_VALUE] = shown
-                if call.kind == "retriever":
-                    attributes[n.GEN_AI_RETRIEVAL_QUERY_TEXT] = shown
-            if sampled and rt.keep_payloads:
-                key = (trace_id, span_context.span_id)
-                PAYLOADS.put(key, Payload(query=query))
+        raw_query = call.query(args, kwargs) if sampled or rt.capture_content else None
+        # No query (None) is recorded as absent, never as the text "None".
+        query = "" if raw_query is None else _text(raw_query, rt, _JUDGE_TEXT_LIMIT if sampled else rt.max_value_length)
+        if rt.capture_content and raw_query is not None:
+            shown = _shown(query, rt.max_value_length)
+            attributes[n.INPUT_VALUE] = shown
+            if call.kind == "retriever":
+                attributes[n.GEN_AI_RETRIEVAL_QUERY_TEXT] = shown
+        if sampled and rt.keep_payloads:
+            key = (trace_id, span_context.span_id)
+            PAYLOADS.put(key, Payload(query=query))
         attributes[n.CP_CONTENT_CAPTURED] = rt.capture_content
         span.set_attributes(attributes)
         return State(call, span, rt, sampled, key)
@@ -161,12 +163,29 @@ def fail(state: State, exc: BaseException) -> None:
             span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
             span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
             if isinstance(exc, Exception) and state.runtime.capture_content:
-                span.record_exception(exc)
+                _record_exception(span, exc, state.runtime.max_value_length)
     except Exception as error:  # noqa: BLE001 - our failure must not replace the user's exception
         _end(span)
         report_internal_error("span fail", error)
         return
     _end(span)
+
+
+def _record_exception(span: Span, exc: BaseException, limit: int) -> None:
+    """The SDK's ``record_exception``, bounded, and safe with exceptions whose ``str`` raises."""
+    try:
+        stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # noqa: BLE001 - formatting calls str(exc), which may raise
+        stack = f"{type_name(exc)} (traceback unavailable)"
+    span.add_event(
+        "exception",
+        {
+            "exception.type": type_name(exc),
+            "exception.message": _shown(safe_str(exc, limit), limit),
+            "exception.stacktrace": _shown(stack[-limit:], limit),
+            "exception.escaped": True,
+        },
+    )
 
 
 def _end(span: Span) -> None:
@@ -187,10 +206,10 @@ def _record_result(state: State, result: Any, partial: bool) -> None:
             # empty it for the caller. Its contexts are not captured and it is not scored (skipped, no_content).
             raw = _UNREADABLE
         items: tuple[Context, ...] = ()
+        redact = rt.redact
         if raw is not _UNREADABLE:
             extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
             items = extracted.contexts
-            redact = rt.redact
             contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
             attributes[n.CP_CONTEXT_COUNT] = extracted.total if extracted.total is not None else len(items)
         if rt.capture_content and contexts is not None:
@@ -200,7 +219,7 @@ def _record_result(state: State, result: Any, partial: bool) -> None:
                 keys = _DOC_KEYS[i]
                 attributes[keys["content"]] = _shown(text, limit)
                 if item.id is not None:
-                    attributes[keys["id"]] = _shown(item.id, limit)
+                    attributes[keys["id"]] = _shown(_redacted(item.id, redact) if redact else item.id, limit)
                 if item.score is not None:
                     score = finite_float(item.score)
                     if score is not None:
@@ -208,12 +227,14 @@ def _record_result(state: State, result: Any, partial: bool) -> None:
                 if item.metadata:
                     meta = metadata_json(item.metadata, limit)
                     if meta is not None:
-                        attributes[keys["metadata"]] = _shown(meta, limit + 64)
+                        attributes[keys["metadata"]] = _shown(_redacted(meta, redact) if redact else meta, limit + 64)
     answer: str | None = None
     if call.kind == "agent":
-        answer = _text(call.output(result) if call.output is not None else _answer_of(result), rt, _JUDGE_TEXT_LIMIT)
-        if rt.capture_content:
-            attributes[n.OUTPUT_VALUE] = _shown(answer, rt.max_value_length)
+        raw_answer = call.output(result) if call.output is not None else _answer_of(result)
+        if raw_answer is not None:  # an agent that returned None gave no answer (judged on the query instead)
+            answer = _text(raw_answer, rt, _JUDGE_TEXT_LIMIT)
+            if rt.capture_content:
+                attributes[n.OUTPUT_VALUE] = _shown(answer, rt.max_value_length)
     if partial:
         attributes[n.CP_PARTIAL] = True
     if state.key is not None:
@@ -237,15 +258,13 @@ def _shown(text: str, limit: int) -> str:
 
 
 def _answer_of(result: Any) -> Any:
-    if type(result) is str:
+    if type(result) is str or result is None:
         return result
-    if isinstance(result, Mapping):
-        for key in _ANSWER_KEYS:
-            value = result.get(key)
-            if isinstance(value, str):
-                return value
     for key in _ANSWER_KEYS:
-        value = getattr(result, key, None)
+        try:
+            value = result.get(key) if isinstance(result, Mapping) else getattr(result, key, None)
+        except Exception:  # noqa: BLE001 - a result whose fields raise: fall back to the whole result
+            continue
         if isinstance(value, str):
             return value
     return result
