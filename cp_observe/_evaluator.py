@@ -37,6 +37,7 @@ from cp_observe._types import Judge, ScoreResult
 __all__ = ["Evaluator", "Stats"]
 
 _TICK_S = 0.25
+_SIGNAL_BOUND_FACTOR = 4
 
 
 @dataclass(slots=True)
@@ -102,6 +103,8 @@ class Evaluator:
         """Fresh state: at construction and in a forked child (the parent's thread does not exist there)."""
         self._queue: deque[Item] = deque()
         self._lock = threading.Lock()  # guards stats, _thread start and _closed
+        self._count_lock = threading.Lock()  # guards _queued_targets and the target bound check
+        self._queued_targets = 0
         self.stats = Stats()
         self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces)
         self._ready: deque[Ready] = deque()
@@ -122,18 +125,34 @@ class Evaluator:
     # --- producer side (any thread; on_end) ----------------------------------------------------------------
     def depth(self) -> int:
         """Targets queued, waiting for an answer, ready or being judged."""
-        return len(self._queue) + self._load
+        return self._queued_targets + self._load
 
     def submit(self, item: Item) -> bool:
-        """Queue an ended span; False (and counted dropped, for a target) when the queue is full or closed."""
-        if self._closed or len(self._queue) + self._load >= self.queue_size:
-            if item.target:
+        """Queue an ended span; False (and counted dropped, for a target) when the queue is full or closed.
+
+        Targets count against ``queue_size``. An agent's answer or a root's end is tiny and is what releases
+        the retrievals waiting for it, so it is taken even when targets are refused (up to a hard bound):
+        refusing it would leave those retrievals holding every slot until their turn timeout.
+        """
+        queued = len(self._queue)
+        if item.target:
+            with self._count_lock:
+                full = self._closed or self._queued_targets + self._load >= self.queue_size
+                if not full:
+                    self._queued_targets += 1
+                    self._queue.append(item)
+            if full:
                 self._drop(item, "shutdown" if self._closed else "queue_full")
+                return False
+        elif self._closed or queued >= _SIGNAL_BOUND_FACTOR * self.queue_size:
             return False
-        self._queue.append(item)
+        else:
+            self._queue.append(item)
         if self._thread is None:
             self._start_thread()
-        if not self._wake_pending and self._loop is not None:
+        # Wake the loop only when the queue was empty: a draining loop takes what follows anyway, and each
+        # wake-up is a syscall on the request path.
+        if queued == 0 and not self._wake_pending and self._loop is not None:
             self._wake_pending = True
             try:
                 self._loop.call_soon_threadsafe(self._set_wake)
@@ -200,11 +219,10 @@ class Evaluator:
             thread.join(max(0.1, deadline - time.monotonic()))
         # Whatever the thread did not take is counted here (the thread has stopped or is abandoned).
         while self._queue:
-            item = self._queue[0]
+            item = self._queue.popleft()
             if item.target:
-                self._load += 1  # counted before it leaves the queue, so depth() never reads low
-            self._queue.popleft()
-            if item.target:
+                with self._count_lock:
+                    self._queued_targets -= 1
                 self._drop(item, "shutdown")
 
     # --- the evaluator thread ------------------------------------------------------------------------------
@@ -243,7 +261,9 @@ class Evaluator:
         while self._queue:
             item = self._queue[0]
             if item.target:
-                self._load += 1  # counted before it leaves the queue, so depth() never reads low
+                with self._count_lock:
+                    self._load += 1  # counted before it leaves the queue, so depth() never reads low
+                    self._queued_targets -= 1
             self._queue.popleft()
             if item.target:
                 with self._lock:

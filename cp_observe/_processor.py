@@ -204,14 +204,15 @@ class ContextPrecisionProcessor(SpanProcessor):
             context = span.context
             if context is None:
                 return False
+            marked = attributes.get(n.CP_SAMPLED) is True if attributes else False  # only these have a payload
             if self._shutdown:
-                if kind in _TARGET_KINDS:
+                if marked:
                     PAYLOADS.take((context.trace_id, context.span_id))
                 return False
             trace_id = context.trace_id
             forced = trace_id in FORCED
             if not (forced or self.sampler(trace_id)):
-                if kind in _TARGET_KINDS:
+                if marked:
                     PAYLOADS.take((trace_id, context.span_id))
                 return False
             if kind == n.KIND_RETRIEVER:
@@ -221,7 +222,7 @@ class ContextPrecisionProcessor(SpanProcessor):
                 target = attributes is not None and attributes.get(n.CP_CONTEXT_COUNT) is not None
             else:
                 item_kind, target = "root", False
-            payload = PAYLOADS.take((trace_id, context.span_id)) if item_kind != "root" else None
+            payload = PAYLOADS.take((trace_id, context.span_id)) if marked and item_kind != "root" else None
             held = hold and target and self._hold is not None and self._hold.hold(span)
             accepted = self._evaluator.submit(
                 Item(

@@ -138,14 +138,6 @@ class PayloadStore:
                 if self.evicted in (1, 100, 10_000):
                     logger.warning("payload store full; oldest payloads evicted", evicted=self.evicted)
 
-    def update(self, key: tuple[int, int], **fields: object) -> None:
-        """Set fields of a stored payload, if it is still there."""
-        with self._lock:
-            payload = self._data.get(key)
-            if payload is not None:
-                for name, value in fields.items():
-                    setattr(payload, name, value)
-
     def take(self, key: tuple[int, int]) -> Payload | None:
         """Remove and return the payload, or ``None``."""
         with self._lock:

@@ -74,14 +74,18 @@ class Call:
 class State:
     """One call in flight: its span, the context to make current, and whether it is sampled."""
 
-    __slots__ = ("call", "ctx", "key", "recording", "runtime", "sampled", "span")
+    __slots__ = ("call", "ctx", "key", "query", "recording", "runtime", "sampled", "span")
 
-    def __init__(self, call: Call, span: Span, runtime: Runtime, sampled: bool, key: tuple[int, int] | None) -> None:
+    def __init__(
+        self, call: Call, span: Span, runtime: Runtime, *, sampled: bool = False, key: tuple[int, int] | None = None,
+        query: str = "",
+    ) -> None:
         self.call = call
         self.span = span
         self.runtime = runtime
         self.sampled = sampled
-        self.key = key
+        self.key = key  # (trace id, span id) when the judge will want this call's content
+        self.query = query
         self.recording = span.is_recording()
         self.ctx = _set_span_in_context(span)
 
@@ -95,7 +99,7 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
         rt = RUNTIME_HOLDER[0]
         span = rt.tracer.start_span(call.span_name, attributes=call.start_attributes)
         if not span.is_recording():
-            return State(call, span, rt, False, None)
+            return State(call, span, rt)
         span_context = span.get_span_context()
         trace_id = span_context.trace_id
         sampled = rt.sampler(trace_id)
@@ -113,11 +117,11 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             if call.kind == "retriever":
                 attributes[n.GEN_AI_RETRIEVAL_QUERY_TEXT] = shown
         if sampled and rt.keep_payloads:
-            key = (trace_id, span_context.span_id)
-            PAYLOADS.put(key, Payload(query=query))
-        attributes[n.CP_CONTENT_CAPTURED] = rt.capture_content
+            key = (trace_id, span_context.span_id)  # the payload itself is stored once, when the call ends
+        if not rt.capture_content:
+            attributes[n.CP_CONTENT_CAPTURED] = False
         span.set_attributes(attributes)
-        return State(call, span, rt, sampled, key)
+        return State(call, span, rt, sampled=sampled, key=key, query=query)
     except Exception as exc:  # noqa: BLE001 - our failure: no span, the call runs untraced
         if span is not None:
             with contextlib.suppress(Exception):
@@ -144,7 +148,7 @@ def finish(state: State, result: Any, *, partial: bool = False) -> None:
             _record_result(state, result, partial)
     except Exception as exc:  # noqa: BLE001 - our failure: the span still ends, the result is untouched
         if state.key is not None:
-            PAYLOADS.take(state.key)
+            PAYLOADS.take(state.key)  # may have been stored before the failure
         with contextlib.suppress(Exception):
             span.set_attribute(n.CP_SAMPLED, False)
         _end(span)
@@ -157,8 +161,6 @@ def fail(state: State, exc: BaseException) -> None:
     """The call raised: mark the span as an error (it will not be scored) and end it."""
     span = state.span
     try:
-        if state.key is not None:
-            PAYLOADS.take(state.key)
         if state.recording:
             span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
             span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
@@ -207,12 +209,21 @@ def _record_result(state: State, result: Any, partial: bool) -> None:
             raw = _UNREADABLE
         items: tuple[Context, ...] = ()
         redact = rt.redact
-        if raw is not _UNREADABLE:
+        if type(raw) is list and _plain_texts(raw, rt.max_judged_contexts):
+            # The common case, a short list of strings: no Context objects, one pass.
+            contexts = [_redacted(c, redact) for c in raw] if redact is not None else list(raw)
+            attributes[n.CP_CONTEXT_COUNT] = len(raw)
+            if rt.capture_content:
+                limit = rt.max_value_length
+                for i in range(min(len(contexts), rt.max_contexts)):
+                    attributes[_DOC_KEYS[i]["content"]] = _shown(contexts[i], limit)
+            raw = _UNREADABLE
+        elif raw is not _UNREADABLE:
             extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
             items = extracted.contexts
             contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
             attributes[n.CP_CONTEXT_COUNT] = extracted.total if extracted.total is not None else len(items)
-        if rt.capture_content and contexts is not None:
+        if rt.capture_content and items and contexts is not None:
             limit = rt.max_value_length
             for i in range(min(len(items), rt.max_contexts)):
                 item, text = items[i], contexts[i]
@@ -238,10 +249,19 @@ def _record_result(state: State, result: Any, partial: bool) -> None:
     if partial:
         attributes[n.CP_PARTIAL] = True
     if state.key is not None:
-        PAYLOADS.update(state.key, contexts=contexts, answer=answer)
+        PAYLOADS.put(state.key, Payload(query=state.query, contexts=contexts, answer=answer))
     span = state.span
     if attributes:
         span.set_attributes(attributes)
+
+
+def _plain_texts(values: list[Any], max_items: int) -> bool:
+    if len(values) > max_items:
+        return False
+    for value in values:  # noqa: SIM110 - a plain loop is measurably faster than all() over a generator here
+        if type(value) is not str or len(value) > _JUDGE_TEXT_LIMIT:
+            return False
+    return True
 
 
 def _shown(text: str, limit: int) -> str:
