@@ -152,9 +152,38 @@ def metadata_json(mapping: object, limit: int) -> str | None:
             mapping = {"value": mapping}
         if not mapping:
             return None
-        return _metadata_json(mapping, max(_as_limit(limit), _JSON_MIN))
+        bound = max(_as_limit(limit), _JSON_MIN)
+        if type(mapping) is dict and len(mapping) <= _FLAT_MAX_KEYS and _flat(mapping):
+            # The common case, a small flat dict of plain values: the C encoder, then the same bound.
+            text = _FLAT_ENCODER.encode(mapping)
+            if len(text) <= bound:
+                return text
+        return _metadata_json(mapping, bound)
     except Exception:  # noqa: BLE001 - a mapping whose items() raises
         return None
+
+
+_FLAT_MAX_KEYS = 32
+_FLAT_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
+def _flat(mapping: dict[Any, Any]) -> bool:
+    """True when every key is a str and every value a str, bool, None, int in JSON's safe range or finite float."""
+    for key, value in mapping.items():
+        if type(key) is not str:
+            return False
+        kind = type(value)
+        if kind is str or kind is bool or value is None:
+            continue
+        if kind is int:
+            if not -_INT_MAX < value < _INT_MAX:
+                return False
+        elif kind is float:
+            if not math.isfinite(value):
+                return False
+        else:
+            return False
+    return True
 
 
 # --- conversion ---------------------------------------------------------------------------------------------

@@ -1,0 +1,188 @@
+"""Import cost: wall time and RSS added by ``import cp_observe`` against the OpenTelemetry SDK alone and the peers.
+
+Each import runs in a fresh interpreter that has loaded only ``sys``,
+``os`` and ``time`` before it; the child reports the time the import statement took, its RSS before and
+after (from /proc), how many modules it loaded and whether ``litellm`` got imported. Runs are interleaved
+(every case once per round, shuffled), and the table shows medians. cp_observe is measured in the lean
+project venv (``.venv``) and the peers in ``.venv-bench``; each is compared with the OpenTelemetry SDK
+imported by the same interpreter.
+
+    .venv-bench/bin/python benchmarks/bench_import.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import _common as c
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+#: What a service imports to decorate and score: the figure the ≤ 100 ms target is checked on.
+_FULL_SETUP = "from cp_observe import agent, retriever, configure, ContextPrecisionProcessor, LLMJudge, LexicalJudge"
+_BASELINE = "import opentelemetry.sdk.trace"
+#: The processor emits metrics and log records too, so the full set-up also loads these SDKs.
+_ALL_SIGNALS = "import opentelemetry.sdk.trace, opentelemetry.sdk.metrics, opentelemetry.sdk._logs"
+#: (label, import statement, venv): "main" is the lean project venv, "bench" the one with the peers.
+CASES: tuple[tuple[str, str, str], ...] = (
+    ("opentelemetry.sdk.trace (baseline)", _BASELINE, "main"),
+    ("OTel SDK traces + metrics + logs", _ALL_SIGNALS, "main"),
+    ("cp_observe (package only; names load lazily)", "import cp_observe", "main"),
+    ("cp_observe decorators", "from cp_observe import agent, retriever", "main"),
+    ("cp_observe full set-up", _FULL_SETUP, "main"),
+    ("opentelemetry.sdk.trace (baseline)", _BASELINE, "bench"),
+    ("cp_observe full set-up, peers installed", _FULL_SETUP, "bench"),
+    ("openinference.instrumentation", "import openinference.instrumentation", "bench"),
+    ("traceloop.sdk", "import traceloop.sdk", "bench"),
+    ("langfuse", "import langfuse", "bench"),
+    ("logfire", "import logfire", "bench"),
+    ("mlflow (mlflow-tracing)", "import mlflow", "bench"),
+    ("litellm (for scale)", "import litellm", "bench"),
+)
+_NOTES = {
+    ("cp_observe full set-up, peers installed", "bench"): "pydantic loads logfire's pydantic plugin (entry point)",
+}
+
+_CHILD = r"""
+import os, sys, time
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+before_modules = len(sys.modules)
+rss0 = rss()
+t0 = time.perf_counter()
+try:
+    exec(sys.argv[1])
+    error = None
+except Exception as exc:
+    error = f"{type(exc).__name__}: {exc}"
+t1 = time.perf_counter()
+rss1 = rss()
+import json
+print(json.dumps({"seconds": t1 - t0, "rss": rss1 - rss0, "modules": len(sys.modules) - before_modules,
+                  "litellm": "litellm" in sys.modules, "error": error}))
+"""
+
+
+@dataclass
+class Case:
+    """One import statement and what its runs measured."""
+
+    label: str
+    statement: str
+    venv: str
+    python: str
+    seconds: list[float] = field(default_factory=list)
+    rss: list[float] = field(default_factory=list)
+    modules: list[int] = field(default_factory=list)
+    litellm: list[bool] = field(default_factory=list)
+    error: str | None = None
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    env.setdefault("DO_NOT_TRACK", "1")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # every run reads the same .pyc files; none is written mid-benchmark
+    return env
+
+
+def _existing(python: str) -> str:
+    return python if Path(python).exists() else sys.executable
+
+
+def run_once(case: Case) -> None:
+    """Import ``case.statement`` in a fresh interpreter and record what it cost."""
+    done = subprocess.run([case.python, "-c", _CHILD, case.statement], capture_output=True, text=True,
+                          env=_env(), timeout=300, check=False)
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        case.error = (done.stderr.strip().splitlines() or ["no output"])[-1][:100]
+        return
+    if result["error"]:
+        case.error = result["error"][:100]
+        return
+    case.seconds.append(result["seconds"])
+    case.rss.append(result["rss"] / (1024 * 1024))
+    case.modules.append(result["modules"])
+    case.litellm.append(result["litellm"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 runs per case instead of 9")
+    parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--main-python", default=str(_ROOT / ".venv" / "bin" / "python"),
+                        help="the lean project venv's interpreter (cp_observe rows)")
+    parser.add_argument("--bench-python", default=str(_ROOT / ".venv-bench" / "bin" / "python"),
+                        help="the interpreter with the peers installed")
+    args = parser.parse_args(argv)
+    runs = args.runs or (3 if args.quick else 9)
+    pythons = {"main": _existing(args.main_python), "bench": _existing(args.bench_python)}
+    cases = [Case(label, statement, venv, pythons[venv]) for label, statement, venv in CASES]
+    for case in cases:  # warm the page cache (and any first-run work) once, unrecorded
+        run_once(case)
+        case.seconds.clear(), case.rss.clear(), case.modules.clear(), case.litellm.clear()
+    rng = random.Random(7)
+    for done in range(runs):
+        order = [case for case in cases if case.error is None]
+        rng.shuffle(order)
+        for case in order:
+            run_once(case)
+        print(f"  run {done + 1}/{runs} done", file=sys.stderr, flush=True)
+
+    bases = {case.venv: case for case in cases if case.statement == _BASELINE}
+    rows = []
+    for case in cases:
+        if case.error is not None or not case.seconds:
+            rows.append([case.label, case.venv, "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", case.error or "no result"])
+            continue
+        base = bases[case.venv]
+        base_s, base_rss = c.median(base.seconds), c.median(base.rss)
+        seconds, rss = c.median(case.seconds), c.median(case.rss)
+        rows.append([
+            case.label,
+            case.venv,
+            f"{seconds * 1000:.0f}",
+            f"{(seconds - base_s) * 1000:+.0f}",
+            f"{rss:.1f}",
+            f"{rss - base_rss:+.1f}",
+            f"{int(c.median(case.modules))}",
+            "yes" if any(case.litellm) else "no",
+            _NOTES.get((case.label, case.venv), ""),
+        ])
+    print(f"## Import cost (median of {runs} fresh interpreters each, interleaved)\n")
+    print(f"Machine: {c.machine_line()}\n")
+    print(c.markdown_table(
+        ["import", "venv", "ms", "ms vs OTel SDK", "RSS MiB added", "MiB vs OTel SDK", "modules loaded",
+         "litellm imported?", "note"], rows))
+    cp = next(case for case in cases if case.statement == _FULL_SETUP)
+    if cp.seconds and bases["main"].seconds:
+        extra_ms = (c.median(cp.seconds) - c.median(bases["main"].seconds)) * 1000
+        print("\n### Targets\n")
+        print(f"- {'MET ' if extra_ms <= 100 else 'MISSED'} the full set-up import (`{_FULL_SETUP}`) adds "
+              f"{extra_ms:.0f} ms over the OpenTelemetry SDK alone (target ≤ 100 ms)")
+        signals = next(case for case in cases if case.statement == _ALL_SIGNALS)
+        if signals.seconds:
+            over = (c.median(cp.seconds) - c.median(signals.seconds)) * 1000
+            print(f"- (for reference) the full set-up adds {over:.0f} ms over the OTel SDK for all three signals")
+        decorators = next(case for case in cases if case.label == "cp_observe decorators")
+        if decorators.seconds:
+            over = (c.median(decorators.seconds) - c.median(bases["main"].seconds)) * 1000
+            print(f"- {'MET ' if over <= 100 else 'MISSED'} the decorators alone add {over:.0f} ms over the OTel SDK")
+        lite = [case.label for case in cases if case.label.startswith("cp_observe") and any(case.litellm)]
+        print(f"- {'MISSED' if lite else 'MET '} litellm imported by a cp_observe import: "
+              f"{', '.join(lite) if lite else 'no'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
