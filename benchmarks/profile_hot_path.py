@@ -84,8 +84,7 @@ def parts(calls: int) -> list[list[str]]:
     key = (1, 2)
 
     def payload_cycle() -> None:
-        PAYLOADS.put(key, Payload(query=c.QUERY))
-        PAYLOADS.update(key, contexts=c.CONTEXTS, answer=None)
+        PAYLOADS.put(key, Payload(query=c.QUERY, contexts=list(c.CONTEXTS), answer=None))
         PAYLOADS.take(key)
 
     items: list[tuple[str, Callable[[], Any]]] = [

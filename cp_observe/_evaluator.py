@@ -36,7 +36,8 @@ from cp_observe._types import Judge, ScoreResult
 
 __all__ = ["Evaluator", "Stats"]
 
-_TICK_S = 0.25
+_TICK_S = 0.1
+_WAKE_BATCH = 64
 _SIGNAL_BOUND_FACTOR = 4
 
 
@@ -150,9 +151,9 @@ class Evaluator:
             self._queue.append(item)
         if self._thread is None:
             self._start_thread()
-        # Wake the loop only when the queue was empty: a draining loop takes what follows anyway, and each
-        # wake-up is a syscall on the request path.
-        if queued == 0 and not self._wake_pending and self._loop is not None:
+        # The loop wakes by itself every _TICK_S and drains everything; an explicit wake-up is a syscall (and a
+        # GIL hand-off) on the request path, so it is sent only when a batch has built up.
+        if queued + 1 >= _WAKE_BATCH and not self._wake_pending and self._loop is not None:
             self._wake_pending = True
             try:
                 self._loop.call_soon_threadsafe(self._set_wake)

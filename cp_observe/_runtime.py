@@ -125,23 +125,33 @@ class PayloadStore:
     def __init__(self, max_entries: int = 10_000) -> None:
         self._data: dict[tuple[int, int], Payload] = {}
         self._max = max_entries
-        self._lock = threading.Lock()  # guards _data and evicted
+        self._lock = threading.Lock()  # serialises eviction and guards evicted
         self.evicted = 0
 
     def put(self, key: tuple[int, int], payload: Payload) -> None:
-        """Keep ``payload`` until ``take(key)``."""
+        """Keep ``payload`` until ``take(key)``.
+
+        A single dict store is atomic under the GIL, so the request path takes no lock; only eviction, rare,
+        does (it iterates the dict).
+        """
+        self._data[key] = payload
+        if len(self._data) > self._max:
+            self._evict()
+
+    def _evict(self) -> None:
         with self._lock:
-            self._data[key] = payload
-            if len(self._data) > self._max:
-                del self._data[next(iter(self._data))]
+            while len(self._data) > self._max:
+                try:
+                    del self._data[next(iter(self._data))]
+                except (KeyError, RuntimeError, StopIteration):  # taken or changed meanwhile: look again
+                    continue
                 self.evicted += 1
                 if self.evicted in (1, 100, 10_000):
                     logger.warning("payload store full; oldest payloads evicted", evicted=self.evicted)
 
     def take(self, key: tuple[int, int]) -> Payload | None:
-        """Remove and return the payload, or ``None``."""
-        with self._lock:
-            return self._data.pop(key, None)
+        """Remove and return the payload, or ``None`` (``dict.pop`` is atomic: no lock)."""
+        return self._data.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._data)
