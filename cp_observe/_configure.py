@@ -28,7 +28,7 @@ from cp_observe._sampling import TraceIdRatio
 from cp_observe._settings import Settings
 from cp_observe._types import Judge
 
-__all__ = ["configure"]
+__all__ = ["configure", "processor_from_settings"]
 
 _CURRENT: list[ContextPrecisionProcessor | None] = [None]
 
@@ -109,32 +109,41 @@ def configure(
     if resolved.capture_only:
         logger.info("cp-observe configured in capture-only mode", sample_rate=resolved.sample_rate)
         return None
-    processor = ContextPrecisionProcessor(
+    processor = processor_from_settings(
         judge if judge is not None and not isinstance(judge, str) else _judge_from(resolved),
-        sample_rate=resolved.sample_rate,
-        max_evaluations_per_minute=resolved.max_evaluations_per_minute,
-        daily_budget_usd=resolved.daily_budget_usd,
-        threshold=resolved.threshold,
+        resolved,
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
         logger_provider=logger_provider,
-        capture_content=resolved.capture_content,
-        queue_size=resolved.queue_size,
-        concurrency=resolved.concurrency,
-        turn_timeout_s=resolved.turn_timeout_s,
-        max_pending_traces=resolved.max_pending_traces,
-        max_judged_contexts=resolved.max_judged_contexts,
-        circuit_failures=resolved.circuit_failures,
-        circuit_cooldown_s=resolved.circuit_cooldown_s,
         export_processor=export_processor if resolved.hold_spans else None,
-        hold_timeout_s=resolved.hold_timeout_s,
-        max_held_spans=resolved.max_held_spans,
     )
     tracer_provider.add_span_processor(processor)
     _CURRENT[0] = processor
     logger.info("cp-observe configured", judge=processor.judge.model, sample_rate=resolved.sample_rate,
                 capture_content=resolved.capture_content)
     return processor
+
+
+def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) -> ContextPrecisionProcessor:
+    """The processor for ``settings`` (shared by ``configure()`` and ``cp-observe serve``); ``overrides`` win."""
+    options: dict[str, Any] = {
+        "sample_rate": settings.sample_rate,
+        "max_evaluations_per_minute": settings.max_evaluations_per_minute,
+        "daily_budget_usd": settings.daily_budget_usd,
+        "threshold": settings.threshold,
+        "capture_content": settings.capture_content,
+        "queue_size": settings.queue_size,
+        "concurrency": settings.concurrency,
+        "turn_timeout_s": settings.turn_timeout_s,
+        "max_pending_traces": settings.max_pending_traces,
+        "max_judged_contexts": settings.max_judged_contexts,
+        "circuit_failures": settings.circuit_failures,
+        "circuit_cooldown_s": settings.circuit_cooldown_s,
+        "hold_timeout_s": settings.hold_timeout_s,
+        "max_held_spans": settings.max_held_spans,
+    }
+    options.update(overrides)
+    return ContextPrecisionProcessor(judge, **options)
 
 
 def _judge_from(settings: Settings) -> Judge:

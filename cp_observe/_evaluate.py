@@ -14,7 +14,7 @@ from cp_observe._reason import build_reason
 from cp_observe._types import Judge, Judgement, Reference, ScoreResult, Usage, Verdict
 from cp_observe._verdicts import coerce_verdicts
 
-__all__ = ["evaluate", "score_verdicts"]
+__all__ = ["evaluate", "judge_model_name", "score_verdicts"]
 
 
 def score_verdicts(
@@ -61,7 +61,7 @@ async def evaluate(
     Raises:
         JudgeError: the judge failed, or returned verdicts that do not line up one-to-one with the contexts.
     """
-    model = _model_name(judge)
+    model = judge_model_name(judge)
     if not contexts:
         return score_verdicts((), scale=scale, judge_model=model, reference=reference)
     raw = await judge.judge(query, reference_text, list(contexts))
@@ -77,7 +77,8 @@ async def evaluate(
                           judgement=judgement)
 
 
-def _model_name(judge: Judge) -> str:
+def judge_model_name(judge: Judge) -> str:
+    """The judge's ``model`` name, or its class name when it has none (a user judge is still a judge)."""
     try:
         model = judge.model
     except Exception:  # noqa: BLE001 - a user judge without a usable name still gets scored

@@ -29,7 +29,7 @@ from cp_observe._assembly import Assembler, Item, Ready, Skip
 from cp_observe._circuit import CircuitBreaker
 from cp_observe._emit import Emitter, Target
 from cp_observe._errors import JudgeError, JudgeTransportError
-from cp_observe._evaluate import evaluate
+from cp_observe._evaluate import evaluate, judge_model_name
 from cp_observe._log import logger
 from cp_observe._sampling import DailyBudget, RateLimiter
 from cp_observe._types import Judge, ScoreResult
@@ -354,7 +354,7 @@ class Evaluator:
         if not self.circuit.allow():
             self._finish_skip(item, "circuit_open")
             return
-        model = _model(self.judge)
+        model = judge_model_name(self.judge)
         start_ns = time.time_ns()
         token = otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
@@ -428,14 +428,6 @@ def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | 
         reference=reference,
         sampling_reason=sampling_reason,
     )
-
-
-def _model(judge: Judge) -> str:
-    try:
-        model = judge.model
-    except Exception:  # noqa: BLE001 - a user judge without a name is still a judge
-        return type(judge).__name__
-    return model if isinstance(model, str) else type(judge).__name__
 
 
 def _failure_reason(exc: BaseException) -> str:

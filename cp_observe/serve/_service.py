@@ -34,9 +34,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from prometheus_client import CollectorRegistry
 
 from cp_observe import _names as n
-from cp_observe._configure import _judge_from, _log_exporter, _metric_readers, _span_exporter
+from cp_observe._configure import _judge_from, _log_exporter, _metric_readers, _span_exporter, processor_from_settings
 from cp_observe._log import logger
-from cp_observe._processor import ContextPrecisionProcessor
 from cp_observe._types import Judge
 from cp_observe.serve._admission import Admission, Decision, Offer, evaluator_queue_size
 from cp_observe.serve._convert import spans_from_request
@@ -122,24 +121,14 @@ class ScorerService:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self.logger_provider = logger_provider
-        self.processor = ContextPrecisionProcessor(
+        self.processor = processor_from_settings(
             chosen,
-            sample_rate=s.sample_rate,
-            max_evaluations_per_minute=s.max_evaluations_per_minute,
-            daily_budget_usd=s.daily_budget_usd,
-            threshold=s.threshold,
+            s,
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             logger_provider=logger_provider,
-            capture_content=s.capture_content,
             queue_size=evaluator_queue_size(s.queue_size),
-            concurrency=s.concurrency,
-            turn_timeout_s=s.turn_timeout_s,
-            max_pending_traces=s.max_pending_traces,
-            max_judged_contexts=s.max_judged_contexts,
             evaluation_timeout_s=s.evaluation_timeout_s,
-            circuit_failures=s.circuit_failures,
-            circuit_cooldown_s=s.circuit_cooldown_s,
             shutdown_timeout_s=s.drain_timeout_s,
         )
         self.admission = Admission(self.processor, s.queue_size)
