@@ -376,7 +376,10 @@ def _refuses_response_format(exc: BaseException, mode: StructuredOutput) -> bool
     if mode == "none":
         return False
     status = _status(exc)
-    if status not in (400, 422, 501) and type(exc).__name__ not in {"BadRequestError", "UnsupportedParamsError"}:
+    # 400/422/501 are the usual refusals; llama-cpp-python's server wraps its validation error in a 500.
+    if status not in (400, 422, 500, 501) and type(exc).__name__ not in {
+        "BadRequestError", "UnsupportedParamsError", "InternalServerError"
+    }:
         return False
     text = str(exc).lower()
     return any(word in text for word in ("response_format", "json_schema", "json schema", "response format",

@@ -229,3 +229,12 @@ def test_litellm_is_not_imported_by_the_package() -> None:
     code = "import sys, cp_observe; print('litellm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_llama_cpp_style_refusal_as_500_falls_back() -> None:
+    """llama-cpp-python 0.3.36 refuses json_schema with a 500 naming response_format: still a refusal, not an outage."""
+    with JudgeServer(refuse_json_schema=500) as strict:
+        result = score(judge_for(strict, max_retries=3))
+        assert result.score == 0.83
+        formats = [r.body.get("response_format", {}).get("type") for r in strict.requests]
+        assert formats == ["json_schema", "json_object"]

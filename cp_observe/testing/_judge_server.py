@@ -245,7 +245,7 @@ class JudgeServer:
         port: int = 0,
         policy: Policy | None = None,
         latency: float = 0.0,
-        refuse_json_schema: bool = False,
+        refuse_json_schema: bool | int = False,
     ) -> None:
         """Configure the server; ``start()`` (or ``with``) binds it.
 
@@ -254,12 +254,12 @@ class JudgeServer:
             port: the port to bind; 0 picks a free one.
             policy: decides the verdicts of ``good()``; ``word_overlap_policy`` by default.
             latency: seconds added before every chat completion answer; settable while running.
-            refuse_json_schema: answer 400 (``invalid_request_error``, ``param: "response_format"``) to
-                ``response_format.type == "json_schema"``, as servers without structured outputs do;
-                ``json_object`` and no ``response_format`` are still served. A plain attribute, settable while
-                running. Refused requests are recorded and counted but do not consume the script. (The
-                llama-cpp-python server itself rejects ``json_schema`` at validation with a 422 and FastAPI's
-                ``{"detail": [...]}``; script ``status(422, body=...)`` to mimic it byte for byte.)
+            refuse_json_schema: refuse ``response_format.type == "json_schema"``, as servers without structured
+                outputs do; ``json_object`` and no ``response_format`` are still served. ``True`` answers 400
+                (``invalid_request_error``, ``param: "response_format"``); ``500`` answers exactly as
+                llama-cpp-python 0.3.36's server does (its request validation error, wrapped as an
+                ``internal_server_error``). A plain attribute, settable while running. Refused requests are
+                recorded and counted but do not consume the script.
 
         Raises:
             ValueError: for a non-loopback host, a port out of range or a negative latency.
@@ -454,6 +454,14 @@ class JudgeServer:
             and isinstance(response_format, dict)
             and response_format.get("type") == "json_schema"
         ):
+            if self.refuse_json_schema == 500 and self.refuse_json_schema is not True:
+                message = (
+                    "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+                    "'ctx': {'expected': \"'text' or 'json_object'\"}}"
+                )
+                body_500 = {"error": {"message": message, "type": "internal_server_error", "param": None, "code": None}}
+                return "refuse_json_schema", _json_reply(500, body_500)
             message = (
                 "response_format type 'json_schema' is not supported by this server: "
                 "use 'json_object' or omit response_format."
