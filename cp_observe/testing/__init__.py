@@ -7,11 +7,9 @@ factories below. Standard library only; nothing here imports litellm.
 
 from __future__ import annotations
 
-from cp_observe.testing._judge_server import (
+from cp_observe.testing._behaviours import (
     Behaviour,
-    JudgeServer,
     Policy,
-    RecordedRequest,
     delay,
     fixed,
     good,
@@ -20,6 +18,7 @@ from cp_observe.testing._judge_server import (
     status,
     word_overlap_policy,
 )
+from cp_observe.testing._judge_server import JudgeServer, RecordedRequest
 
 __all__ = [
     "Behaviour",
