@@ -79,7 +79,7 @@ def parts(calls: int) -> list[list[str]]:
     pipe.sink.clear()
     tracer = pipe.provider.get_tracer("parts")
     live = tracer.start_span("scratch")
-    small = {n.CP_SAMPLED: False, n.CP_CONTENT_CAPTURED: True}
+    small = {n.CP_SAMPLED: False, n.INPUT_VALUE: c.QUERY}
     docs = hp._document_attributes(c.CONTEXTS)
     key = (1, 2)
 
@@ -88,17 +88,17 @@ def parts(calls: int) -> list[list[str]]:
         PAYLOADS.take(key)
 
     items: list[tuple[str, Callable[[], Any]]] = [
-        ("extract_contexts(5 str)", lambda: extract_contexts(c.CONTEXTS, max_items=50, max_chars=20_000)),
+        ("extract_contexts(5 str) (the decorator now takes plain string lists directly)", lambda: extract_contexts(c.CONTEXTS, max_items=50, max_chars=20_000)),
         ("extract_contexts(5 dict with metadata)", lambda: extract_contexts(c.DOCS, max_items=50, max_chars=20_000)),
         ("wrapper's own document loop (5 str), for comparison", lambda: hp._document_attributes(c.CONTEXTS)),
         ("wrapper's own document loop (5 dict, json.dumps metadata)", lambda: hp._document_attributes(c.DOCS)),
-        ("span.set_attributes: the 2 cp_observe flags", lambda: live.set_attributes(small)),
+        ("span.set_attributes: the context_precision.sampled flag (+ input.value)", lambda: live.set_attributes(small)),
         ("span.set_attributes: 6 document attributes", lambda: live.set_attributes(docs)),
         ("processor.on_end, unsampled retriever span", lambda: pipe.processor.on_end(span)),  # type: ignore[union-attr]
-        ("  of which PAYLOADS.take (lock + dict pop, miss)", lambda: PAYLOADS.take(key)),
+        ("  PAYLOADS.take alone (dict pop, miss; on_end skips it for unmarked spans)", lambda: PAYLOADS.take(key)),
         ("  of which span.attributes (property)", lambda: span.attributes),
         ("  of which sampler(trace_id)", lambda: pipe.processor.sampler(span.context.trace_id)),  # type: ignore[union-attr]
-        ("sampled only: PAYLOADS put + update + take", payload_cycle),
+        ("sampled only: PAYLOADS put + take", payload_cycle),
         ("tracer.start_span(3 attributes) + end, sink only", lambda: tracer.start_span("x", attributes=docs).end()),
     ]
     rows = []
