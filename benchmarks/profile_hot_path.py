@@ -88,7 +88,10 @@ def parts(calls: int) -> list[list[str]]:
         PAYLOADS.take(key)
 
     items: list[tuple[str, Callable[[], Any]]] = [
-        ("extract_contexts(5 str) (the decorator now takes plain string lists directly)", lambda: extract_contexts(c.CONTEXTS, max_items=50, max_chars=20_000)),
+        (
+            "extract_contexts(5 str) (plain string lists now skip it)",
+            lambda: extract_contexts(c.CONTEXTS, max_items=50, max_chars=20_000),
+        ),
         ("extract_contexts(5 dict with metadata)", lambda: extract_contexts(c.DOCS, max_items=50, max_chars=20_000)),
         ("wrapper's own document loop (5 str), for comparison", lambda: hp._document_attributes(c.CONTEXTS)),
         ("wrapper's own document loop (5 dict, json.dumps metadata)", lambda: hp._document_attributes(c.DOCS)),
