@@ -224,7 +224,8 @@ class ContextPrecisionProcessor(SpanProcessor):
                 item_kind, target = "root", False
             payload = PAYLOADS.take((trace_id, context.span_id)) if marked and item_kind != "root" else None
             held = hold and target and self._hold is not None and self._hold.hold(span)
-            accepted = self._evaluator.submit(
+            # A target the queue refuses is counted dropped and, in hold mode, released (exported) right there.
+            self._evaluator.submit(
                 Item(
                     kind=item_kind,
                     span_context=context,
@@ -238,7 +239,6 @@ class ContextPrecisionProcessor(SpanProcessor):
                     sampling_reason="forced" if forced else "ratio",
                 )
             )
-            del accepted  # a target the queue refused was already released (exported) by the evaluator
             return held
         except Exception as exc:  # noqa: BLE001 - on_end must never raise into the SDK or the host
             report_internal_error("on_end", exc)
