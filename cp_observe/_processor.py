@@ -38,6 +38,18 @@ _TARGET_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT})
 _KIND_OF_OPERATION = {n.OPERATION_RETRIEVAL: n.KIND_RETRIEVER, n.OPERATION_INVOKE_AGENT: n.KIND_AGENT}
 
 
+def _decorators_have_no_provider(runtime: _runtime.Runtime) -> bool:
+    """True before configure(), with no provider installed and no SDK provider set globally."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+
+    return (
+        not runtime.configured
+        and runtime.tracer_provider is None
+        and not isinstance(trace.get_tracer_provider(), SdkTracerProvider)
+    )
+
+
 def _millis_left(deadline: float) -> int:
     return max(0, int((deadline - time.monotonic()) * 1000))
 
@@ -119,6 +131,9 @@ class ContextPrecisionProcessor(SpanProcessor):
         if capture_content is None:
             capture_content = runtime.capture_content
         _runtime.register_sampler(id(self), self.sampler)
+        if tracer_provider is not None and _decorators_have_no_provider(runtime):
+            # Nothing else tells the decorators where to record: follow the provider this processor serves.
+            _runtime.install(tracer_provider=tracer_provider)
         weakref.finalize(self, _runtime.register_sampler, id(self), None)
         self.shutdown_timeout_s = shutdown_timeout_s
         self._emitter = Emitter(

@@ -716,3 +716,53 @@ def test_lone_surrogates_are_recorded_encodable(otel: Otel) -> None:
     [span] = otel.by_name("retrieval odd")
     encode_spans([span]).SerializeToString()
     assert "\udcff" not in span.attributes[n.document_attribute(0, "content")]
+
+
+OWN_PROVIDER_PROGRAM = '''
+import os
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import cp_observe
+from cp_observe.testing import JudgeServer
+
+exporter, provider = InMemorySpanExporter(), TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+reader = InMemoryMetricReader()
+with JudgeServer() as server:
+    judge = cp_observe.LLMJudge("openai/judge", api_base=server.url, api_key="sk-test")
+    processor = cp_observe.ContextPrecisionProcessor(
+        judge, tracer_provider=provider, meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    provider.add_span_processor(processor)
+
+    @cp_observe.retriever(name="kb")
+    def search(q):
+        return ["Paris is the capital of France.", "Bananas are yellow."]
+
+    @cp_observe.agent(name="bot")
+    def ask(q):
+        search(q)
+        return "Paris is the capital of France."
+
+    ask("What is the capital of France?")
+    processor.force_flush()
+print(sorted(s.name for s in exporter.get_finished_spans()))
+print(processor.stats()["scored"])
+'''
+
+
+def test_program_with_its_own_provider_and_no_global_one() -> None:
+    """A program that never sets a global provider: the decorators follow the processor's provider."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", OWN_PROVIDER_PROGRAM], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    names, scored = out.stdout.strip().splitlines()
+    assert names == "['evaluation context_precision', 'invoke_agent bot', 'retrieval kb']"
+    assert scored == "1"
