@@ -125,6 +125,45 @@ class ServerStartError(RuntimeError):
     """The llama-cpp-python server did not come up; the message ends with its stderr tail."""
 
 
+#: Where ``scripts/install-real-model.sh`` records the version and CMAKE_ARGS it built llama-cpp-python with.
+LLAMA_FLAGS_STAMP = Path(sys.prefix) / ".llama-cpp-flags"
+REBUILD_HINT = (
+    "rebuild it portably with `rm -f .venv/.llama-cpp-flags && bash scripts/install-real-model.sh` "
+    "(that script is the one place that sets the CPU flags; `--print-flags` shows them)"
+)
+
+
+def built_with() -> str:
+    """The version and CMAKE_ARGS llama-cpp-python was built with, as the install script recorded them."""
+    try:
+        return LLAMA_FLAGS_STAMP.read_text(encoding="utf-8").strip() or "(empty stamp)"
+    except FileNotFoundError:
+        return f"unknown: no {LLAMA_FLAGS_STAMP} (not installed by scripts/install-real-model.sh)"
+
+
+def signal_death(returncode: int | None) -> str | None:
+    """A plain account of a server killed by a signal, or None when it is running or exited by itself.
+
+    ``subprocess`` reports death by signal N as return code -N. SIGILL is the case this exists for: a build
+    tuned to another CPU (``GGML_NATIVE=ON``) executes an instruction this virtual machine does not enable.
+    """
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    cause = (
+        "an instruction this CPU does not run: the build was tuned to another CPU"
+        if name == "SIGILL"
+        else "see the server log above"
+    )
+    return (
+        f"llama_cpp.server was killed by {name} (signal {-returncode}): {cause}. "
+        f"llama-cpp-python was built as: {built_with()}. To fix, {REBUILD_HINT}."
+    )
+
+
 class LlamaServer:
     """``python -m llama_cpp.server`` as a subprocess on 127.0.0.1, stdout and stderr to a log file.
 
@@ -209,9 +248,10 @@ class LlamaServer:
         last_error = "no answer yet"
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
+                died = signal_death(self._process.returncode)
                 raise ServerStartError(
-                    f"llama_cpp.server exited with {self._process.returncode} before it was ready; "
-                    f"log tail:\n{self.log_tail()}"
+                    (died or f"llama_cpp.server exited with {self._process.returncode}")
+                    + f" before it was ready; log tail:\n{self.log_tail()}"
                 )
             try:
                 with urllib.request.urlopen(f"{self.url}/models", timeout=2.0) as response:
@@ -224,6 +264,13 @@ class LlamaServer:
             f"llama_cpp.server on port {self.port} not ready after {deadline_s:.0f}s ({last_error}); "
             f"log tail:\n{self.log_tail()}"
         )
+
+    def death(self) -> str | None:
+        """If the running server has been killed by a signal, the plain account of it (``signal_death``)."""
+        if self._process is None:
+            return None
+        died = signal_death(self._process.poll())
+        return None if died is None else f"{died}\nlog tail:\n{self.log_tail()}"
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Terminate the server, kill it after ``grace_s``, and close the log."""

@@ -354,7 +354,7 @@ def test_langchain_with_scores() -> None:
 
 def test_pair_with_numpy_score() -> None:
     """A numpy scalar is a score."""
-    np = pytest.importorskip("numpy")
+    import numpy as np
     assert extract_contexts([("a", np.float32(0.5))]).contexts[0].score == 0.5
 
 

@@ -36,7 +36,7 @@ def test_reference_cases(verdicts: list[bool], scale: float, expected: float) ->
 def test_reference_cases_file_agrees_when_present() -> None:
     """The copied cases match shared/reference/mastra_cases.json when that file is beside the checkout."""
     if not REFERENCE_CASES.exists():
-        pytest.skip("shared/reference is not beside this checkout")
+        pytest.skip(f"no reference cases at {REFERENCE_CASES} (shared/reference beside the checkout)")
     cases = json.loads(REFERENCE_CASES.read_text())
     assert [(c["verdicts"], c["scale"], c["expected_score"]) for c in cases] == MASTRA_CASES
 

