@@ -3,7 +3,8 @@
 - ``ca``: the CA the service trusts for client certificates and the clients trust for the server;
 - ``server``: signed by ``ca``, for ``localhost`` and ``127.0.0.1`` (serverAuth);
 - ``client``: signed by ``ca`` (clientAuth), common name ``collector-gateway``;
-- ``rogue_ca`` and ``rogue_client``: another CA and a client certificate it signed (refused under mTLS).
+- ``rogue_ca``, ``rogue_client`` and ``rogue_server``: another CA and the certificates it signed (a client
+  refused under mTLS; a server certificate for the reload test).
 
 Every key is an ECDSA P-256 key; the certificates are valid for one day. No network, nothing fake: these
 are the files a real deployment mounts from a Secret.
@@ -33,6 +34,8 @@ class Pki:
     rogue_ca: Path
     rogue_client_cert: Path
     rogue_client_key: Path
+    rogue_server_cert: Path
+    rogue_server_key: Path
 
     def read(self, name: str) -> bytes:
         """The bytes of one file (``"ca"``, ``"client_cert"``, ...)."""
@@ -71,7 +74,10 @@ def make_pki(directory: Path) -> Pki:
     client = _leaf(directory, "client", "collector-gateway", ca, "extendedKeyUsage=clientAuth\n")
     rogue = _ca(directory, "rogue-ca")
     rogue_client = _leaf(directory, "rogue-client", "collector-gateway", rogue, "extendedKeyUsage=clientAuth\n")
-    return Pki(ca[0], server[0], server[1], client[0], client[1], rogue[0], rogue_client[0], rogue_client[1])
+    rogue_server = _leaf(directory, "rogue-server", "localhost", rogue,
+                         "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    return Pki(ca[0], server[0], server[1], client[0], client[1], rogue[0], rogue_client[0], rogue_client[1],
+               rogue_server[0], rogue_server[1])
 
 
 def find_listeners(ports: Any) -> dict[int, list[str]]:
@@ -98,4 +104,6 @@ def _address(hex_address: str) -> str:
 
     raw = bytes.fromhex(hex_address)
     words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-    return str(ipaddress.ip_address(words))
+    address = ipaddress.ip_address(words)
+    mapped = getattr(address, "ipv4_mapped", None)  # gRPC listens on ::ffff:127.0.0.1 for 127.0.0.1
+    return str(mapped or address)

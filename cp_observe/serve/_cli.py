@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "emission as the in-process hook; run it behind a Collector gateway.")
     parser.epilog = _EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.allow_abbrev = False  # "--auth-token SECRET" must fail, not name a file after the secret
     fields = ServeSettings.model_fields
     for name in SERVE_FIELDS:
         info = fields[name]
