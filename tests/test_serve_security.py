@@ -27,8 +27,8 @@ from tests.conftest import KeywordJudge
 from tests.serve_support import OtlpSink, retrieval_request, retrieval_spans, start_service
 from tests.tls_support import Pki, find_listeners, make_pki
 
-TOKEN = "s3cr3t-token-4f9a1c2e"  # noqa: S105 - a test token
-WRONG = "wrong-token-77b1e0d3"  # noqa: S105 - a test token
+TOKEN = "s3cr3t-token-4f9a1c2e"
+WRONG = "wrong-token-77b1e0d3"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
@@ -128,18 +128,18 @@ def test_default_serve_binds_loopback_only(sink: OtlpSink, keyword_judge: Keywor
 
 def test_admin_keeps_its_own_bind_address(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
     """OTLP can be exposed on every interface while /metrics and /stats stay on loopback."""
-    with start_service(sink, keyword_judge, listen_host="0.0.0.0", admin_host="127.0.0.1") as service:  # noqa: S104
+    with start_service(sink, keyword_judge, listen_host="0.0.0.0", admin_host="127.0.0.1") as service:
         listeners = find_listeners([service.port(name) for name in ("grpc", "http", "admin")])
         admin = service.port("admin")
     assert listeners[admin] == ["127.0.0.1"]
-    assert all(addresses and set(addresses) <= {"0.0.0.0", "::"}  # noqa: S104
+    assert all(addresses and set(addresses) <= {"0.0.0.0", "::"}
                for port, addresses in listeners.items() if port != admin), listeners
 
 
 # --- the real exporters, accepted ------------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
 def no_ca_bundle_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    """requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE win over the exporter's ``certificate_file`` (psf/requests#3829)."""
+    """requests lets REQUESTS_CA_BUNDLE win over the exporter's ``certificate_file`` (psf/requests#3829)."""
     monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
 
@@ -153,9 +153,9 @@ def test_real_otlp_exporters_succeed_with_mtls_and_token(
     with _secure(sink, keyword_judge, pki) as service:
         exporter: Any
         if protocol == "grpc":
-            exporter = GrpcSpanExporter(endpoint=f"localhost:{service.port('grpc')}",
-                                        credentials=_grpc_credentials(pki), headers={"authorization": f"Bearer {TOKEN}"},
-                                        timeout=10)
+            exporter = GrpcSpanExporter(endpoint=f"localhost:{service.port('grpc')}", timeout=10,
+                                        credentials=_grpc_credentials(pki),
+                                        headers={"authorization": f"Bearer {TOKEN}"})
         else:
             exporter = HttpSpanExporter(endpoint=f"https://localhost:{service.port('http')}/v1/traces",
                                         certificate_file=str(pki.ca), client_certificate_file=str(pki.client_cert),
@@ -233,7 +233,7 @@ def test_http_refusals(sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki) ->
             _https_post(port, _client_context(pki, ca=pki.rogue_ca), auth, body)
         assert _handshake_fails(lambda: _https_post(port, _client_context(pki, cert=None), auth, body))
         assert _handshake_fails(lambda: _https_post(port, _client_context(pki, cert="rogue_client"), auth, body))
-        status, headers, answer = _https_post(port, _client_context(pki), {}, body)
+        status, headers, _ = _https_post(port, _client_context(pki), {}, body)
         assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
         assert _https_post(port, _client_context(pki), {"Authorization": f"Bearer {WRONG}"}, body)[0] == 401
         assert _https_post(port, _client_context(pki), {"Authorization": f"Basic {TOKEN}"}, body)[0] == 401
