@@ -175,8 +175,10 @@ class _OtlpHandler(_Handler):
             body = self._read_body(limit)
         except BadRequest as exc:
             self.close_connection = True
-            reason = "too_large" if exc.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE else "length"
-            self._refuse(exc.status, media, reason, str(exc))
+            too_large = exc.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+            self._refuse(exc.status, media, "too_large" if too_large else "length", str(exc))
+            if too_large and self.headers.get("Transfer-Encoding") is None:
+                self._discard(int(self.headers.get("Content-Length", "0")), limit)
             return
         try:
             request = decode_body(body, self.headers.get("Content-Type", ""),
@@ -218,6 +220,19 @@ class _OtlpHandler(_Handler):
         if len(body) < length:
             raise _ClientGone()
         return body
+
+    def _discard(self, length: int, limit: int) -> None:
+        """Read and drop up to ``limit`` bytes of a refused body; larger bodies are cut off.
+
+        Most HTTP/1.1 clients write the whole body before reading: they then see the 413, not a broken pipe.
+        """
+        remaining = min(length, limit)
+        with contextlib.suppress(OSError):
+            while remaining > 0:
+                piece = self.rfile.read(min(remaining, 64 << 10))
+                if not piece:
+                    return
+                remaining -= len(piece)
 
     def do_GET(self) -> None:
         """Only POST is served here."""
