@@ -14,6 +14,8 @@ decompressed size included) and a failed TLS handshake.
 
 from __future__ import annotations
 
+import functools
+import logging
 from concurrent import futures
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from cp_observe._log import LOGGER_NAME, logger
 from cp_observe.serve._admission import Decision
 from cp_observe.serve._otlp import retry_metadata
 
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["GrpcFrontDoor"]
 
 _WORKERS = 8
+_DEBUG = functools.partial(logging.getLogger(LOGGER_NAME).isEnabledFor, logging.DEBUG)
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _REFUSALS = {
     Decision.BUSY: (grpc.StatusCode.RESOURCE_EXHAUSTED, "the scorer's queue is full; retry later"),
@@ -74,6 +78,9 @@ class _TraceService:
                 service.count("grpc", "invalid")
                 service.refusals.record("grpc", "parse", "INVALID_ARGUMENT")
                 return grpc.StatusCode.INVALID_ARGUMENT, f"invalid protobuf: {str(exc)[:200]}", ()
+            if service.tls is not None and service.tls.mutual and _DEBUG():
+                names = (context.auth_context() or {}).get("x509_common_name") or [b""]
+                logger.debug("mTLS sender", identity=names[0].decode("utf-8", "replace"))
             result = service.ingest(request, "grpc")
         except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the server's worker
             service.refusals.record("grpc", "internal", type(exc).__name__)

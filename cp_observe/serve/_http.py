@@ -38,6 +38,7 @@ from cp_observe.serve._otlp import (
     encode_status,
     http_retry_after,
 )
+from cp_observe.serve._tls import peer_identity
 
 if TYPE_CHECKING:
     from cp_observe.serve._service import ScorerService
@@ -94,6 +95,8 @@ class _Server(ThreadingHTTPServer):
         with self._connections_lock:
             self._connections.discard(request)  # wrap_socket detached it: the TLS socket owns the descriptor
             self._connections.add(secure)
+        if self.tls.mutual and not self.admin:
+            logger.debug("mTLS sender", identity=peer_identity((secure.getpeercert() or {}).get("subject")))
         try:
             super().finish_request(secure, client_address)
         finally:

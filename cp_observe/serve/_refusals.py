@@ -49,17 +49,21 @@ class Refusals:
     def record(self, protocol: str, reason: str, detail: str = "") -> None:
         """Count one refusal; log it unless this reason was logged less than ``LOG_INTERVAL_S`` ago."""
         self._counter.add(1, {n.PROTOCOL: protocol, n.REASON: reason})
-        now = time.monotonic()
         with self._lock:
             self._counts[f"{protocol}:{reason}"] += 1
-            last = self._last_logged.get(reason)
+        self.warn(reason, "request refused", protocol=protocol, reason=reason, detail=detail[:200])
+
+    def warn(self, key: str, event: str, **fields: Any) -> None:
+        """Log ``event`` once for ``key``, then at most once per ``LOG_INTERVAL_S`` (nothing is counted)."""
+        now = time.monotonic()
+        with self._lock:
+            last = self._last_logged.get(key)
             if last is not None and now - last < LOG_INTERVAL_S:
-                self._unlogged[reason] += 1
+                self._unlogged[key] += 1
                 return
-            self._last_logged[reason] = now
-            suppressed = self._unlogged.pop(reason, 0)
-        logger.warning("request refused", protocol=protocol, reason=reason, detail=detail[:200],
-                       not_logged_since_last=suppressed)
+            self._last_logged[key] = now
+            suppressed = self._unlogged.pop(key, 0)
+        logger.warning(event, not_logged_since_last=suppressed, **fields)
 
     def counts(self) -> dict[str, int]:
         """``{"http:wrong_token": 3, ...}`` for ``/stats``."""

@@ -240,8 +240,9 @@ class ScorerService:
         offer = self.admission.offer(converted.spans)
         self.count(protocol, offer.decision.value, spans=len(converted.spans) + converted.rejected)
         if offer.decision is Decision.TOO_LARGE:
-            logger.warning("request refused: more sampled items than the queue can hold; lower the batch size",
-                           items=offer.items, queue_size=self.settings.queue_size)
+            self.refusals.warn("admission_too_large",
+                               "request refused: more sampled items than the queue can hold; lower the batch size",
+                               items=offer.items, queue_size=self.settings.queue_size)
         return Ingested(offer, len(converted.spans), converted.rejected, converted.error)
 
     def count(self, protocol: str, result: str, spans: int = 0) -> None:
