@@ -217,3 +217,15 @@ def test_serve_logs_to_stderr_with_the_level_from_flag_or_environment(level: str
     if shown:
         assert "WARNING cp_observe event='no OTLP endpoint" in stderr
     json.dumps(stderr)  # printable
+
+
+def test_a_body_cut_short_is_counted_as_incomplete(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+    """A sender that promises 1000 bytes, or a chunk, and hangs up early is counted; the server keeps serving."""
+    head = "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+    with start_service(sink, keyword_judge) as service:
+        assert _raw(service.port("http"), (head + "Content-Length: 1000\r\n\r\nabc").encode()) == b""
+        assert _raw(service.port("http"), (head + "Transfer-Encoding: chunked\r\n\r\n10\r\nabc").encode()) == b""
+        assert _chunked_post(service.port("http"), retrieval_request(1))[0] == 200
+        stats = service.stats()
+    assert stats["refusals"] == {"http:incomplete": 2}
+    assert stats["requests"] == {"http:invalid": 2, "http:accepted": 1}

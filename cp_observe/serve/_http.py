@@ -154,8 +154,10 @@ class _OtlpHandler(_Handler):
         media = JSON if self.headers.get("Content-Type", "").lower().startswith(JSON) else PROTOBUF
         try:
             self._receive(media)
-        except (OSError, _ClientGone):
+        except (OSError, _ClientGone) as exc:
             self.close_connection = True  # the sender went away or timed out mid-body: nobody to answer
+            self.server.service.count("http", "invalid")
+            self.server.service.refusals.record("http", "incomplete", type(exc).__name__)
         except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the handler thread
             self.close_connection = True
             self._refuse(HTTPStatus.INTERNAL_SERVER_ERROR, media, "internal", "the scorer failed to read the request",

@@ -32,6 +32,7 @@ REASONS = (
     "media_type",  # neither protobuf nor JSON (415)
     "encoding",  # unknown or broken Content-Encoding (415 / 400)
     "parse",  # unreadable protobuf or JSON, too deeply nested JSON (400 / INVALID_ARGUMENT)
+    "incomplete",  # the connection ended or timed out before the body did (HTTP; nobody left to answer)
     "internal",  # a bug: the handler failed (500 / INTERNAL); the service keeps serving
 )
 
