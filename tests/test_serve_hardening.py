@@ -122,6 +122,8 @@ def test_malformed_framing_is_refused_and_counted(sink: OtlpSink, keyword_judge:
     head = "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
     cases = [
         (head + "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", b" 400 "),
+        (head + "Transfer-Encoding: chunked\r\n\r\n0x3\r\nabc\r\n0\r\n\r\n", b" 400 "),
+        (head + "Transfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n0\r\n\r\n", b" 400 "),
         (head + "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n", b" 400 "),
         (head + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", b" 400 "),
         (head + "Transfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n", b" 400 "),

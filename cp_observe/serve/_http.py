@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cp_observe._log import logger
 from cp_observe.serve._admission import Decision
+from cp_observe.serve._framing import ClientGone, read_chunked
 from cp_observe.serve._otlp import (
     JSON,
     PROTOBUF,
@@ -49,8 +50,6 @@ __all__ = ["AdminServer", "OtlpHttpServer"]
 _TRACES_PATH = "/v1/traces"
 _IDLE_TIMEOUT_S = 60.0
 _HANDSHAKE_TIMEOUT_S = 10.0
-_MAX_CHUNK_LINE = 1024  # a chunk-size line (hex size and extensions) or a trailer field
-_MAX_TRAILERS = 32
 _REFUSALS = {
     Decision.BUSY: (HTTPStatus.TOO_MANY_REQUESTS, grpc.StatusCode.RESOURCE_EXHAUSTED, "the scorer's queue is full"),
     Decision.DRAINING: (HTTPStatus.SERVICE_UNAVAILABLE, grpc.StatusCode.UNAVAILABLE, "the scorer is shutting down"),
@@ -154,7 +153,7 @@ class _OtlpHandler(_Handler):
         media = JSON if self.headers.get("Content-Type", "").lower().startswith(JSON) else PROTOBUF
         try:
             self._receive(media)
-        except (OSError, _ClientGone) as exc:
+        except (OSError, ClientGone) as exc:
             self.close_connection = True  # the sender went away or timed out mid-body: nobody to answer
             self.server.service.count("http", "invalid")
             self.server.service.refusals.record("http", "incomplete", type(exc).__name__)
@@ -215,7 +214,7 @@ class _OtlpHandler(_Handler):
                 raise BadRequest("both Transfer-Encoding and Content-Length", 400)
             if transfer.strip().lower() != "chunked":
                 raise BadRequest("unsupported Transfer-Encoding; use chunked or Content-Length", 400)
-            return _read_chunked(self.rfile, limit)
+            return read_chunked(self.rfile, limit)
         if length_header is None or not length_header.strip().isdigit():
             raise BadRequest("Content-Length (or Transfer-Encoding: chunked) is required", 411)
         length = int(length_header)
@@ -223,7 +222,7 @@ class _OtlpHandler(_Handler):
             raise BadRequest(f"request larger than {limit} bytes", 413)
         body = self.rfile.read(length)
         if len(body) < length:
-            raise _ClientGone()
+            raise ClientGone()
         return body
 
     def _discard(self, length: int, limit: int) -> None:
@@ -261,52 +260,6 @@ class _OtlpHandler(_Handler):
         if code is None:
             code = grpc.StatusCode.INVALID_ARGUMENT if status < 500 else grpc.StatusCode.INTERNAL
         self._send(status, encode_status(media, code.value[0], message), media, headers)
-
-
-class _ClientGone(Exception):
-    """The connection ended before the body did."""
-
-
-def _read_chunked(stream: Any, limit: int) -> bytes:
-    """Read an HTTP/1.1 chunked body (RFC 9112 7.1) of at most ``limit`` bytes; trailers are read and ignored.
-
-    Raises:
-        BadRequest: malformed framing (400) or more than ``limit`` bytes (413).
-        _ClientGone: the connection ended mid-body.
-    """
-    parts: list[bytes] = []
-    total = 0
-    while True:
-        line = stream.readline(_MAX_CHUNK_LINE + 1)
-        if not line.endswith(b"\n"):
-            if len(line) > _MAX_CHUNK_LINE:
-                raise BadRequest("chunk size line too long", 400)
-            raise _ClientGone()
-        size_text = line.split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise BadRequest("invalid chunk size", 400) from None
-        if size < 0 or not size_text.isalnum():
-            raise BadRequest("invalid chunk size", 400)
-        if size == 0:
-            break
-        total += size
-        if total > limit:
-            raise BadRequest(f"request larger than {limit} bytes", 413)
-        chunk = stream.read(size)
-        if len(chunk) < size:
-            raise _ClientGone()
-        parts.append(chunk)
-        if stream.readline(3) not in (b"\r\n", b"\n"):
-            raise BadRequest("chunk not followed by CRLF", 400)
-    for _ in range(_MAX_TRAILERS + 1):  # trailer fields, up to the empty line
-        line = stream.readline(_MAX_CHUNK_LINE + 1)
-        if line in (b"\r\n", b"\n"):
-            return b"".join(parts)
-        if not line.endswith(b"\n"):
-            raise _ClientGone() if len(line) <= _MAX_CHUNK_LINE else BadRequest("trailer line too long", 400)
-    raise BadRequest("too many trailer fields", 400)
 
 
 class _AdminHandler(_Handler):
