@@ -231,3 +231,15 @@ def test_a_body_cut_short_is_counted_as_incomplete(sink: OtlpSink, keyword_judge
         stats = service.stats()
     assert stats["refusals"] == {"http:incomplete": 2}
     assert stats["requests"] == {"http:invalid": 2, "http:accepted": 1}
+
+
+def test_unparseable_http_and_other_methods_are_counted(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+    """A garbage request line, an oversized header and a PUT are refused by status and counted by reason."""
+    with start_service(sink, keyword_judge) as service:
+        port = service.port("http")
+        assert b"Error code: 400" in _raw(port, b"POST /v1/traces HTTP/1.x\r\n\r\n")  # no version: no status line
+        assert b" 431 " in _raw(port, b"POST /v1/traces HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n")[:20]
+        assert b" 405 " in _raw(port, b"PUT /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")[:20]
+        stats = service.stats()
+    assert stats["refusals"] == {"http:malformed": 2, "http:path": 1}
+    assert stats["requests"] == {"http:invalid": 3}

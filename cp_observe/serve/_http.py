@@ -254,6 +254,14 @@ class _OtlpHandler(_Handler):
         status = HTTPStatus.METHOD_NOT_ALLOWED if self.path.split("?", 1)[0] == _TRACES_PATH else HTTPStatus.NOT_FOUND
         self._refuse(status, media, "path", "send traces with POST /v1/traces", {"Allow": "POST"})
 
+    do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library refuses what it cannot parse (bad request line, huge headers): count that too."""
+        self.server.service.count("http", "invalid")
+        self.server.service.refusals.record("http", "malformed", str(int(code)))
+        super().send_error(code, message, explain)
+
     def _refuse(self, status: int, media: str, reason: str, message: str, headers: dict[str, str] | None = None,
                 *, code: Any = None, count_request: bool = True, detail: str = "") -> None:
         """Count and (rate-limited) log the refusal, then answer with a ``google.rpc.Status`` body."""

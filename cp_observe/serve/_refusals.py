@@ -27,6 +27,7 @@ REASONS = (
     "wrong_token",  # a token that is not one of the service's (401 / UNAUTHENTICATED)
     "tls",  # the TLS handshake failed: plaintext, unknown CA, no or foreign client certificate (HTTP ports)
     "path",  # not POST /v1/traces (404 / 405)
+    "malformed",  # not HTTP/1.x the standard library can parse: request line, header size or count (400 / 414 / 431)
     "length",  # no usable Content-Length or chunked framing (411 / 400)
     "too_large",  # larger than max_request_bytes, on the wire or decompressed (413 / RESOURCE_EXHAUSTED)
     "media_type",  # neither protobuf nor JSON (415)
