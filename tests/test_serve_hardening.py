@@ -243,3 +243,15 @@ def test_unparseable_http_and_other_methods_are_counted(sink: OtlpSink, keyword_
         stats = service.stats()
     assert stats["refusals"] == {"http:malformed": 2, "http:path": 1}
     assert stats["requests"] == {"http:invalid": 3}
+
+
+def test_in_process_run_puts_logging_back(capsys: pytest.CaptureFixture[str]) -> None:
+    """``main()`` called in process (a bad setting: exit 2) leaves the cp_observe logger as it found it."""
+    from cp_observe.serve._cli import main
+
+    logger = logging.getLogger("cp_observe")
+    before = (list(logger.handlers), logger.level, logger.propagate)
+    assert main(["--tls-cert-file", "/nonexistent.crt", "--grpc-port", "0", "--http-port", "0",
+                 "--admin-port", "0", "--judge", "lexical"]) == 2
+    assert "tls_cert_file and tls_key_file go together" in capsys.readouterr().err
+    assert (list(logger.handlers), logger.level, logger.propagate) == before

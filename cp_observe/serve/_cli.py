@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cp_observe._errors import ConfigurationError
@@ -71,10 +71,17 @@ def _metavar(kind: type[Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Start the service, wait for SIGTERM or SIGINT, drain; returns the exit code."""
+    restore = log_to_stderr()  # before resolving: warnings about bad environment values are shown too
+    try:
+        return _serve(args)
+    finally:
+        restore()  # an in-process caller (a test, an embedding) gets its logging set-up back
+
+
+def _serve(args: argparse.Namespace) -> int:
     from cp_observe.serve._service import ScorerService
 
     explicit = {name: getattr(args, name, None) for name in SERVE_FIELDS}
-    handler = log_to_stderr()  # before resolving: warnings about bad environment values are shown too
     try:
         settings = ServeSettings.resolve(explicit)
         logging.getLogger(LOGGER_NAME).setLevel(settings.log_level.upper())
@@ -112,18 +119,27 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for sig, previous_handler in previous.items():
             signal.signal(sig, previous_handler)
-        logging.getLogger(LOGGER_NAME).removeHandler(handler)
 
 
-def log_to_stderr() -> logging.Handler:
-    """Send the ``cp_observe`` logger's lines (rendered by structlog) to stderr, at WARNING until configured."""
+def log_to_stderr() -> Callable[[], None]:
+    """Send the ``cp_observe`` logger's lines (rendered by structlog) to stderr, at WARNING until configured.
+
+    Returns a function that puts the logger back as it was (handlers, level, propagation).
+    """
+    root = logging.getLogger(LOGGER_NAME)
+    level, propagate = root.level, root.propagate
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    root = logging.getLogger(LOGGER_NAME)
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     root.propagate = False  # one line per event, whatever the root logger does
-    return handler
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        root.propagate = propagate
+
+    return restore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
