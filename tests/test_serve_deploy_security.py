@@ -120,11 +120,9 @@ def test_compose_scorer_is_secured_with_the_generated_files() -> None:
 def test_compose_secrets_job_makes_files_a_scorer_serves_and_a_client_trusts(
     tmp_path: Path, keyword_judge: KeywordJudge
 ) -> None:
-    """The one-shot job's script, run here with openssl, yields a CA, a certificate for `scorer` and a token.
-
-    A scorer started with those files accepts a request that checks the name `scorer` against that CA and
-    carries the token, the way otel-lb does, and refuses one without the token.
-    """
+    """The compose job's own script makes files a scorer serves with and an otel-lb-like client trusts."""
+    # A CA, a certificate for `scorer` and a token; the client checks the name `scorer` against that CA and
+    # sends the token, as otel-lb does (server_name_override), and is refused without it.
     job = _compose()["scorer-secrets"]
     script = job["command"][0].replace("$$", "$").replace("cd /secrets", f"cd {tmp_path}")
     script = script.replace("chown 10001:10001", "true")  # not root here
