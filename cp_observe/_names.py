@@ -101,6 +101,8 @@ SERVE_METRIC_REQUESTS: Final = "context_precision.serve.requests"
 SERVE_METRIC_SPANS: Final = "context_precision.serve.spans"
 #: gauge, the admission's occupancy bound -> context_precision_serve_occupancy
 SERVE_METRIC_OCCUPANCY: Final = "context_precision.serve.occupancy"
+#: counter of requests refused before admission, by protocol and reason -> context_precision_serve_refusals_total
+SERVE_METRIC_REFUSALS: Final = "context_precision.serve.refusals"
 PROTOCOL: Final = "protocol"
 RESULT: Final = "result"
 

@@ -100,8 +100,8 @@ def test_scorer_deployment_matches_the_service_defaults() -> None:
     assert container["args"] == ["serve"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"otlp-grpc": DEFAULTS.grpc_port, "otlp-http": DEFAULTS.http_port, "admin": DEFAULTS.admin_port}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin", "scheme": "HTTPS"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin", "scheme": "HTTPS"}
     env = _env(container)
     for name in env:
         if name.startswith(n.ENV_PREFIX):

@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cp_observe._errors import ConfigurationError
+from cp_observe._log import LOGGER_NAME
 from cp_observe._names import ENV_PREFIX
 from cp_observe.serve._settings import SERVE_FIELDS, ServeSettings
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["add_arguments", "log_to_stderr", "main", "run"]
 
 _EPILOG = f"""\
 Every option falls back to its environment variable, then to its default (shown in brackets).
 
 Environment only:
   {ENV_PREFIX}JUDGE_API_KEY       the judge's API key (or the provider's own variable, e.g. OPENAI_API_KEY)
+  {ENV_PREFIX}AUTH_TOKEN          bearer token OTLP senders must present (or --auth-token-file)
   OTEL_EXPORTER_OTLP_ENDPOINT      where evaluation spans, events and metrics go (or --otlp-endpoint)
   OTEL_EXPORTER_OTLP_PROTOCOL      http/protobuf (default) or grpc
   OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES   the scorer's resource (service.instance.id: one per process)
@@ -28,7 +31,11 @@ Environment only:
 
 Endpoints: OTLP/gRPC TraceService/Export on --grpc-port; OTLP/HTTP POST /v1/traces (protobuf or JSON) on
 --http-port; GET /healthz, /readyz, /metrics and /stats on --admin-port. A full queue answers
-RESOURCE_EXHAUSTED / 429 with a retry delay; SIGTERM drains (new requests get UNAVAILABLE / 503)."""
+RESOURCE_EXHAUSTED / 429 with a retry delay; SIGTERM drains (new requests get UNAVAILABLE / 503).
+
+Secure by default: every port binds 127.0.0.1 unless --listen-host / --admin-host say otherwise. TLS on all
+three ports with --tls-cert-file and --tls-key-file (mTLS with --tls-client-ca-file); bearer tokens as the
+Collector's bearertokenauth sends them. Log lines go to stderr (--log-level)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "emission as the in-process hook; run it behind a Collector gateway.")
     parser.epilog = _EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.allow_abbrev = False  # "--auth-token SECRET" must fail, not name a file after the secret
     fields = ServeSettings.model_fields
     for name in SERVE_FIELDS:
         info = fields[name]
@@ -63,11 +71,20 @@ def _metavar(kind: type[Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Start the service, wait for SIGTERM or SIGINT, drain; returns the exit code."""
+    restore = log_to_stderr()  # before resolving: warnings about bad environment values are shown too
+    try:
+        return _serve(args)
+    finally:
+        restore()  # an in-process caller (a test, an embedding) gets its logging set-up back
+
+
+def _serve(args: argparse.Namespace) -> int:
     from cp_observe.serve._service import ScorerService
 
     explicit = {name: getattr(args, name, None) for name in SERVE_FIELDS}
     try:
         settings = ServeSettings.resolve(explicit)
+        logging.getLogger(LOGGER_NAME).setLevel(settings.log_level.upper())
         service = ScorerService(settings)
     except (ConfigurationError, ValueError) as exc:
         print(f"cp-observe serve: {exc}", file=sys.stderr)
@@ -85,8 +102,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"cp-observe serve: {exc}", file=sys.stderr)
             service.stop(1.0)
             return 1
-        print(f"cp-observe serve: grpc :{service.port('grpc')}, http :{service.port('http')}, "
-              f"admin :{service.port('admin')}, judge {service.processor.judge.model}, "
+        scheme = "tls" if service.tls is not None else "plaintext"
+        print(f"cp-observe serve: grpc {settings.listen_host}:{service.port('grpc')}, http "
+              f"{settings.listen_host}:{service.port('http')} ({scheme}), admin {settings.admin_host}:"
+              f"{service.port('admin')}, judge {service.processor.judge.model}, "
               f"queue {settings.queue_size}, concurrency {settings.concurrency}", flush=True)
         while not stop.wait(3600):
             pass
@@ -98,8 +117,29 @@ def run(args: argparse.Namespace) -> int:
               f"skipped {stats['skipped']}", flush=True)
         return 0
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, previous_handler in previous.items():
+            signal.signal(sig, previous_handler)
+
+
+def log_to_stderr() -> Callable[[], None]:
+    """Send the ``cp_observe`` logger's lines (rendered by structlog) to stderr, at WARNING until configured.
+
+    Returns a function that puts the logger back as it was (handlers, level, propagation).
+    """
+    root = logging.getLogger(LOGGER_NAME)
+    level, propagate = root.level, root.propagate
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    root.propagate = False  # one line per event, whatever the root logger does
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        root.propagate = propagate
+
+    return restore
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,21 +3,30 @@
 Accepted requests answer an ``ExportTraceServiceResponse`` (with ``partial_success`` when malformed spans
 were left out). Refusals: ``RESOURCE_EXHAUSTED`` with a ``RetryInfo`` when the queue is full,
 ``UNAVAILABLE`` with a ``RetryInfo`` while draining (both retried by the Collector and the SDKs),
-``INVALID_ARGUMENT`` for a request that can never fit.
+``INVALID_ARGUMENT`` for a request that can never fit or cannot be parsed, ``UNAUTHENTICATED`` without the
+bearer token (when one is set), ``INTERNAL`` if our own code fails (counted; the server keeps serving).
+
+The method is registered with a raw-bytes deserializer so that unreadable requests reach this code, where
+they are counted by reason, instead of failing inside grpcio. Two refusals happen in grpcio before any
+code of ours runs and are not counted here: a message over ``max_request_bytes`` (``RESOURCE_EXHAUSTED``,
+decompressed size included) and a failed TLS handshake.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from concurrent import futures
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type hints (types-grpcio is not a dependency)
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
+from cp_observe._log import LOGGER_NAME, logger
 from cp_observe.serve._admission import Decision
 from cp_observe.serve._otlp import retry_metadata
 
@@ -27,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["GrpcFrontDoor"]
 
 _WORKERS = 8
+_DEBUG = functools.partial(logging.getLogger(LOGGER_NAME).isEnabledFor, logging.DEBUG)
+_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _REFUSALS = {
     Decision.BUSY: (grpc.StatusCode.RESOURCE_EXHAUSTED, "the scorer's queue is full; retry later"),
     Decision.DRAINING: (grpc.StatusCode.UNAVAILABLE, "the scorer is shutting down; retry"),
@@ -34,26 +45,57 @@ _REFUSALS = {
 }
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+class _TraceService:
+    """``TraceService/Export`` over raw bytes: authenticate, parse, admit; every refusal counted by reason."""
+
     def __init__(self, service: ScorerService) -> None:
         self._service = service
 
-    def Export(
-        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
-    ) -> ExportTraceServiceResponse:
-        result = self._service.ingest(request, "grpc")
+    def export(self, raw: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
+        code, message, trailing = self._handle(raw, context)
+        if code is None:
+            assert isinstance(message, ExportTraceServiceResponse)
+            return message
+        if trailing:
+            context.set_trailing_metadata(trailing)
+        context.abort(code, str(message))  # raises: outside every try below, so it is never mistaken for a bug
+        raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+    def _handle(self, raw: bytes, context: grpc.ServicerContext) -> tuple[Any, Any, tuple[Any, ...]]:
+        """``(None, response, ())`` when accepted, else ``(code, message, trailing metadata)``."""
+        service = self._service
+        try:
+            authorization = next((value for key, value in context.invocation_metadata() or ()
+                                  if key == "authorization" and isinstance(value, str)), None)
+            unauthenticated = service.tokens.check(authorization)
+            if unauthenticated is not None:
+                service.count("grpc", "unauthenticated")
+                service.refusals.record("grpc", unauthenticated, "UNAUTHENTICATED")
+                return grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token", ()
+            try:
+                request = ExportTraceServiceRequest.FromString(raw)
+            except (DecodeError, RecursionError) as exc:
+                service.count("grpc", "invalid")
+                service.refusals.record("grpc", "parse", "INVALID_ARGUMENT")
+                return grpc.StatusCode.INVALID_ARGUMENT, f"invalid protobuf: {str(exc)[:200]}", ()
+            if service.tls is not None and service.tls.mutual and _DEBUG():
+                names = (context.auth_context() or {}).get("x509_common_name") or [b""]
+                logger.debug("mTLS sender", identity=names[0].decode("utf-8", "replace"))
+            result = service.ingest(request, "grpc")
+        except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the server's worker
+            service.refusals.record("grpc", "internal", type(exc).__name__)
+            return grpc.StatusCode.INTERNAL, "the scorer failed to read the request", ()
         decision = result.offer.decision
         if decision is Decision.ACCEPTED:
             response = ExportTraceServiceResponse()
             if result.rejected:
                 response.partial_success.rejected_spans = result.rejected
                 response.partial_success.error_message = result.error
-            return response
+            return None, response, ()
         code, message = _REFUSALS[decision]
-        if decision is not Decision.TOO_LARGE:
-            context.set_trailing_metadata(retry_metadata(code.value[0], message, self._service.settings.retry_after_s))
-        context.abort(code, message)
-        raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+        trailing = () if decision is Decision.TOO_LARGE else retry_metadata(
+            code.value[0], message, service.settings.retry_after_s)
+        return code, message, trailing
 
 
 class GrpcFrontDoor:
@@ -65,12 +107,17 @@ class GrpcFrontDoor:
             futures.ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="cp-observe-serve-grpc"),
             options=[("grpc.max_receive_message_length", limit), ("grpc.so_reuseport", 0)],
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _TraceService(service), self._server
+        export = grpc.unary_unary_rpc_method_handler(
+            _TraceService(service).export, request_deserializer=None,
+            response_serializer=ExportTraceServiceResponse.SerializeToString,
         )
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),))
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = self._server.add_insecure_port(address)
+            if service.tls is not None:
+                bound = self._server.add_secure_port(address, service.tls.grpc_credentials())
+            else:
+                bound = self._server.add_insecure_port(address)
         except RuntimeError as exc:
             raise OSError(f"cannot bind the gRPC port {address}: {exc}") from None
         if not bound:

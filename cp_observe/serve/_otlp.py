@@ -49,11 +49,12 @@ _CONTAINERS = ("resourceSpans", "resource_spans", "scopeSpans", "scope_spans", "
 
 
 class BadRequest(ValueError):
-    """The body cannot be read: the HTTP front door answers ``status`` (400, 413 or 415)."""
+    """The body cannot be read: the HTTP front door answers ``status`` (400, 413 or 415), counted as ``reason``."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, status: int = 400, reason: str = "parse") -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason
 
 
 def decode_body(body: bytes, content_type: str, content_encoding: str, max_bytes: int) -> ExportTraceServiceRequest:
@@ -64,7 +65,8 @@ def decode_body(body: bytes, content_type: str, content_encoding: str, max_bytes
     """
     media = content_type.split(";", 1)[0].strip().lower()
     if media not in (PROTOBUF, JSON):
-        raise BadRequest(f"unsupported content type {media or '(none)'!r}; use {PROTOBUF} or {JSON}", 415)
+        raise BadRequest(f"unsupported content type {media[:40] or '(none)'!r}; use {PROTOBUF} or {JSON}", 415,
+                         "media_type")
     body = _decompress(body, content_encoding.strip().lower(), max_bytes)
     if media == PROTOBUF:
         try:
@@ -73,17 +75,21 @@ def decode_body(body: bytes, content_type: str, content_encoding: str, max_bytes
             raise BadRequest(f"invalid protobuf: {exc}") from None
     try:
         document = json.loads(body)
+    except RecursionError:
+        raise BadRequest("invalid JSON: nested too deeply") from None
     except ValueError as exc:
         raise BadRequest(f"invalid JSON: {exc}") from None
     if not isinstance(document, dict):
         raise BadRequest("the JSON body must be an object")
-    _hex_ids_to_base64(document)
     try:
+        _hex_ids_to_base64(document)
         parsed: ExportTraceServiceRequest = json_format.ParseDict(
             document, ExportTraceServiceRequest(), ignore_unknown_fields=True
         )
-    except (ValueError, json_format.ParseError) as exc:
-        raise BadRequest(f"invalid OTLP/JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("invalid OTLP/JSON: nested too deeply") from None
+    except (ValueError, TypeError, json_format.ParseError) as exc:
+        raise BadRequest(f"invalid OTLP/JSON: {str(exc)[:200]}") from None
     return parsed
 
 
@@ -91,7 +97,7 @@ def _decompress(body: bytes, encoding: str, max_bytes: int) -> bytes:
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "deflate"):
-        raise BadRequest(f"unsupported content encoding {encoding!r}; use gzip or deflate", 415)
+        raise BadRequest(f"unsupported content encoding {encoding[:40]!r}; use gzip or deflate", 415, "encoding")
     # gzip: a gzip header (wbits 16+); deflate: zlib format, or a raw stream from senders that get it wrong.
     for wbits in ((31,) if encoding == "gzip" else (15, -15)):
         inflater = zlib.decompressobj(wbits)
@@ -100,9 +106,9 @@ def _decompress(body: bytes, encoding: str, max_bytes: int) -> bytes:
         except zlib.error:
             continue
         if len(out) > max_bytes:
-            raise BadRequest(f"request larger than {max_bytes} bytes once decompressed", 413)
+            raise BadRequest(f"request larger than {max_bytes} bytes once decompressed", 413, "too_large")
         return out
-    raise BadRequest(f"invalid {encoding} body")
+    raise BadRequest(f"invalid {encoding} body", 400, "encoding")
 
 
 def _hex_ids_to_base64(node: Any) -> None:

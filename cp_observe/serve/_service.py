@@ -13,6 +13,7 @@ judge what was accepted within ``drain_timeout_s``, flush the exporters, close t
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import threading
@@ -35,11 +36,15 @@ from prometheus_client import CollectorRegistry
 
 from cp_observe import _names as n
 from cp_observe._configure import _judge_from, _log_exporter, _metric_readers, _span_exporter, processor_from_settings
+from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
 from cp_observe._types import Judge
 from cp_observe.serve._admission import Admission, Decision, Offer, evaluator_queue_size
+from cp_observe.serve._auth import BearerTokens
 from cp_observe.serve._convert import spans_from_request
+from cp_observe.serve._refusals import Refusals
 from cp_observe.serve._settings import ServeSettings
+from cp_observe.serve._tls import ServerTls
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
@@ -88,7 +93,8 @@ class ScorerService:
         logger_provider: LoggerProvider | None = None,
     ) -> None:
         self.settings = s = settings if settings is not None else ServeSettings.resolve()
-        chosen = judge if judge is not None else _judge_from(s)  # first: a bad judge leaves nothing running
+        self.tls, self.tokens = _security(s)  # first: bad TLS or token files leave nothing running
+        chosen = judge if judge is not None else _judge_from(s)
         self._owned: list[Any] = []  # providers created here: flushed and shut down by stop(), in this order
         resource = _resource(s.service_name)
         if tracer_provider is None:
@@ -137,6 +143,9 @@ class ScorerService:
             SERVE_METRIC_REQUESTS, unit="{request}", description="OTLP trace requests by protocol and result."
         )
         self._spans = meter.create_counter(SERVE_METRIC_SPANS, unit="{span}", description="Spans received.")
+        self.refusals = Refusals(meter.create_counter(
+            n.SERVE_METRIC_REFUSALS, unit="{request}",
+            description="OTLP requests refused before admission, by protocol and reason."))
 
         def observe(_: CallbackOptions) -> list[Observation]:
             return [Observation(self.admission.occupancy())]
@@ -168,13 +177,19 @@ class ScorerService:
                     raise RuntimeError("the service is already started")
                 self._servers["grpc"] = GrpcFrontDoor(self, s.listen_host, s.grpc_port).start()
                 self._servers["http"] = OtlpHttpServer(self, s.listen_host, s.http_port).start()
-                self._servers["admin"] = AdminServer(self, s.listen_host, s.admin_port).start()
+                self._servers["admin"] = AdminServer(self, s.admin_host, s.admin_port).start()
                 self._started = True
         except BaseException:
             self._close_servers(0.0)
             raise
         ports = {f"{name}_port": server.port for name, server in self._servers.items()}
-        logger.info("cp-observe serve started", **ports)
+        if not _loopback(s.listen_host) and (self.tls is None or not self.tokens.enabled):
+            logger.warning("OTLP ports bound beyond loopback without TLS and a bearer token: anyone who can reach "
+                           "them can read what senders send or feed the scorer; see 'Securing serve'",
+                           listen_host=s.listen_host, tls=self.tls is not None, bearer_auth=self.tokens.enabled)
+        logger.info("cp-observe serve started", listen_host=s.listen_host, admin_host=s.admin_host,
+                    tls=self.tls is not None, mtls=self.tls is not None and self.tls.mutual,
+                    bearer_auth=self.tokens.enabled, **ports)
         return self
 
     def stop(self, timeout_s: float | None = None) -> bool:
@@ -225,8 +240,9 @@ class ScorerService:
         offer = self.admission.offer(converted.spans)
         self.count(protocol, offer.decision.value, spans=len(converted.spans) + converted.rejected)
         if offer.decision is Decision.TOO_LARGE:
-            logger.warning("request refused: more sampled items than the queue can hold; lower the batch size",
-                           items=offer.items, queue_size=self.settings.queue_size)
+            self.refusals.warn("admission_too_large",
+                               "request refused: more sampled items than the queue can hold; lower the batch size",
+                               items=offer.items, queue_size=self.settings.queue_size)
         return Ingested(offer, len(converted.spans), converted.rejected, converted.error)
 
     def count(self, protocol: str, result: str, spans: int = 0) -> None:
@@ -260,7 +276,7 @@ class ScorerService:
         with self._lock:
             requests = dict(sorted(self._counts.items()))
         out.update(occupancy=self.admission.occupancy(), queue_size=self.settings.queue_size,
-                   requests=requests, draining=self.admission.draining)
+                   requests=requests, draining=self.admission.draining, refusals=self.refusals.counts())
         return out
 
     def flush(self, timeout_s: float = 30.0) -> bool:
@@ -271,6 +287,30 @@ class ScorerService:
             if callable(flush):
                 flush(int(timeout_s * 1000))
         return done
+
+
+def _security(s: ServeSettings) -> tuple[ServerTls | None, BearerTokens]:
+    """TLS files and bearer tokens, loaded once at start (then reloaded on change).
+
+    Raises:
+        ConfigurationError: half a key pair, a client CA without a certificate, or files that do not load.
+    """
+    if bool(s.tls_cert_file) != bool(s.tls_key_file):
+        raise ConfigurationError("tls_cert_file and tls_key_file go together")
+    if s.tls_client_ca_file and not s.tls_cert_file:
+        raise ConfigurationError("tls_client_ca_file needs tls_cert_file and tls_key_file (mTLS runs over TLS)")
+    tls = None
+    if s.tls_cert_file and s.tls_key_file:
+        tls = ServerTls(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file, s.tls_reload_interval_s)
+    token = s.auth_token.get_secret_value() if s.auth_token is not None else None
+    return tls, BearerTokens(token, s.auth_token_file)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _resource(service_name: str | None) -> Resource:
