@@ -210,11 +210,12 @@ class _Feeder:
                 result.outside_time += 1
                 continue
             kind = _kind(span)
-            if kind is not None and options.data_sources is not None and _source_of(span, kind) not in options.data_sources:
-                result.other_data_source += 1
+            target = kind is not None and _is_target(span, kind)
+            if target and options.data_sources is not None and _source_of(span, kind) not in options.data_sources:
+                result.other_data_source += 1  # an agent that is no target is kept: it carries the answer
                 continue
             context = span.context
-            if kind is not None and context is not None and sampler(context.trace_id) and _is_target(span, kind):
+            if target and context is not None and sampler(context.trace_id):
                 cap = options.max_evaluations
                 if cap is not None and result.targets_fed + len(targets) >= cap:
                     result.over_max_evaluations += 1
