@@ -5,10 +5,12 @@ on (``spans_from_request``, then the processor). Memory stays bounded by one pag
 
 - **Jaeger** ``GET {url}/api/traces?service=&start=&end=&limit=`` (the HTTP JSON API of the Jaeger UI;
   times in microseconds). Jaeger answers at most ``limit`` traces per query and says nothing of what it left
-  out, so a window that comes back full is split in two and each half asked again, down to one second.
+  out, so a window that comes back full is split in two and each half asked again, down to one microsecond
+  (where a full answer is an error, never a silent loss).
   Tags map back to OTLP the way Jaeger's own OTLP translator maps them out: ``span.kind``,
   ``otel.status_code``/``otel.status_description``, ``otel.scope.name``/``otel.scope.version``; the process
-  becomes the resource; ``CHILD_OF``/``FOLLOWS_FROM`` the parent; logs become events.
+  becomes the resource; ``CHILD_OF``/``FOLLOWS_FROM`` the parent; logs become events. Windows are inclusive
+  at both ends (as Jaeger's are), so halves are ``[start, middle]`` and ``[middle + 1, end]``: no trace twice.
 - **Phoenix** ``GET {url}/v1/projects/{project}/spans?sort=start_time&order=asc`` with cursor paging.
   Phoenix moves ``openinference.span.kind`` into ``span_kind``; it is put back as an attribute.
 
@@ -36,7 +38,6 @@ from cp_observe.replay._source import Batch, ReplayInputError
 __all__ = ["JaegerQuery", "PhoenixProject"]
 
 _US = 1_000
-_MIN_WINDOW_US = 1_000_000
 _KINDS = {
     "internal": Span.SPAN_KIND_INTERNAL, "server": Span.SPAN_KIND_SERVER, "client": Span.SPAN_KIND_CLIENT,
     "producer": Span.SPAN_KIND_PRODUCER, "consumer": Span.SPAN_KIND_CONSUMER,
@@ -98,9 +99,12 @@ class JaegerQuery:
             if not isinstance(body, dict) or not isinstance(body.get("data"), list):
                 raise ReplayInputError(f"{url}: not a Jaeger response (no 'data' list)")
             traces = body["data"]
-            if len(traces) >= self.limit and end - start > _MIN_WINDOW_US:
-                middle = (start + end) // 2
-                windows[:0] = [(start, middle), (middle, end)]  # full: some traces may be missing; ask halves
+            if len(traces) >= self.limit:
+                if end <= start:
+                    raise ReplayInputError(f"{url}: {len(traces)} or more traces start in the same microsecond; "
+                                           "ask with a larger limit")
+                middle = (start + end) // 2  # full: some traces may be missing; ask each half (bounds inclusive)
+                windows[:0] = [(start, middle), (middle + 1, end)]
                 continue
             for number, trace in enumerate(sorted(traces, key=_jaeger_trace_start), start=1):
                 try:
