@@ -89,12 +89,13 @@ def _check_key_value(pair: dict[str, Any]) -> None:
         assert isinstance(inner, str) and re.match(r"^-?[0-9]+$", inner), inner  # 64-bit integers as strings
 
 
-def export_demo(directory: Path, rate: float, turns: int | None = None) -> Exported:
+def export_demo(directory: Path, rate: float, turns: int | None = None, extra: tuple[str, ...] = ()) -> Exported:
     """Run ``cp-observe demo`` exporting over OTLP/HTTP to a loopback receiver; write what arrived as files."""
     directory.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "cp_observe.cli", "demo", "--sample-rate", str(rate), "--quiet"]
     if turns is not None:
         args += ["--turns", str(turns)]
+    args += list(extra)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CP_OBSERVE_"))}
     env["OTEL_BSP_SCHEDULE_DELAY"] = "50"
     with OtlpReceiver() as receiver:

@@ -132,15 +132,15 @@ def _over_time(stats: Any, other: Any | None) -> str:
     series = [(stats.over_time(), "#1f4fb3")]
     if other is not None:
         series.append((other.over_time(), "#d9822b"))
-    minutes = [m for points, _ in series for m, _, _ in points]
-    if not minutes:
+    seconds = [m for points, _ in series for m, _, _ in points]
+    if not seconds:
         out.append("</svg></div>")
         return "".join(out)
-    first, last = min(minutes), max(minutes)
+    first, last = min(seconds), max(seconds)
     span = max(1, last - first)
     inner = _W - _PAD_L - _PAD_R
-    def x(minute: int) -> float:
-        return _PAD_L + (minute - first) / span * inner if last > first else _PAD_L + inner / 2
+    def x(second: int) -> float:
+        return _PAD_L + (second - first) / span * inner if last > first else _PAD_L + inner / 2
     for points, colour in series:
         coords = " ".join(f"{x(m):.1f},{_y(v):.1f}" for m, _, v in points)
         out.append(f"<polyline points='{coords}' fill='none' stroke='{colour}' stroke-width='1.5'/>")
@@ -154,8 +154,8 @@ def _over_time(stats: Any, other: Any | None) -> str:
     return "".join(out)
 
 
-def _when(minute: int) -> str:
-    return datetime.fromtimestamp(minute * 60, timezone.utc).strftime("%Y-%m-%d %H:%M")
+def _when(second: int) -> str:
+    return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _by_rank(stats: Any) -> str:

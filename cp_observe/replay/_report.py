@@ -1,8 +1,9 @@
 """The report's numbers: evaluations read from OTLP/JSON lines (or ``run_evals`` results), aggregated per data source.
 
-Reading streams: per data source it keeps running sums (MAP and its variance), per-minute buckets (MAP over
-time), per-rank counts (relevance rate and precision at k), a ten-bin score histogram and the ``worst`` lowest
-scores; so memory grows with data sources, minutes and ranks, not with evaluations. The spans the
+Reading streams: per data source it keeps running sums (MAP and its variance), time buckets (MAP over
+time; one second wide, widened as they grow past ``MAX_BUCKETS``), per-rank counts (relevance rate and
+precision at k), a ten-bin score histogram and the ``worst`` lowest scores; so memory grows with data
+sources and ranks, not with evaluations. The spans the
 evaluations scored (a replay writes them next to their evaluations; a Collector file holds them anyway) give
 each evaluation its query, its contexts and the time of the retrieval; they are looked up by the
 evaluation span's parent in a bounded map of the most recent ``MAX_TARGETS`` targets.
@@ -35,6 +36,8 @@ __all__ = ["MAX_TARGETS", "Evaluation", "Run", "SourceStats", "evaluations_from_
 
 MAX_TARGETS = 100_000
 MAX_RANKS = 50
+MAX_BUCKETS = 4096
+_RESOLUTIONS = (1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400)
 _Z = 1.96
 _PREVIEW = 160
 
@@ -64,7 +67,8 @@ class SourceStats:
     failed: int = 0
     total: float = 0.0
     total_sq: float = 0.0
-    minutes: dict[int, list[float]] = field(default_factory=dict)  # minute -> [count, sum]
+    resolution_s: int = 1  # width of the time buckets; coarsened as the buckets grow past MAX_BUCKETS
+    buckets: dict[int, list[float]] = field(default_factory=dict)  # bucket start (s) -> [count, sum]
     relevant_at: list[int] = field(default_factory=lambda: [0] * MAX_RANKS)
     seen_at: list[int] = field(default_factory=lambda: [0] * MAX_RANKS)
     precision_sum: list[float] = field(default_factory=lambda: [0.0] * MAX_RANKS)
@@ -78,9 +82,12 @@ class SourceStats:
         self.count += 1
         self.total += ap
         self.total_sq += ap * ap
-        bucket = self.minutes.setdefault(evaluation.time_ns // 60_000_000_000, [0, 0.0])
+        second = evaluation.time_ns // 1_000_000_000
+        bucket = self.buckets.setdefault(second - second % self.resolution_s, [0, 0.0])
         bucket[0] += 1
         bucket[1] += ap
+        if len(self.buckets) > MAX_BUCKETS:
+            self._coarsen()
         relevant = 0
         for k, verdict in enumerate(evaluation.verdicts[:MAX_RANKS]):
             relevant += verdict
@@ -123,15 +130,25 @@ class SourceStats:
         """The deepest rank any evaluation reached."""
         return max((k + 1 for k in range(MAX_RANKS) if self.seen_at[k]), default=0)
 
-    def over_time(self, bins: int = 48) -> list[tuple[int, int, float]]:
-        """(start minute, count, MAP) for up to ``bins`` equal spans of time, empty spans left out."""
-        if not self.minutes:
-            return []
-        first, last = min(self.minutes), max(self.minutes)
-        width = max(1, math.ceil((last - first + 1) / bins))
+    def _coarsen(self) -> None:
+        """Widen the time buckets to the next step of the ladder and merge them (memory stays bounded)."""
+        self.resolution_s = next((r for r in _RESOLUTIONS if r > self.resolution_s), self.resolution_s * 2)
         merged: dict[int, list[float]] = {}
-        for minute, (count, total) in self.minutes.items():
-            slot = merged.setdefault(first + (minute - first) // width * width, [0, 0.0])
+        for start, (count, total) in self.buckets.items():
+            slot = merged.setdefault(start - start % self.resolution_s, [0, 0.0])
+            slot[0] += count
+            slot[1] += total
+        self.buckets = merged
+
+    def over_time(self, bins: int = 48) -> list[tuple[int, int, float]]:
+        """(start second, count, MAP) for up to ``bins`` equal spans of time, empty spans left out."""
+        if not self.buckets:
+            return []
+        first, last = min(self.buckets), max(self.buckets)
+        width = max(self.resolution_s, math.ceil((last - first + 1) / bins))
+        merged: dict[int, list[float]] = {}
+        for start, (count, total) in self.buckets.items():
+            slot = merged.setdefault(first + (start - first) // width * width, [0, 0.0])
             slot[0] += count
             slot[1] += total
         return [(m, int(c), s / c) for m, (c, s) in sorted(merged.items())]
