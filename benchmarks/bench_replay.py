@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
@@ -26,11 +25,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_line, markdown_table  # noqa: E402
+from _common import machine_line, markdown_table
 
 _TURNS_PER_LINE = 200
 _SPANS_PER_TURN = 2
-_BASELINE = "import json,sys\nn=0\nfor line in open(sys.argv[1],'rb'):\n    n+=len(json.loads(line)['resourceSpans'])\nprint(n)"
+_BASELINE = (
+    "import json,sys\nn=0\nfor line in open(sys.argv[1],'rb'):\n    n+=len(json.loads(line)['resourceSpans'])\n"
+    "print(n)"
+)
 
 
 def _attr(key: str, value: object) -> dict[str, object]:
@@ -126,7 +128,7 @@ def main() -> int:
                   flush=True)
             base_s, base_rss, _, _ = _run([sys.executable, "-c", _BASELINE, str(path)])
             rows.append([f"{size} MB", "baseline: read + json.loads per line", f"{spans / base_s:,.0f}",
-                         f"{base_s:.1f}", f"{base_rss:.0f}", "–"])
+                         f"{base_s:.1f}", f"{base_rss:.0f}", "-"])
             output = Path(tmp) / "evaluations.jsonl"
             seconds, peak, samples, out = _run([
                 sys.executable, "-m", "cp_observe.cli", "replay", str(path), "--judge", "lexical", "--sample-rate",

@@ -1,5 +1,4 @@
-"""The ``cp-observe`` command: ``demo`` (the bundled RAG app, scored live), ``serve`` (the scoring service),
-``replay`` (stored traces through the same path) and ``report`` (an HTML report of evaluations)."""
+"""The ``cp-observe`` command: ``demo`` (the bundled RAG app, scored live) and ``serve`` (the scoring service)."""
 
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def test_replay_at_a_quarter_of_a_full_export_picks_the_ratio_traces(demo_full: 
 
 
 def test_the_output_file_has_the_collector_file_shape(demo_full: Exported, tmp_path: Path) -> None:
-    """Every line the replay writes, and every line of the Collector-format input, has the documented OTLP/JSON shape."""
+    """Every line the replay writes, and every line of the Collector-format input, has the documented shape."""
     out = tmp_path / "evaluations.jsonl"
     _replay([demo_full.jsonl], judge="lexical", output=out)
     lines = out.read_text(encoding="utf-8").splitlines()
@@ -145,13 +145,15 @@ def test_budget_stops_judging_and_counts_the_rest(demo_full: Exported, tmp_path:
     """--budget-usd: once the judge's cost reaches it, targets are skipped (budget_exhausted) and reading stops;
     every sampled target still has exactly one outcome."""
     judge = KeywordJudge()  # costs $0.001 a judgement
-    result = _replay([demo_full.jsonl], output=tmp_path / "o.jsonl", judge_object=judge, budget_usd=0.0035,
-                     concurrency=1)
+    copies = 20  # reading outruns judging: give the budget time to run out before the input does
+    result = _replay([demo_full.jsonl] * copies, output=tmp_path / "o.jsonl", judge_object=judge,
+                     budget_usd=0.0035, concurrency=1)
     stats = result.stats
-    assert 4 <= stats["scored"] < len(demo_full.live)
+    assert 4 <= stats["scored"] < copies * len(demo_full.live)
     assert stats["reasons"].get("skipped:budget_exhausted", 0) >= 1
     assert stats["sampled"] == stats["scored"] + stats["failed"] + stats["dropped"] + stats["skipped"]
     assert result.stopped == "budget spent"
+    assert result.targets_fed < copies * len(demo_full.live)
 
 
 def test_dry_run_counts_and_prices_without_a_judge_call(demo_full: Exported) -> None:

@@ -140,8 +140,8 @@ def test_jaeger_service_without_traces_reads_nothing(jaeger: JaegerApi, tmp_path
     assert (result.error, result.spans_read, len(jaeger.queries)) == (None, 0, 1)
 
 
-@pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists() or os.environ.get("CP_OBSERVE_SKIP_PHOENIX") == "1",
-                    reason=INSTALL_HINT)
+@pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists(), reason=INSTALL_HINT)
+@pytest.mark.skipif(os.environ.get("CP_OBSERVE_SKIP_PHOENIX") == "1", reason="CP_OBSERVE_SKIP_PHOENIX=1")
 def test_phoenix_project_replay_gives_the_live_scores(tmp_path: Path) -> None:
     """The demo exports to a real Phoenix (project set by resource attribute); replaying the project through
     Phoenix's REST API scores every retrieval as the live run did."""

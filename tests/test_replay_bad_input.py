@@ -44,7 +44,8 @@ def test_truncated_json_lines_file_names_the_line_and_keeps_what_came_before(tmp
     path = tmp_path / "cut.jsonl"
     path.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])
     out = tmp_path / "o.jsonl"
-    result = replay([TraceFile(path)], ReplayOptions(output=out), judge=KeywordJudge(), progress=Progress(enabled=False))
+    result = replay([TraceFile(path)], ReplayOptions(output=out), judge=KeywordJudge(),
+                    progress=Progress(enabled=False))
     assert result.error is not None and result.error.startswith(f"{path}:2: ")
     assert "truncated" in result.error
     assert result.stopped == "input error"

@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 
 import cp_observe
-from cp_observe.replay import ReplayOptions, TraceFile, evaluations_from_run_evals, load_run, replay, summary_text
-from cp_observe.replay import write_report
+from cp_observe.replay import (
+    ReplayOptions,
+    TraceFile,
+    evaluations_from_run_evals,
+    load_run,
+    replay,
+    summary_text,
+    write_report,
+)
 from cp_observe.replay._progress import Progress
 from tests.conftest import KeywordJudge
 from tests.replay_support import Exported, export_demo
@@ -69,7 +76,7 @@ def test_map_interval_and_precision_at_k_match_a_hand_computation() -> None:
     assert (low, high) == pytest.approx((mean - 1.96 * sd / math.sqrt(3), min(1.0, mean + 1.96 * sd / math.sqrt(3))))
     assert stats.relevant_at[:3] == [2, 2, 1] and stats.seen_at[:3] == [3, 3, 2]
     assert stats.precision_sum[1] / 3 == pytest.approx((1 / 2 + 1 / 2 + 2 / 2) / 3)  # mean P@2
-    assert [e.average_precision for e in stats.worst()][0] == pytest.approx(0.5)
+    assert stats.worst()[0].average_precision == pytest.approx(0.5)
     text = summary_text(run)
     assert "kb" in text and f"MAP {mean:.3f}" in text and "@1 0.67" in text
 

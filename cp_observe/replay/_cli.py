@@ -27,7 +27,7 @@ Exit status: 0 when every input was read, 1 when an input could not be read (wha
 
 
 def parse_time(text: str) -> datetime:
-    """ISO 8601 (``2026-01-31``, ``2026-01-31T12:00:00Z``) or relative to now (``90m``, ``6h``, ``7d`` ago); UTC if naive."""
+    """ISO 8601 (``2026-01-31``, ``2026-01-31T12:00:00Z``; UTC if naive) or an age (``90m``, ``6h``, ``7d`` ago)."""
     value = text.strip()
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     if value and value[-1] in units and value[:-1].isdigit():
@@ -53,7 +53,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", help="Phoenix project name")
     parser.add_argument("--judge", help="litellm model string of the judge, or 'lexical' [CP_OBSERVE_JUDGE]")
     parser.add_argument("--judge-api-base", help="endpoint of the judge model [CP_OBSERVE_JUDGE_API_BASE]")
-    parser.add_argument("--sample-rate", type=float, help="share of traces scored, by trace id [CP_OBSERVE_SAMPLE_RATE]")
+    parser.add_argument("--sample-rate", type=float,
+                        help="share of traces scored, by trace id [CP_OBSERVE_SAMPLE_RATE]")
     parser.add_argument("--since", type=parse_time, help="only spans ending at or after this time")
     parser.add_argument("--until", type=parse_time, help="only spans ending before this time")
     parser.add_argument("--data-source", action="append", metavar="ID",
@@ -102,7 +103,8 @@ def run_replay(args: argparse.Namespace) -> int:
                 raise ConfigurationError("--phoenix needs --project")
             sources.append(PhoenixProject(args.phoenix, args.project, since=args.since, until=args.until))
         if not sources:
-            raise ConfigurationError("nothing to replay: give FILE, --jaeger URL --service S or --phoenix URL --project P")
+            raise ConfigurationError(
+                "nothing to replay: give FILE, --jaeger URL --service S or --phoenix URL --project P")
         options = ReplayOptions(
             judge=args.judge, judge_api_base=args.judge_api_base, sample_rate=args.sample_rate,
             threshold=args.threshold, concurrency=args.concurrency, queue_size=args.queue_size,
@@ -145,10 +147,12 @@ def summary_lines(result: Any) -> list[str]:
         lines.append("  not fed: " + "; ".join(left))
     reasons = ", ".join(f"{k} {v}" for k, v in stats.get("reasons", {}).items())
     verb = "would judge" if result.dry_run else "scored"
-    lines.append(f"  sampled {stats.get('sampled', 0)}, {verb} {stats.get('scored', 0)}, failed {stats.get('failed', 0)}, "
-                 f"dropped {stats.get('dropped', 0)}, skipped {stats.get('skipped', 0)}" + (f" ({reasons})" if reasons else ""))
+    counts = (f"  sampled {stats.get('sampled', 0)}, {verb} {stats.get('scored', 0)}, failed {stats.get('failed', 0)}, "
+              f"dropped {stats.get('dropped', 0)}, skipped {stats.get('skipped', 0)}")
+    lines.append(counts + (f" ({reasons})" if reasons else ""))
     if result.dry_run:
-        cost = "unknown (no price for this model)" if result.estimated_cost_usd is None else f"${result.estimated_cost_usd:.4f}"
+        known = result.estimated_cost_usd
+        cost = "unknown (no price for this model)" if known is None else f"${known:.4f}"
         lines.append(f"  estimate: {result.estimated_calls} judge calls, ~{result.estimated_prompt_tokens} prompt + "
                      f"~{result.estimated_completion_tokens} completion tokens, cost {cost}")
     if result.output_lines:

@@ -69,7 +69,7 @@ class TraceFile:
             self._raw = raw
             magic = raw.read(2)
             raw.seek(0)
-            stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw
+            stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw  # type: ignore[assignment]
             with stream:
                 kind = self.format if self.format != "auto" else self._sniff(stream)
                 if kind == "jsonl":
@@ -147,6 +147,6 @@ class TraceFile:
     @staticmethod
     def _parse(body: bytes, where: str) -> ExportTraceServiceRequest:
         try:
-            return ExportTraceServiceRequest.FromString(body)
+            return ExportTraceServiceRequest.FromString(body)  # type: ignore[no-any-return]
         except DecodeError as exc:
             raise ReplayInputError(f"{where}: invalid protobuf: {exc}") from None

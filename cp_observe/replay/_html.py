@@ -46,7 +46,8 @@ def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str
     ]
     if other is not None:
         parts += [f"<h2>Comparison: {e(other.label)} vs {e(run.label)}</h2>",
-                  f"<div class='meta'>{e(other.label)}: {other.evaluations} evaluations from {e(', '.join(other.files))}."
+                  f"<div class='meta'>{e(other.label)}: {other.evaluations} evaluations from "
+                  f"{e(', '.join(other.files))}."
                   " Difference = MAP of the second minus MAP of the first, with its 95 % interval (Welch).</div>",
                   _comparison(pairs, difference, run.label, other.label)]
     for stats in sorted(run.sources.values(), key=lambda s: s.name):
@@ -57,14 +58,14 @@ def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str
 
 
 def _interval(interval: tuple[float, float] | None) -> str:
-    return f"{interval[0]:.3f} – {interval[1]:.3f}" if interval is not None else "n &lt; 2"
+    return f"{interval[0]:.3f} &ndash; {interval[1]:.3f}" if interval is not None else "n &lt; 2"
 
 
 def _summary_table(run: Any) -> str:
     rows = ["<table><tr><th>data source</th><th>MAP</th><th>95 % CI</th><th>evaluations</th><th>failed</th>"
             "<th>judge</th><th>P@1</th></tr>"]
     for stats in [*sorted(run.sources.values(), key=lambda s: s.name), run.overall]:
-        p1 = f"{stats.relevant_at[0] / stats.seen_at[0]:.2f}" if stats.seen_at[0] else "–"
+        p1 = f"{stats.relevant_at[0] / stats.seen_at[0]:.2f}" if stats.seen_at[0] else "&ndash;"
         rows.append(f"<tr><td>{html.escape(stats.name)}</td><td class='num'>{stats.mean:.3f}</td>"
                     f"<td class='num'>{_interval(stats.interval())}</td><td class='num'>{stats.count}</td>"
                     f"<td class='num'>{stats.failed}</td><td>{html.escape(', '.join(sorted(stats.judges)))}</td>"
@@ -80,8 +81,11 @@ def _comparison(pairs: Sequence[tuple[str, Any, Any]], difference: Any, first: s
     for name, a, b in pairs:
         diff, interval = difference(a, b)
         marks.append((name, diff, interval))
-        cls = "up" if interval is not None and interval[0] > 0 else "down" if interval is not None and interval[1] < 0 else ""
-        rows.append(f"<tr><td>{html.escape(name)}</td><td class='num'>{a.mean:.3f}</td><td class='num'>{b.mean:.3f}</td>"
+        cls = ""
+        if interval is not None:
+            cls = "up" if interval[0] > 0 else "down" if interval[1] < 0 else ""
+        rows.append(f"<tr><td>{html.escape(name)}</td><td class='num'>{a.mean:.3f}</td>"
+                    f"<td class='num'>{b.mean:.3f}</td>"
                     f"<td class='num {cls}'>{diff:+.3f}</td><td class='num'>{_interval(interval)}</td>"
                     f"<td class='num'>{a.count} / {b.count}</td></tr>")
     rows.append("</table>")
@@ -89,14 +93,15 @@ def _comparison(pairs: Sequence[tuple[str, Any, Any]], difference: Any, first: s
 
 
 def _forest(marks: list[tuple[str, float, tuple[float, float] | None]]) -> str:
-    """Differences with their intervals on a shared −1 … +1 axis."""
+    """Differences with their intervals on a shared -1 … +1 axis."""
     height = 24 * len(marks) + 34
     left, right = 170, _W + 140
     def x(v: float) -> float:
         return left + (max(-1.0, min(1.0, v)) + 1) / 2 * (right - left)
     out = [f"<div class='chart'><svg class='chart-svg' width='{right + 20}' height='{height}' role='img' "
            "aria-label='difference in MAP with 95 % intervals'>"]
-    out.append(f"<line x1='{x(0):.1f}' y1='6' x2='{x(0):.1f}' y2='{height - 22}' stroke='#9aa5b5' stroke-dasharray='3,3'/>")
+    out.append(f"<line x1='{x(0):.1f}' y1='6' x2='{x(0):.1f}' y2='{height - 22}' stroke='#9aa5b5' "
+               "stroke-dasharray='3,3'/>")
     for tick in (-1.0, -0.5, 0.0, 0.5, 1.0):
         out.append(f"<text x='{x(tick):.1f}' y='{height - 6}' text-anchor='middle'>{tick:+.1f}</text>")
     for i, (name, diff, interval) in enumerate(marks):
@@ -193,7 +198,8 @@ def _distribution(stats: Any) -> str:
     for i, count in enumerate(stats.histogram):
         x0 = _PAD_L + i * step
         out.append(f"<rect x='{x0 + 2:.1f}' y='{_y(count / top):.1f}' width='{step - 4:.1f}' "
-                   f"height='{_y(0) - _y(count / top):.1f}' fill='#5fb38a'><title>{i / 10:.1f}–{(i + 1) / 10:.1f}: "
+                   f"height='{_y(0) - _y(count / top):.1f}' fill='#5fb38a'>"
+                   f"<title>{i / 10:.1f}&ndash;{(i + 1) / 10:.1f}: "
                    f"{count}</title></rect>")
         out.append(f"<text x='{x0 + step / 2:.1f}' y='{_H - 14}' text-anchor='middle'>{i / 10:.1f}</text>")
     out.append(f"<text x='{_W - _PAD_R}' y='{_H - 2}' text-anchor='end'>AP (bin start); tallest = {top}</text>"

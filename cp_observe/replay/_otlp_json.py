@@ -2,7 +2,7 @@
 
 The shape (OTLP specification, "JSON Protobuf Encoding", and the ``file`` exporter's ``format: json``):
 the proto3 JSON mapping with lowerCamelCase keys, trace and span ids as lowercase hex (not base64), enums
-as integers, 64-bit integers as decimal strings, one request object per line, ``\\n`` after each.
+as integers, 64-bit integers as decimal strings, one request object per line, a newline after each.
 Reading builds the protobuf request straight from the parsed JSON (``request_from_document``): the
 generic ``json_format`` parser that ``serve``'s OTLP/HTTP front door uses costs about 1 ms per span, which
 is minutes per gigabyte. It accepts what that parser accepts for trace requests -- lowerCamelCase or
@@ -151,7 +151,7 @@ def _span(span: Any, node: dict[str, Any]) -> None:
     span.trace_state = _get(node, "traceState", "trace_state") or ""
     span.flags = int(node.get("flags") or 0)
     span.name = node.get("name") or ""
-    span.kind = _enum(node.get("kind"), _KIND_NAMES)  # type: ignore[assignment]
+    span.kind = _enum(node.get("kind"), _KIND_NAMES)
     span.start_time_unix_nano = int(_get(node, "startTimeUnixNano", "start_time_unix_nano") or 0)
     span.end_time_unix_nano = int(_get(node, "endTimeUnixNano", "end_time_unix_nano") or 0)
     _attributes(span.attributes, node.get("attributes"))
@@ -171,7 +171,7 @@ def _span(span: Any, node: dict[str, Any]) -> None:
     if status is not None:
         span.status.SetInParent()
     if status:
-        span.status.code = _enum(status.get("code"), _STATUS_NAMES)  # type: ignore[assignment]
+        span.status.code = _enum(status.get("code"), _STATUS_NAMES)
         span.status.message = status.get("message") or ""
 
 

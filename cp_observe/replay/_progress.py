@@ -24,8 +24,8 @@ class Progress:
         self._last = 0.0
         self._drawn = False
 
-    def update(self, name: str, unit: str, position: int, total: int | None, spans: int, stats: dict[str, Any],
-               *, force: bool = False) -> None:
+    def update(self, name: str, unit: str, position: int, total: int | None, *, spans: int, stats: dict[str, Any],
+               force: bool = False) -> None:
         """Redraw (TTY) or print a line (not a TTY) when ``interval_s`` has passed, or when ``force``."""
         if not self.enabled:
             return

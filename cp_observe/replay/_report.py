@@ -187,7 +187,8 @@ class _Reader:
         self.sequence += 1
         stats = self.run.sources.get(evaluation.data_source)
         if stats is None:
-            stats = self.run.sources[evaluation.data_source] = SourceStats(evaluation.data_source, worst_kept=self.worst)
+            stats = SourceStats(evaluation.data_source, worst_kept=self.worst)
+            self.run.sources[evaluation.data_source] = stats
         stats.add(evaluation, self.sequence)
         self.run.overall.add(evaluation, self.sequence)
         self.run.evaluations += 1
@@ -312,7 +313,8 @@ def _pairs(run: Run, other: Run) -> list[tuple[str, SourceStats, SourceStats]]:
     return out
 
 
-def write_report(path: str | Path, run: Run, other: Run | None = None, *, title: str = "Context precision report") -> None:
+def write_report(path: str | Path, run: Run, other: Run | None = None, *,
+                 title: str = "Context precision report") -> None:
     """Write the self-contained HTML report to ``path``."""
     from cp_observe.replay._html import render
 

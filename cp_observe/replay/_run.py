@@ -145,7 +145,8 @@ def replay(sources: Sequence[Source], options: ReplayOptions | None = None, *, j
     admission = Admission(processor, settings.queue_size)
     progress = progress if progress is not None else Progress()
     started = time.monotonic()
-    feeder = _Feeder(processor, admission, settings.queue_size, options, result, pipeline.scored_spans)
+    feeder = _Feeder(processor, admission, queue_size=settings.queue_size, options=options, result=result,
+                     scored_spans=pipeline.scored_spans)
     try:
         for source in sources:
             if result.stopped:
@@ -153,15 +154,15 @@ def replay(sources: Sequence[Source], options: ReplayOptions | None = None, *, j
             try:
                 for batch in source.batches():
                     feeder.feed(spans_from_request(batch.request), batch.where)
-                    progress.update(source.name, source.unit, source.position, source.total, result.spans_read,
-                                    processor.stats())
+                    progress.update(source.name, source.unit, source.position, source.total,
+                                    spans=result.spans_read, stats=processor.stats())
                     if result.stopped:
                         break
             except ReplayInputError as exc:
                 result.error = str(exc)
                 result.stopped = "input error"
-            progress.update(source.name, source.unit, source.position, source.total, result.spans_read,
-                            processor.stats(), force=True)
+            progress.update(source.name, source.unit, source.position, source.total, spans=result.spans_read,
+                            stats=processor.stats(), force=True)
     except KeyboardInterrupt:
         result.stopped = "interrupted"
     finally:
@@ -183,7 +184,7 @@ def replay(sources: Sequence[Source], options: ReplayOptions | None = None, *, j
 class _Feeder:
     """Filters one converted request and hands it to the processor, waiting for room first."""
 
-    def __init__(self, processor: Any, admission: Admission, queue_size: int, options: ReplayOptions,
+    def __init__(self, processor: Any, admission: Admission, *, queue_size: int, options: ReplayOptions,
                  result: ReplayResult, scored_spans: JsonLinesSpanExporter | None) -> None:
         self.processor = processor
         self.admission = admission
@@ -206,12 +207,13 @@ class _Feeder:
         targets: list[ReadableSpan] = []
         for span in converted.spans:
             end = span.end_time or 0
-            if (self.since_ns is not None and end < self.since_ns) or (self.until_ns is not None and end >= self.until_ns):
+            if (self.since_ns is not None and end < self.since_ns) or (
+                    self.until_ns is not None and end >= self.until_ns):
                 result.outside_time += 1
                 continue
             kind = _kind(span)
             target = kind is not None and _is_target(span, kind)
-            if target and options.data_sources is not None and _source_of(span, kind) not in options.data_sources:
+            if target and options.data_sources is not None and _source_of(span, str(kind)) not in options.data_sources:
                 result.other_data_source += 1  # an agent that is no target is kept: it carries the answer
                 continue
             context = span.context
