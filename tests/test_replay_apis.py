@@ -1,15 +1,17 @@
-"""Replay from trace-query APIs: a Jaeger-style API on loopback serving recorded responses in Jaeger's documented
-JSON format, and a real Phoenix on loopback read through its REST API.
+"""Replay from trace-query APIs: Jaeger- and Tempo-style APIs on loopback serving recorded responses in their
+documented JSON formats, and a real Phoenix on loopback read through its REST API.
 
 ``data/replay/jaeger_demo_traces.json`` is what ``GET /api/traces`` returns (``{"data": [trace, ...]}``, each trace
 with ``spans`` and ``processes``; tags typed ``string``/``bool``/``int64``/``float64``; arrays stringified as JSON),
 recorded from eight turns of the demo including its live evaluation spans. The server below answers
 ``/api/traces?service=&start=&end=&limit=`` from it the way Jaeger does: traces of that service starting in the
-window, at most ``limit`` of them.
+window, at most ``limit`` of them. ``data/replay/tempo_demo_traces.json`` holds Tempo's search hits and, per trace,
+what ``GET /api/traces/{id}`` returns (OTLP/JSON with base64 ids under ``batches``), from the same demo run.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -141,7 +143,6 @@ def test_jaeger_service_without_traces_reads_nothing(jaeger: JaegerApi, tmp_path
 
 
 @pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists(), reason=INSTALL_HINT)
-@pytest.mark.skipif(os.environ.get("CP_OBSERVE_SKIP_PHOENIX") == "1", reason="CP_OBSERVE_SKIP_PHOENIX=1")
 def test_phoenix_project_replay_gives_the_live_scores(tmp_path: Path) -> None:
     """The demo exports to a real Phoenix (project set by resource attribute); replaying the project through
     Phoenix's REST API scores every retrieval as the live run did."""
@@ -169,3 +170,78 @@ def test_phoenix_project_replay_gives_the_live_scores(tmp_path: Path) -> None:
     assert result.requests >= 4  # paged
     assert len(exported.live) == 10  # the same demo, exported as a file, scored the same number of turns
     assert sorted(ap for _, ap, _ in exported.live.values()) == sorted(live.values())
+
+
+TEMPO = json.loads((DATA / "tempo_demo_traces.json").read_text(encoding="utf-8"))
+
+
+class TempoApi:
+    """Tempo's ``/api/search`` and ``/api/traces/{id}`` answered from recorded responses (base64 ids, ``batches``)."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                api.paths.append(url.path)
+                query = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+                if url.path == "/api/search":
+                    start, end, limit = int(query["start"]), int(query["end"]), int(query["limit"])
+                    wanted = query["tags"] == "service.name=cp-observe-demo"
+                    found = [t for t in TEMPO["search"]
+                             if wanted and start <= int(t["startTimeUnixNano"]) // 10**9 <= end]
+                    body: Any = {"traces": found[:limit], "metrics": {"inspectedTraces": len(found)}}
+                elif url.path.startswith("/api/traces/") and url.path.rsplit("/", 1)[1] in TEMPO["traces"]:
+                    body = TEMPO["traces"][url.path.rsplit("/", 1)[1]]
+                else:
+                    self.send_error(404)
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+def test_tempo_api_replay_gives_the_live_scores(tmp_path: Path) -> None:
+    """Tempo's search then trace-by-id (OTLP/JSON, base64 ids): every recorded trace scored as it was live, once."""
+    api = TempoApi()
+    try:
+        starts = [int(t["startTimeUnixNano"]) for t in TEMPO["search"]]
+        since = datetime.fromtimestamp(min(starts) / 1e9 - 5, timezone.utc)
+        until = datetime.fromtimestamp(max(starts) / 1e9 + 5, timezone.utc)
+        out = tmp_path / "o.jsonl"
+        done = subprocess.run([sys.executable, "-m", "cp_observe.cli", "replay", "--tempo", api.url, "--service",
+                               "cp-observe-demo", "--since", since.isoformat(), "--until", until.isoformat(), "-o",
+                               str(out), "-q"], capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        api.server.shutdown()
+        api.server.server_close()
+    assert done.returncode == 0, done.stderr
+    live = {}
+    for trace in TEMPO["traces"].values():
+        for batch in trace["batches"]:
+            for scope in batch["scopeSpans"]:
+                for span in scope["spans"]:
+                    if span["name"] == "evaluation context_precision":
+                        attributes = {a["key"]: a["value"] for a in span["attributes"]}
+                        parent = int.from_bytes(base64.b64decode(span["parentSpanId"]), "big")
+                        live[parent] = float(attributes["context_precision.average_precision"]["doubleValue"])
+    assert len(live) == 8
+    assert {span: ap for span, (_, ap, _) in evaluations(out).items()} == live
+    assert api.paths.count("/api/search") >= 1
+    assert len([p for p in api.paths if p.startswith("/api/traces/")]) == 8  # each trace fetched once

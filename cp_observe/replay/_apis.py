@@ -1,4 +1,4 @@
-"""Trace-query APIs as replay inputs: Jaeger (and Tempo through its Jaeger-compatible query), Phoenix.
+"""Trace-query APIs as replay inputs: Jaeger, Tempo, Phoenix.
 
 Each page the API returns becomes one OTLP ``ExportTraceServiceRequest`` and takes the file path from there
 on (``spans_from_request``, then the processor). Memory stays bounded by one page.
@@ -11,6 +11,10 @@ on (``spans_from_request``, then the processor). Memory stays bounded by one pag
   ``otel.status_code``/``otel.status_description``, ``otel.scope.name``/``otel.scope.version``; the process
   becomes the resource; ``CHILD_OF``/``FOLLOWS_FROM`` the parent; logs become events. Windows are inclusive
   at both ends (as Jaeger's are), so halves are ``[start, middle]`` and ``[middle + 1, end]``: no trace twice.
+- **Tempo** ``GET {url}/api/search?tags=service.name=...&start=&end=&limit=`` (seconds), then
+  ``GET {url}/api/traces/{id}`` for each trace found: OTLP/JSON with base64 ids, under ``batches`` (Tempo 1 and
+  2), ``resourceSpans``, or ``trace.resourceSpans`` (the v2 API); older ``instrumentationLibrarySpans`` too.
+  Full search windows are halved like Jaeger's, down to one second; a trace seen in two windows is read once.
 - **Phoenix** ``GET {url}/v1/projects/{project}/spans?sort=start_time&order=asc`` with cursor paging.
   Phoenix moves ``openinference.span.kind`` into ``span_kind``; it is put back as an attribute.
 
@@ -33,9 +37,10 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from cp_observe import _names as n
+from cp_observe.replay._otlp_json import request_from_document
 from cp_observe.replay._source import Batch, ReplayInputError
 
-__all__ = ["JaegerQuery", "PhoenixProject"]
+__all__ = ["JaegerQuery", "PhoenixProject", "TempoQuery"]
 
 _US = 1_000
 _KINDS = {
@@ -226,6 +231,82 @@ def _any(value: Any) -> AnyValue | None:
         out.kvlist_value.values.extend(_key_values(value.items()))
         return out
     return None if value is None else AnyValue(string_value=str(value))
+
+
+class TempoQuery:
+    """Traces of ``service`` between ``since`` and ``until`` from Tempo's search and trace-by-id APIs."""
+
+    unit = "traces"
+    _SEEN = 100_000
+
+    def __init__(self, url: str, service: str, *, since: datetime, until: datetime, limit: int = 200,
+                 timeout_s: float = 30.0) -> None:
+        if not service:
+            raise ReplayInputError(f"{url}: a Tempo query needs --service")
+        if until <= since:
+            raise ReplayInputError(f"{url}: --until must be after --since")
+        self.url = url.rstrip("/")
+        self.name = f"{self.url} (Tempo, service {service})"
+        self.service = service
+        self.start_s = int(since.timestamp())
+        self.end_s = max(self.start_s + 1, int(until.timestamp() + 0.999))
+        self.limit = limit
+        self.timeout_s = timeout_s
+        self.total: int | None = None
+        self.position = 0
+
+    def batches(self) -> Iterator[Batch]:
+        """One request per trace, oldest window first."""
+        seen: dict[str, None] = {}  # insertion-ordered, bounded: the most recent trace ids read
+        windows = [(self.start_s, self.end_s)]
+        while windows:
+            start, end = windows.pop(0)
+            query = urllib.parse.urlencode({"tags": f"service.name={self.service}", "start": start, "end": end,
+                                            "limit": self.limit})
+            url = f"{self.url}/api/search?{query}"
+            body = get_json(url, self.timeout_s)
+            found = body.get("traces") if isinstance(body, dict) else None
+            if not isinstance(found, list):
+                raise ReplayInputError(f"{url}: not a Tempo search response (no 'traces' list)")
+            if len(found) >= self.limit:
+                if end - start <= 1:
+                    raise ReplayInputError(f"{url}: {len(found)} or more traces in one second; ask with a larger limit")
+                middle = (start + end) // 2
+                windows[:0] = [(start, middle), (middle, end)]
+                continue
+            for item in sorted(found, key=lambda t: int(t.get("startTimeUnixNano") or 0)):
+                trace_id = str(item.get("traceID", ""))
+                if not trace_id or trace_id in seen:
+                    continue
+                seen[trace_id] = None
+                while len(seen) > self._SEEN:
+                    seen.pop(next(iter(seen)))
+                trace_url = f"{self.url}/api/traces/{urllib.parse.quote(trace_id, safe='')}"
+                document = get_json(trace_url, self.timeout_s)
+                try:
+                    request = request_from_document(_tempo_document(document))
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    raise ReplayInputError(f"{trace_url}: not OTLP/JSON: {type(exc).__name__}: {exc}") from None
+                self.position += 1
+                yield Batch(request, trace_url)
+
+
+def _tempo_document(document: Any) -> dict[str, Any]:
+    """Tempo's trace JSON (``batches``, ``resourceSpans`` or ``trace.resourceSpans``) as an OTLP request document."""
+    if not isinstance(document, dict):
+        raise TypeError("the trace is not a JSON object")
+    if isinstance(document.get("trace"), dict):
+        document = document["trace"]
+    resources = document.get("batches", document.get("resourceSpans", document.get("resource_spans")))
+    if not isinstance(resources, list):
+        raise KeyError("batches")
+    for resource in resources:
+        if "scopeSpans" not in resource and "instrumentationLibrarySpans" in resource:
+            resource["scopeSpans"] = resource.pop("instrumentationLibrarySpans")
+            for scope in resource["scopeSpans"]:
+                if "instrumentationLibrary" in scope:
+                    scope["scope"] = scope.pop("instrumentationLibrary")
+    return {"resourceSpans": resources}
 
 
 class PhoenixProject:

@@ -16,7 +16,8 @@ _REPLAY_EPILOG = """\
 Inputs (one or more):
   FILE                      OTLP/JSON lines (the Collector's file exporter) or OTLP protobuf (length-prefixed
                             records, or one bare request); gzip-compressed files too. --format to force one.
-  --jaeger URL --service S  a Jaeger query API (Tempo: its Jaeger-compatible query), between --since and --until
+  --jaeger URL --service S  a Jaeger query API, between --since and --until (default: the last hour)
+  --tempo URL --service S   a Tempo API (search, then each trace by id), between --since and --until
   --phoenix URL --project P a Phoenix project through its REST API
 
 Every span goes through cp-observe serve's conversion into the same ContextPrecisionProcessor (trace-id
@@ -48,7 +49,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("auto", "jsonl", "proto"), default="auto",
                         help="format of the files (default: told from the first bytes)")
     parser.add_argument("--jaeger", metavar="URL", help="Jaeger (or Tempo Jaeger-compatible) query API base URL")
-    parser.add_argument("--service", help="service whose traces the Jaeger query reads")
+    parser.add_argument("--tempo", metavar="URL", help="Tempo API base URL (search and trace by id)")
+    parser.add_argument("--service", help="service whose traces the Jaeger or Tempo query reads")
     parser.add_argument("--phoenix", metavar="URL", help="Phoenix base URL")
     parser.add_argument("--project", help="Phoenix project name")
     parser.add_argument("--judge", help="litellm model string of the judge, or 'lexical' [CP_OBSERVE_JUDGE]")
@@ -78,7 +80,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_replay(args: argparse.Namespace) -> int:
     """Run ``cp-observe replay``; returns the exit code."""
-    from cp_observe.replay._apis import JaegerQuery, PhoenixProject
+    from cp_observe.replay._apis import JaegerQuery, PhoenixProject, TempoQuery
     from cp_observe.replay._files import TraceFile
     from cp_observe.replay._progress import Progress
     from cp_observe.replay._run import ReplayOptions, replay
@@ -98,13 +100,16 @@ def run_replay(args: argparse.Namespace) -> int:
         if args.jaeger:
             since = args.since or until - timedelta(hours=1)
             sources.append(JaegerQuery(args.jaeger, args.service or "", since=since, until=until))
+        if args.tempo:
+            since = args.since or until - timedelta(hours=1)
+            sources.append(TempoQuery(args.tempo, args.service or "", since=since, until=until))
         if args.phoenix:
             if not args.project:
                 raise ConfigurationError("--phoenix needs --project")
             sources.append(PhoenixProject(args.phoenix, args.project, since=args.since, until=args.until))
         if not sources:
             raise ConfigurationError(
-                "nothing to replay: give FILE, --jaeger URL --service S or --phoenix URL --project P")
+                "nothing to replay: give FILE, --jaeger/--tempo URL --service S, or --phoenix URL --project P")
         options = ReplayOptions(
             judge=args.judge, judge_api_base=args.judge_api_base, sample_rate=args.sample_rate,
             threshold=args.threshold, concurrency=args.concurrency, queue_size=args.queue_size,
