@@ -78,8 +78,7 @@ def test_replay_at_a_quarter_scores_what_live_sampling_at_a_quarter_scored(demo_
 
 
 def test_replay_at_a_quarter_of_a_full_export_picks_the_ratio_traces(demo_full: Exported, tmp_path: Path) -> None:
-    """A rate-1 export replayed at 0.25 scores exactly the traces whose id the 0.25 ratio picks (the live marks do
-    not force the others), each with its live score."""
+    """A rate-1 export replayed at 0.25 scores exactly the 0.25-ratio traces, with their live scores."""
     out = tmp_path / "evaluations.jsonl"
     _replay([demo_full.jsonl], judge="lexical", sample_rate=0.25, output=out)
     replayed = evaluations(out)
@@ -100,8 +99,7 @@ def test_the_output_file_has_the_collector_file_shape(demo_full: Exported, tmp_p
 
 
 def test_a_hand_written_collector_file_is_replayed(tmp_path: Path, keyword_judge: KeywordJudge) -> None:
-    """A file written by hand to the Collector's documented shape: the agent's retrieval is judged against its
-    answer, the lone retrieval against its query, with the verdicts the judge gives."""
+    """A hand-written Collector file: the agent's retrieval judged on its answer, the lone one on its query."""
     for line in COLLECTOR_FILE.read_text(encoding="utf-8").splitlines():
         check_collector_shape(line)
     out = tmp_path / "evaluations.jsonl"
@@ -142,8 +140,7 @@ def test_max_evaluations_stops_reading(demo_full: Exported, tmp_path: Path) -> N
 
 
 def test_budget_stops_judging_and_counts_the_rest(demo_full: Exported, tmp_path: Path) -> None:
-    """--budget-usd: once the judge's cost reaches it, targets are skipped (budget_exhausted) and reading stops;
-    every sampled target still has exactly one outcome."""
+    """--budget-usd: once spent, targets are skipped (budget_exhausted), reading stops, every outcome counted."""
     judge = KeywordJudge()  # costs $0.001 a judgement
     copies = 20  # reading outruns judging: give the budget time to run out before the input does
     result = _replay([demo_full.jsonl] * copies, output=tmp_path / "o.jsonl", judge_object=judge,

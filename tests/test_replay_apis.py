@@ -144,8 +144,7 @@ def test_jaeger_service_without_traces_reads_nothing(jaeger: JaegerApi, tmp_path
 
 @pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists(), reason=INSTALL_HINT)
 def test_phoenix_project_replay_gives_the_live_scores(tmp_path: Path) -> None:
-    """The demo exports to a real Phoenix (project set by resource attribute); replaying the project through
-    Phoenix's REST API scores every retrieval as the live run did."""
+    """The demo exported to a real Phoenix, replayed from its REST API, scores every retrieval as it did live."""
     from tests.replay_support import export_demo
 
     exported = export_demo(tmp_path / "demo", 1.0, turns=10)

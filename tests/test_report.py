@@ -129,8 +129,7 @@ def test_report_of_a_file_without_evaluations_is_an_error(tmp_path: Path) -> Non
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
 def test_html_report_is_self_contained_and_renders_in_chromium(runs: tuple[Path, Path, Exported],
                                                                tmp_path: Path) -> None:
-    """The CLI writes one HTML file with no external reference; Chromium renders its charts (seen in the DOM, in a
-    screenshot and in the page's own console line) with no console error; the terminal gets the summary."""
+    """One HTML file, no external reference; Chromium renders its charts (DOM, screenshot, console) without error."""
     good, bad, _ = runs
     html_path = tmp_path / "report.html"
     done = subprocess.run([*CLI, "report", str(good), "--compare", str(bad), "--label", "before", "--label", "after",
