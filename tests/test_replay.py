@@ -222,3 +222,25 @@ def test_replay_sends_evaluations_over_otlp(demo_full: Exported) -> None:
     assert result.stats["scored"] == 3
     assert names.count(n.EVALUATION_SPAN_NAME) == 3
     assert len(records) == 3
+
+
+def test_capture_off_writes_evaluations_without_content(demo_full: Exported, tmp_path: Path) -> None:
+    """--no-capture-content: the file holds evaluation spans only, no reasons, no query and no document text."""
+    out = tmp_path / "o.jsonl"
+    result = _replay([demo_full.jsonl], judge="lexical", output=out, capture_content=False)
+    assert result.stats["scored"] == len(demo_full.live)
+    text = out.read_text(encoding="utf-8")
+    assert n.CP_VERDICTS in text
+    assert n.CP_REASONS not in text and "retrieval.documents" not in text and n.GEN_AI_RETRIEVAL_QUERY_TEXT not in text
+    assert evaluations(out) == demo_full.live
+
+
+def test_file_and_otlp_together(demo_full: Exported, tmp_path: Path) -> None:
+    """--output and --otlp-endpoint both: every evaluation goes to both."""
+    from tests.otlp_receiver import OtlpReceiver
+
+    out = tmp_path / "o.jsonl"
+    with OtlpReceiver() as receiver:
+        _replay([demo_full.jsonl], judge="lexical", output=out, otlp_endpoint=receiver.endpoint, max_evaluations=4)
+        sent = receiver.span_names().count(n.EVALUATION_SPAN_NAME)
+    assert sent == len(evaluations(out)) == 4

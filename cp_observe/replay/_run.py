@@ -71,8 +71,8 @@ class ReplayOptions:
     max_evaluations: int | None = None
     budget_usd: float | None = None
     dry_run: bool = False
-    output: Path | None = None  # OTLP/JSON lines of evaluations (and the spans they scored)
-    otlp_endpoint: str | None = None  # evaluations over OTLP (else OTEL_EXPORTER_OTLP_ENDPOINT, if set)
+    output: Path | None = None  # OTLP/JSON lines of evaluations (and, with content capture on, the spans scored)
+    otlp_endpoint: str | None = None  # evaluations over OTLP (without output: else OTEL_EXPORTER_OTLP_ENDPOINT)
     service_name: str | None = None
 
     def settings(self) -> Settings:
@@ -284,22 +284,26 @@ class _Pipeline:
         self.tracer_provider = tracer_provider or TracerProvider(resource=resource, sampler=ALWAYS_ON)
         if tracer_provider is None:
             self._owned.append(self.tracer_provider)
-        otlp = not options.dry_run and tracer_provider is None
-        if otlp and options.output is not None:
+        export = not options.dry_run and tracer_provider is None
+        # OTLP when asked for explicitly, or when there is no file and the environment names an endpoint.
+        otlp = export and (options.otlp_endpoint is not None or options.output is None)
+        if export and options.output is not None:
             self._file = JsonLinesSpanExporter(options.output)
             # Synchronous: a file takes every evaluation, none is dropped from a full export queue.
             self.tracer_provider.add_span_processor(SimpleSpanProcessor(self._file))
-            self.scored_spans = self._file
-        elif otlp:
+            # The scored spans go next to their evaluations (query, contexts, time: the report reads them),
+            # unless content capture is off: then the file holds the evaluations only.
+            self.scored_spans = self._file if settings.capture_content else None
+        if otlp:
             exporter = _span_exporter(settings)
             if exporter is None:
                 raise ConfigurationError("evaluations have nowhere to go: give --output FILE or --otlp-endpoint "
-                                       "(or set OTEL_EXPORTER_OTLP_ENDPOINT), or use --dry-run")
+                                         "(or set OTEL_EXPORTER_OTLP_ENDPOINT), or use --dry-run")
             self.tracer_provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65_536))
         self.logger_provider = LoggerProvider(resource=resource)
         self._owned.append(self.logger_provider)
         readers = []
-        if otlp and options.output is None:
+        if otlp:
             log_exporter = _log_exporter(settings)
             if log_exporter is not None:
                 self.logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
