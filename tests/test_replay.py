@@ -244,3 +244,27 @@ def test_file_and_otlp_together(demo_full: Exported, tmp_path: Path) -> None:
         _replay([demo_full.jsonl], judge="lexical", output=out, otlp_endpoint=receiver.endpoint, max_evaluations=4)
         sent = receiver.span_names().count(n.EVALUATION_SPAN_NAME)
     assert sent == len(evaluations(out)) == 4
+
+
+def test_the_json_decoder_agrees_with_serve_json_door(demo_full: Exported) -> None:
+    """Every line of the demo's export decodes to the request serve's OTLP/HTTP JSON door (json_format) builds."""
+    from cp_observe.replay._otlp_json import decode_json_line
+    from cp_observe.serve._otlp import JSON, decode_body
+
+    lines = demo_full.jsonl.read_bytes().splitlines()
+    assert lines
+    for line in lines:
+        assert decode_json_line(line, 1 << 26) == decode_body(line, JSON, "", 1 << 26)
+
+
+def test_gzip_compressed_files_are_read(demo_full: Exported, tmp_path: Path) -> None:
+    """A gzip-compressed JSON-lines file and a gzip-compressed protobuf file replay to the live scores."""
+    import gzip
+
+    for source in (demo_full.jsonl, demo_full.proto):
+        packed = tmp_path / (source.name + ".gz")
+        packed.write_bytes(gzip.compress(source.read_bytes()))
+        out = tmp_path / (source.name + ".out.jsonl")
+        result = _replay([packed], judge="lexical", output=out)
+        assert result.error is None
+        assert evaluations(out) == demo_full.live
