@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_serve_arguments(serve)
 
-    replay = commands.add_parser("replay", help="score stored traces (files, Jaeger, Phoenix) like live traffic")
+    replay = commands.add_parser("replay", help="score stored traces (files, Jaeger, Tempo, Phoenix) like live traffic")
     from cp_observe.replay._cli import add_replay_arguments, add_report_arguments
 
     add_replay_arguments(replay)
