@@ -27,6 +27,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_serve_arguments(serve)
 
+    replay = commands.add_parser("replay", help="score stored traces (files, Jaeger, Tempo, Phoenix) like live traffic")
+    from cp_observe.replay._cli import add_replay_arguments, add_report_arguments
+
+    add_replay_arguments(replay)
+    report = commands.add_parser("report", help="write an HTML report of evaluations (MAP, ranks, worst retrievals)")
+    add_report_arguments(report)
+
     args = parser.parse_args(argv)
     if args.command == "demo":
         from cp_observe.demo._cli import run as run_demo
@@ -36,6 +43,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cp_observe.serve._cli import run as run_serve
 
         return int(run_serve(args))
+    if args.command == "replay":
+        from cp_observe.replay._cli import run_replay
+
+        return int(run_replay(args))
+    if args.command == "report":
+        from cp_observe.replay._cli import run_report
+
+        return int(run_report(args))
     parser.print_help()
     return 2
 

@@ -1,0 +1,322 @@
+"""The report's numbers: evaluations read from OTLP/JSON lines (or ``run_evals`` results), aggregated per data source.
+
+Reading streams: per data source it keeps running sums (MAP and its variance), time buckets (MAP over
+time; one second wide, widened as they grow past ``MAX_BUCKETS``), per-rank counts (relevance rate and
+precision at k), a ten-bin score histogram and the ``worst`` lowest scores; so memory grows with data
+sources and ranks, not with evaluations. The spans the
+evaluations scored (a replay writes them next to their evaluations; a Collector file holds them anyway) give
+each evaluation its query, its contexts and the time of the retrieval; they are looked up by the
+evaluation span's parent in a bounded map of the most recent ``MAX_TARGETS`` targets.
+
+Confidence intervals are normal approximations at 95 %: MAP ± 1.96·s/√n, and for two runs the difference of
+MAPs ± 1.96·√(s₁²/n₁ + s₂²/n₂) (Welch). Average precision is bounded and often bimodal, so for small n read
+the interval as a guide; at n < 2 none is given.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from cp_observe import _names as n
+from cp_observe.replay._files import TraceFile
+from cp_observe.replay._source import ReplayInputError
+from cp_observe.serve._convert import spans_from_request
+
+__all__ = ["MAX_TARGETS", "Evaluation", "Run", "SourceStats", "evaluations_from_run_evals", "load_run",
+           "summary_text", "write_report"]
+
+MAX_TARGETS = 100_000
+MAX_RANKS = 50
+MAX_BUCKETS = 4096
+_RESOLUTIONS = (1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400)
+_Z = 1.96
+_PREVIEW = 160
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One scored retrieval as the report sees it."""
+
+    data_source: str
+    average_precision: float
+    verdicts: tuple[bool, ...]
+    time_ns: int
+    reasons: tuple[str, ...] = ()
+    query: str | None = None
+    contexts: tuple[str, ...] = ()
+    judge_model: str = ""
+    reference: str = ""
+
+
+@dataclass
+class SourceStats:
+    """Running aggregates of one data source (or of all of them)."""
+
+    name: str
+    worst_kept: int = 10
+    count: int = 0
+    failed: int = 0
+    total: float = 0.0
+    total_sq: float = 0.0
+    resolution_s: int = 1  # width of the time buckets; coarsened as the buckets grow past MAX_BUCKETS
+    buckets: dict[int, list[float]] = field(default_factory=dict)  # bucket start (s) -> [count, sum]
+    relevant_at: list[int] = field(default_factory=lambda: [0] * MAX_RANKS)
+    seen_at: list[int] = field(default_factory=lambda: [0] * MAX_RANKS)
+    precision_sum: list[float] = field(default_factory=lambda: [0.0] * MAX_RANKS)
+    histogram: list[int] = field(default_factory=lambda: [0] * 10)
+    judges: set[str] = field(default_factory=set)
+    _worst: list[tuple[float, int, Evaluation]] = field(default_factory=list)
+
+    def add(self, evaluation: Evaluation, sequence: int) -> None:
+        """Fold one evaluation in."""
+        ap = evaluation.average_precision
+        self.count += 1
+        self.total += ap
+        self.total_sq += ap * ap
+        second = evaluation.time_ns // 1_000_000_000
+        bucket = self.buckets.setdefault(second - second % self.resolution_s, [0, 0.0])
+        bucket[0] += 1
+        bucket[1] += ap
+        if len(self.buckets) > MAX_BUCKETS:
+            self._coarsen()
+        relevant = 0
+        for k, verdict in enumerate(evaluation.verdicts[:MAX_RANKS]):
+            relevant += verdict
+            self.seen_at[k] += 1
+            self.relevant_at[k] += verdict
+            self.precision_sum[k] += relevant / (k + 1)
+        self.histogram[min(9, int(ap * 10))] += 1
+        if evaluation.judge_model:
+            self.judges.add(evaluation.judge_model)
+        entry = (-ap, sequence, evaluation)
+        if len(self._worst) < self.worst_kept:
+            heapq.heappush(self._worst, entry)
+        elif entry > self._worst[0]:
+            heapq.heapreplace(self._worst, entry)
+
+    @property
+    def mean(self) -> float:
+        """The MAP (mean average precision)."""
+        return self.total / self.count if self.count else 0.0
+
+    @property
+    def variance(self) -> float:
+        """Sample variance of the average precisions."""
+        if self.count < 2:
+            return 0.0
+        return max(0.0, (self.total_sq - self.count * self.mean ** 2) / (self.count - 1))
+
+    def interval(self) -> tuple[float, float] | None:
+        """95 % interval of the MAP, clipped to [0, 1]; ``None`` below two evaluations."""
+        if self.count < 2:
+            return None
+        half = _Z * math.sqrt(self.variance / self.count)
+        return max(0.0, self.mean - half), min(1.0, self.mean + half)
+
+    def worst(self) -> list[Evaluation]:
+        """The lowest-scoring evaluations kept, lowest first."""
+        return [e for _, _, e in sorted(self._worst, key=lambda x: (-x[0], x[1]))]
+
+    def ranks(self) -> int:
+        """The deepest rank any evaluation reached."""
+        return max((k + 1 for k in range(MAX_RANKS) if self.seen_at[k]), default=0)
+
+    def _coarsen(self) -> None:
+        """Widen the time buckets to the next step of the ladder and merge them (memory stays bounded)."""
+        self.resolution_s = next((r for r in _RESOLUTIONS if r > self.resolution_s), self.resolution_s * 2)
+        merged: dict[int, list[float]] = {}
+        for start, (count, total) in self.buckets.items():
+            slot = merged.setdefault(start - start % self.resolution_s, [0, 0.0])
+            slot[0] += count
+            slot[1] += total
+        self.buckets = merged
+
+    def over_time(self, bins: int = 48) -> list[tuple[int, int, float]]:
+        """(start second, count, MAP) for up to ``bins`` equal spans of time, empty spans left out."""
+        if not self.buckets:
+            return []
+        first, last = min(self.buckets), max(self.buckets)
+        width = max(self.resolution_s, math.ceil((last - first + 1) / bins))
+        merged: dict[int, list[float]] = {}
+        for start, (count, total) in self.buckets.items():
+            slot = merged.setdefault(first + (start - first) // width * width, [0, 0.0])
+            slot[0] += count
+            slot[1] += total
+        return [(m, int(c), s / c) for m, (c, s) in sorted(merged.items())]
+
+
+@dataclass
+class Run:
+    """One run's evaluations: per data source, and all together under ``ALL``."""
+
+    label: str
+    sources: dict[str, SourceStats]
+    overall: SourceStats
+    files: list[str]
+    spans_read: int = 0
+    evaluations: int = 0
+    without_target: int = 0
+
+
+def _difference(a: SourceStats, b: SourceStats) -> tuple[float, tuple[float, float] | None]:
+    """MAP of ``b`` minus MAP of ``a``, and its 95 % interval (Welch), ``None`` when either has n < 2."""
+    diff = b.mean - a.mean
+    if a.count < 2 or b.count < 2:
+        return diff, None
+    half = _Z * math.sqrt(a.variance / a.count + b.variance / b.count)
+    return diff, (diff - half, diff + half)
+
+
+class _Reader:
+    def __init__(self, label: str, worst: int) -> None:
+        self.run = Run(label, {}, SourceStats("all data sources", worst_kept=worst), [])
+        self.worst = worst
+        self.targets: OrderedDict[int, tuple[int, str | None, tuple[str, ...]]] = OrderedDict()
+        self.sequence = 0
+
+    def add(self, evaluation: Evaluation) -> None:
+        self.sequence += 1
+        stats = self.run.sources.get(evaluation.data_source)
+        if stats is None:
+            stats = SourceStats(evaluation.data_source, worst_kept=self.worst)
+            self.run.sources[evaluation.data_source] = stats
+        stats.add(evaluation, self.sequence)
+        self.run.overall.add(evaluation, self.sequence)
+        self.run.evaluations += 1
+
+    def span(self, span: ReadableSpan) -> None:
+        attributes = span.attributes or {}
+        context = span.context
+        if context is None:
+            return
+        if span.name == n.EVALUATION_SPAN_NAME or attributes.get(n.OPENINFERENCE_SPAN_KIND) == n.KIND_EVALUATOR:
+            if attributes.get(n.GEN_AI_EVALUATION_NAME, n.EVALUATION_NAME) != n.EVALUATION_NAME:
+                return
+            self._evaluation(span, attributes)
+            return
+        if n.GEN_AI_RETRIEVAL_QUERY_TEXT in attributes or n.CP_CONTEXT_COUNT in attributes or \
+                attributes.get(n.GEN_AI_OPERATION_NAME) == n.OPERATION_RETRIEVAL:
+            query = attributes.get(n.GEN_AI_RETRIEVAL_QUERY_TEXT) or attributes.get(n.INPUT_VALUE)
+            contexts = []
+            for i in range(MAX_RANKS):
+                value = attributes.get(n.document_attribute(i, "content"))
+                if value is None:
+                    break
+                contexts.append(str(value)[:_PREVIEW])
+            self.targets[context.span_id] = (span.end_time or 0, str(query) if query is not None else None,
+                                             tuple(contexts))
+            while len(self.targets) > MAX_TARGETS:
+                self.targets.popitem(last=False)
+
+    def _evaluation(self, span: ReadableSpan, attributes: Any) -> None:
+        source = str(attributes.get(n.GEN_AI_DATA_SOURCE_ID, "unknown"))
+        if span.status.status_code is StatusCode.ERROR or n.CP_AVERAGE_PRECISION not in attributes:
+            stats = self.run.sources.get(source)
+            if stats is None:
+                stats = self.run.sources[source] = SourceStats(source, worst_kept=self.worst)
+            stats.failed += 1
+            self.run.overall.failed += 1
+            return
+        target = self.targets.get(span.parent.span_id) if span.parent is not None else None
+        if target is None:
+            self.run.without_target += 1
+        verdicts = tuple(bool(v) for v in attributes.get(n.CP_VERDICTS, ()))
+        reasons = tuple(str(r) for r in attributes.get(n.CP_REASONS, ()))
+        self.add(Evaluation(
+            data_source=source,
+            average_precision=float(attributes[n.CP_AVERAGE_PRECISION]),
+            verdicts=verdicts,
+            time_ns=target[0] if target is not None else (span.start_time or 0),
+            reasons=reasons,
+            query=target[1] if target is not None else None,
+            contexts=target[2] if target is not None else (),
+            judge_model=str(attributes.get(n.CP_JUDGE_MODEL, "")),
+            reference=str(attributes.get(n.CP_REFERENCE, "")),
+        ))
+
+
+def load_run(paths: Sequence[str | Path], *, label: str = "run", worst: int = 10) -> Run:
+    """Read evaluation spans (and the spans they scored) from OTLP/JSON-lines or protobuf trace files.
+
+    Raises:
+        ReplayInputError: a file cannot be read; the message names the file and line.
+    """
+    reader = _Reader(label, worst)
+    for path in paths:
+        source = TraceFile(path)
+        reader.run.files.append(str(path))
+        for batch in source.batches():
+            converted = spans_from_request(batch.request)
+            reader.run.spans_read += len(converted.spans)
+            for span in converted.spans:
+                reader.span(span)
+    if not reader.run.evaluations and not reader.run.overall.failed:
+        raise ReplayInputError(f"{', '.join(map(str, paths))}: no context precision evaluation spans found")
+    return reader.run
+
+
+def evaluations_from_run_evals(results: Any, *, data_source: str = "run_evals", time_ns: int | None = None) -> Run:
+    """A ``Run`` from ``run_evals`` results (``EvalRunResult``): every scorer result becomes an evaluation."""
+    import time
+
+    reader = _Reader("run_evals", 10)
+    when = time_ns if time_ns is not None else time.time_ns()
+    for item in results.items:
+        for result in item.scorer_results.values():
+            query = item.item.get("input") if isinstance(item.item, dict) else None
+            reader.add(Evaluation(
+                data_source=data_source, average_precision=float(result.average_precision),
+                verdicts=tuple(v.relevant for v in result.verdicts), time_ns=when,
+                reasons=tuple(v.reason for v in result.verdicts), query=str(query) if query is not None else None,
+                judge_model=result.judge_model, reference=result.reference,
+            ))
+        for _ in item.errors:
+            reader.run.overall.failed += 1
+    return reader.run
+
+
+def _fmt_interval(interval: tuple[float, float] | None) -> str:
+    return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval is not None else "(n < 2)"
+
+
+def summary_text(run: Run, other: Run | None = None) -> str:
+    """The plain-text summary printed on the terminal."""
+    lines = [f"{run.label}: {run.evaluations} evaluations ({run.overall.failed} failed) from {', '.join(run.files)}"]
+    rows: Iterable[SourceStats] = [*sorted(run.sources.values(), key=lambda s: s.name), run.overall]
+    for stats in rows:
+        lines.append(f"  {stats.name:<28} MAP {stats.mean:.3f}  95% CI {_fmt_interval(stats.interval()):<16} "
+                     f"n {stats.count:<6} failed {stats.failed}")
+        if stats.count and stats is not run.overall:
+            rates = " ".join(f"@{k + 1} {stats.relevant_at[k] / stats.seen_at[k]:.2f}"
+                             for k in range(min(stats.ranks(), 10)) if stats.seen_at[k])
+            lines.append(f"  {'':<28} relevance by rank: {rates}")
+    if other is not None:
+        lines.append(f"{other.label} vs {run.label} (difference in MAP, 95% CI):")
+        for name, a, b in _pairs(run, other):
+            diff, interval = _difference(a, b)
+            lines.append(f"  {name:<28} {a.mean:.3f} -> {b.mean:.3f}  diff {diff:+.3f} {_fmt_interval(interval)}")
+    return "\n".join(lines)
+
+
+def _pairs(run: Run, other: Run) -> list[tuple[str, SourceStats, SourceStats]]:
+    out = [(name, run.sources[name], other.sources[name]) for name in sorted(run.sources) if name in other.sources]
+    out.append(("all data sources", run.overall, other.overall))
+    return out
+
+
+def write_report(path: str | Path, run: Run, other: Run | None = None, *,
+                 title: str = "Context precision report") -> None:
+    """Write the self-contained HTML report to ``path``."""
+    from cp_observe.replay._html import render
+
+    Path(path).write_text(render(run, other, title=title, pairs=_pairs(run, other) if other else [],
+                                 difference=_difference), encoding="utf-8")

@@ -1,0 +1,163 @@
+"""``cp-observe report``: the numbers (MAP, interval, precision at k, difference of two runs) and the HTML, opened in
+headless Chromium (Debian's package), screenshotted, with its charts rendered and no console error."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import cp_observe
+from cp_observe.replay import (
+    ReplayOptions,
+    TraceFile,
+    evaluations_from_run_evals,
+    load_run,
+    replay,
+    summary_text,
+    write_report,
+)
+from cp_observe.replay._progress import Progress
+from tests.conftest import KeywordJudge
+from tests.replay_support import Exported, export_demo
+
+CHROMIUM = Path("/usr/bin/chromium")
+CLI = [sys.executable, "-m", "cp_observe.cli"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Exported]:
+    """Two replays of the demo: its good retriever (first half) and its degraded one (second half)."""
+    base = tmp_path_factory.mktemp("report")
+    exported = export_demo(base / "demo", 1.0, turns=40, extra=("--degrade-after", "20", "--interval", "0.05"))
+    good, bad = base / "good.jsonl", base / "bad.jsonl"
+    ends = sorted(_end_times(exported.jsonl))
+    middle = (ends[len(ends) // 2 - 1] + ends[len(ends) // 2]) // 2  # between turns 20 and 21 (0.05 s apart)
+    from datetime import datetime, timezone
+
+    split = datetime.fromtimestamp(middle / 1e9, timezone.utc)
+    for out, window in ((good, {"until": split}), (bad, {"since": split})):
+        replay([TraceFile(exported.jsonl)], ReplayOptions(judge="lexical", output=out, **window),  # type: ignore[arg-type]
+               progress=Progress(enabled=False))
+    return good, bad, exported
+
+
+def _end_times(path: Path) -> list[int]:
+    from cp_observe.serve import spans_from_request
+
+    return [s.end_time or 0 for b in TraceFile(path).batches() for s in spans_from_request(b.request).spans
+            if s.name.startswith("invoke_agent")]
+
+
+def test_map_interval_and_precision_at_k_match_a_hand_computation() -> None:
+    """run_evals results with known verdicts: MAP, its 95 % interval, relevance by rank and P@k as computed by hand."""
+    contexts = {
+        "q1": ["alpha words here", "nothing", "alpha again"],  # yes no yes -> AP (1 + 2/3) / 2
+        "q2": ["nothing", "alpha words"],  # no yes -> 0.5
+        "q3": ["alpha", "alpha", "nothing"],  # yes yes no -> 1
+    }
+    scorer = cp_observe.create_context_precision_scorer(
+        KeywordJudge(), {"context_extractor": lambda query, output: contexts[query]})
+    results = cp_observe.run_evals(data=[{"input": q} for q in contexts], scorers=[scorer],
+                                   target=lambda item: "alpha")
+    run = evaluations_from_run_evals(results, data_source="kb")
+    stats = run.sources["kb"]
+    aps = [(1 + 2 / 3) / 2, 0.5, 1.0]
+    mean = sum(aps) / 3
+    sd = math.sqrt(sum((a - mean) ** 2 for a in aps) / 2)
+    assert stats.count == 3 and stats.mean == pytest.approx(mean)
+    low, high = stats.interval()  # type: ignore[misc]
+    assert (low, high) == pytest.approx((mean - 1.96 * sd / math.sqrt(3), min(1.0, mean + 1.96 * sd / math.sqrt(3))))
+    assert stats.relevant_at[:3] == [2, 2, 1] and stats.seen_at[:3] == [3, 3, 2]
+    assert stats.precision_sum[1] / 3 == pytest.approx((1 / 2 + 1 / 2 + 2 / 2) / 3)  # mean P@2
+    assert stats.worst()[0].average_precision == pytest.approx(0.5)
+    text = summary_text(run)
+    assert "kb" in text and f"MAP {mean:.3f}" in text and "@1 0.67" in text
+
+
+def test_comparison_shows_the_degradation_with_an_interval_below_zero(runs: tuple[Path, Path, Exported]) -> None:
+    """Good period vs degraded period of the demo: the difference in MAP is negative and its interval excludes 0."""
+    good, bad, _ = runs
+    first, second = load_run([good], label="good"), load_run([bad], label="degraded")
+    assert first.evaluations == 20 and second.evaluations == 20
+    text = summary_text(first, second)
+    match = re.search(r"demo-bm25\s+([0-9.]+) -> ([0-9.]+)\s+diff ([-+0-9.]+) \[([-0-9.]+), ([-0-9.]+)\]", text)
+    assert match is not None, text
+    diff, low, high = float(match.group(3)), float(match.group(4)), float(match.group(5))
+    assert diff < -0.2 and low < diff < high < 0
+
+
+def test_report_uses_the_time_and_content_of_the_scored_spans(runs: tuple[Path, Path, Exported]) -> None:
+    """Evaluations are placed at their retrieval's time and their worst rows carry the query and contexts."""
+    good, _, exported = runs
+    run = load_run([good], worst=3)
+    assert run.without_target == 0
+    stats = run.sources["demo-bm25"]
+    ends = sorted(_end_times(exported.jsonl))
+    assert min(stats.buckets) >= ends[0] // 10**9 - 1
+    worst = stats.worst()
+    assert len(worst) == 3 and all(e.query and e.contexts and e.reasons for e in worst)
+
+
+def test_report_of_a_live_export_without_content_says_not_captured(tmp_path: Path) -> None:
+    """The demo with content capture off, its live export read directly: scores are there, content is not."""
+    exported = export_demo(tmp_path / "demo", 1.0, turns=6, extra=("--no-capture-content",))
+    run = load_run([exported.jsonl])
+    assert run.evaluations == 6
+    assert all(e.query is None and not e.reasons for e in run.sources["demo-bm25"].worst())
+    out = tmp_path / "r.html"
+    write_report(out, run)
+    assert "not captured" in out.read_text(encoding="utf-8")
+
+
+def test_report_of_a_file_without_evaluations_is_an_error(tmp_path: Path) -> None:
+    """A trace file holding no evaluation span: exit 1, naming the file."""
+    from tests.replay_support import DATA
+
+    done = subprocess.run([*CLI, "report", str(DATA / "collector_file.jsonl"), "-o", str(tmp_path / "r.html")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "collector_file.jsonl: no context precision evaluation spans" in done.stderr
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
+def test_html_report_is_self_contained_and_renders_in_chromium(runs: tuple[Path, Path, Exported],
+                                                               tmp_path: Path) -> None:
+    """One HTML file, no external reference; Chromium renders its charts (DOM, screenshot, console) without error."""
+    good, bad, _ = runs
+    html_path = tmp_path / "report.html"
+    done = subprocess.run([*CLI, "report", str(good), "--compare", str(bad), "--label", "before", "--label", "after",
+                           "-o", str(html_path)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "before: 20 evaluations" in done.stdout and "after vs before" in done.stdout
+    page = html_path.read_text(encoding="utf-8")
+    assert not re.search(r"(src|href)\s*=", page), "no external asset"
+    assert "http://" not in page and "https://" not in page
+    charts = page.count("class='chart-svg'")
+    assert charts == 4  # the comparison's forest plot, and 3 charts for the one data source
+    profile = tempfile.mkdtemp(prefix="cp-chromium-")
+    shot = tmp_path / "report.png"
+    base = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}"]
+    try:
+        rendered = subprocess.run([*base, "--enable-logging=stderr", "--v=0", "--window-size=1280,1600",
+                                   f"--screenshot={shot}", html_path.as_uri()],
+                                  capture_output=True, text=True, timeout=120, check=False)
+        dom = subprocess.run([*base, "--dump-dom", html_path.as_uri()], capture_output=True, text=True, timeout=120,
+                             check=False)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    assert rendered.returncode == 0, rendered.stderr[-2000:]
+    console = [line for line in rendered.stderr.splitlines() if ":CONSOLE" in line]
+    assert any(f'"cp-observe report: {charts} charts"' in line for line in console), rendered.stderr[-2000:]
+    assert not [line for line in console if "cp-observe report:" not in line], console
+    assert "Uncaught" not in rendered.stderr
+    assert shot.exists() and shot.stat().st_size > 20_000  # a blank page compresses to a few kilobytes
+    assert dom.stdout.count("<svg class=\"chart-svg\"") == charts
+    assert dom.stdout.count("<rect") == 10 + 5  # histogram bins + ranks 1..5 and "<polyline" in dom.stdout
