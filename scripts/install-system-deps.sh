@@ -2,6 +2,8 @@
 # Install the system packages the deploy tests need, from Debian:
 #   prometheus              the server (end-to-end test) and promtool (check config / check rules / test rules)
 #   prometheus-alertmanager amtool (check-config and routing tests of deploy/alertmanager/alertmanager.yml)
+#   chromium                headless browser that opens the HTML report and the Phoenix UI for screenshots
+#   fonts-ipafont-gothic    Japanese glyphs, so the demo's Japanese text renders in those screenshots
 #
 # Idempotent and non-interactive: when both tools are present it installs nothing. The packages ship services;
 # the tests never use them (they start their own Prometheus on loopback, on a free port, with a temporary
@@ -14,9 +16,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 missing=0
-for tool in prometheus promtool amtool; do
+for tool in prometheus promtool amtool chromium; do
   command -v "$tool" >/dev/null 2>&1 || missing=1
 done
+[ -d /usr/share/fonts/opentype/ipafont-gothic ] || missing=1
 
 if [ "$missing" -eq 1 ]; then
   # policy-rc.d exiting 101 means "action forbidden": invoke-rc.d then leaves the services unstarted. Create it
@@ -36,7 +39,8 @@ if [ "$missing" -eq 1 ]; then
   trap cleanup EXIT
 
   $SUDO apt-get update
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus prometheus-alertmanager
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus prometheus-alertmanager \
+    chromium fonts-ipafont-gothic fonts-dejavu-core
 fi
 
 # The packaged services are not needed: stop and disable them if systemd runs here (no-op otherwise).
@@ -47,3 +51,4 @@ fi
 prometheus --version 2>&1 | head -n 1
 promtool --version 2>&1 | head -n 1
 amtool --version 2>&1 | head -n 1
+chromium --version 2>/dev/null | head -n 1
