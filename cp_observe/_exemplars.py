@@ -1,0 +1,106 @@
+"""A Prometheus metric reader that keeps the SDK's exemplars on histogram buckets (OpenMetrics exposition).
+
+``opentelemetry-exporter-prometheus`` drops exemplars when it turns OpenTelemetry histograms into
+``prometheus_client`` families. This reader lets the exporter translate as usual, then puts back, on each
+``_bucket`` sample, the last exemplar the SDK saw in that bucket: ``trace_id`` and ``span_id`` of the span the
+measurement was made in (for ``context_precision.score``, the evaluation span, so its trace is the evaluated
+one). ``prometheus_client`` writes exemplars only in the OpenMetrics format, which it serves when the scraper
+asks for it (Prometheus does when started with ``--enable-feature=exemplar-storage``).
+
+The SDK empties its exemplar reservoirs at each collection, so the reader remembers the last exemplar per
+bucket (bounded by ``max_exemplars``; new buckets beyond it are counted in ``dropped`` and go without one).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics.export import Histogram, MetricsData
+from prometheus_client.samples import Exemplar
+
+__all__ = ["ExemplarPrometheusReader"]
+
+_Key = tuple[str, frozenset[tuple[str, str]], str]  # (family name, series labels, le)
+
+
+class ExemplarPrometheusReader(PrometheusMetricReader):
+    """``PrometheusMetricReader`` whose histogram buckets carry trace exemplars."""
+
+    def __init__(self, *args: Any, max_exemplars: int = 10_000, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()  # guards _exemplars and dropped (a scrape may race another)
+        self._exemplars: dict[_Key, Exemplar] = {}
+        self._max = max_exemplars
+        self.dropped = 0
+        collector = self._collector
+        translate = collector.collect
+
+        def collect() -> Iterator[Any]:
+            families = list(translate())  # runs the SDK collection, which calls _receive_metrics first
+            with self._lock:
+                families = [self._with_exemplars(family) for family in families]
+            yield from families
+
+        collector.collect = collect  # type: ignore[method-assign]
+
+    def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> None:
+        if metrics_data is not None:
+            with self._lock:
+                self._remember(metrics_data)
+        super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
+
+    def _remember(self, metrics_data: MetricsData) -> None:
+        from opentelemetry.exporter.prometheus._mapping import sanitize_attribute, sanitize_full_name
+
+        prefix = getattr(self, "_prefix", "")
+        for resource_metrics in metrics_data.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    if not isinstance(metric.data, Histogram):
+                        continue
+                    name = sanitize_full_name(f"{prefix}_{metric.name}" if prefix else metric.name)
+                    for point in metric.data.data_points:
+                        if not point.exemplars:
+                            continue
+                        labels = _series(
+                            (sanitize_attribute(k), v if isinstance(v, str) else str(v))
+                            for k, v in (point.attributes or {}).items()
+                        )
+                        bounds = [f"{b}" for b in point.explicit_bounds] + ["+Inf"]
+                        for exemplar in point.exemplars:
+                            if not exemplar.trace_id:
+                                continue
+                            le = next((b for b, upper in zip(bounds, [*point.explicit_bounds, float("inf")],
+                                                             strict=True) if exemplar.value <= upper), "+Inf")
+                            self._put((name, labels, le), Exemplar(
+                                {"trace_id": f"{exemplar.trace_id:032x}", "span_id": f"{exemplar.span_id:016x}"},
+                                exemplar.value, exemplar.time_unix_nano / 1e9))
+
+    def _put(self, key: _Key, exemplar: Exemplar) -> None:
+        if key not in self._exemplars and len(self._exemplars) >= self._max:
+            self.dropped += 1
+            return
+        self._exemplars[key] = exemplar
+
+    def _with_exemplars(self, family: Any) -> Any:
+        if family.type != "histogram" or not self._exemplars:
+            return family
+        bucket = f"{family.name}_bucket"
+        samples = []
+        for sample in family.samples:
+            exemplar = None
+            if sample.name == bucket and sample.exemplar is None:
+                key = (family.name, _series((k, v) for k, v in sample.labels.items() if k != "le"),
+                       sample.labels.get("le", ""))
+                exemplar = self._exemplars.get(key)
+            samples.append(sample if exemplar is None else sample._replace(exemplar=exemplar))
+        family.samples = samples
+        return family
+
+
+def _series(items: Iterable[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    """A series' identifying labels: without the scope labels and the exporter's empty back-fills."""
+    return frozenset((k, v) for k, v in items if v and not k.startswith("otel_scope_"))
