@@ -244,6 +244,8 @@ def test_dashboard_filters_by_the_data_source_variable() -> None:
     """Every query on a data-source-labelled series honours the $data_source template variable."""
     for panel in iter_panels(load_dashboard()["panels"]):
         for target in panel.get("targets", []):
+            if "expr" not in target:  # a Jaeger search, not PromQL
+                continue
             metrics, _ = scan_promql(target["expr"])
             if any(m.startswith(("context_precision_score", "context_precision_evaluations",
                                   "context_precision_verdicts", "context_precision_sampled",
@@ -280,3 +282,42 @@ def test_dashboard_has_the_required_panels() -> None:
     assert "histogram_quantile(0.5," in latency and "histogram_quantile(0.95," in latency
     ids = [p["id"] for p in iter_panels(load_dashboard()["panels"])]
     assert len(ids) == len(set(ids))
+
+
+def test_dashboard_shows_the_map_band_and_the_evaluations_behind_it() -> None:
+    """One panel draws the 30m MAP with mean +/- z SE from the recording rules and the count behind it."""
+    panel = next(p for p in iter_panels(load_dashboard()["panels"]) if "99% band" in p["title"])
+    exprs = " ".join(t["expr"] for t in panel["targets"])
+    p = f"{DATA_SOURCE_LABEL}:context_precision_score"
+    assert f"{p}:mean30m" in exprs and f"+ 2.33 * {p}:stderr30m" in exprs and f"- 2.33 * {p}:stderr30m" in exprs
+    assert f"{p}_count:increase30m" in exprs
+    assert _parameters(alert_rules()["ContextPrecisionMAPDrop"])["confidence"] == "z = 2.33"
+
+
+def test_dashboard_exemplars_link_to_traces() -> None:
+    """A score-bucket query asks for exemplars, and Grafana maps their trace_id to the trace data source."""
+    targets = [t for p in iter_panels(load_dashboard()["panels"]) for t in p.get("targets", [])]
+    assert any(t.get("exemplar") and "context_precision_score_bucket" in t["expr"] for t in targets)
+    sources = load_yaml(DEPLOY / "grafana" / "provisioning" / "datasources" / "datasources.yaml")["datasources"]
+    (prometheus,) = [s for s in sources if s["type"] == "prometheus"]
+    assert prometheus["jsonData"]["exemplarTraceIdDestinations"] == [{"name": "trace_id", "datasourceUid": "jaeger"}]
+
+
+def test_dashboard_lists_the_worst_retrievals_from_jaeger() -> None:
+    """The worst-retrievals panel is a Jaeger search for failing evaluation spans of the selected service."""
+    panel = next(p for p in iter_panels(load_dashboard()["panels"]) if p["title"].startswith("Worst retrievals"))
+    (target,) = panel["targets"]
+    assert target["datasource"]["type"] == "jaeger" and target["queryType"] == "search"
+    assert target["tags"] == f"{names.GEN_AI_EVALUATION_SCORE_LABEL}={names.LABEL_FAIL}"
+    assert target["operation"] == names.EVALUATION_SPAN_NAME and target["service"] == "$service"
+
+
+def test_dashboard_annotates_judge_identity_changes() -> None:
+    """An annotation marks every new (model, prompt version, kind) of the judge; a panel splits MAP by it."""
+    judge = {prometheus_label(a) for a in (names.CP_JUDGE_MODEL, names.CP_JUDGE_PROMPT_VERSION, names.CP_JUDGE_KIND)}
+    (annotation,) = [a for a in load_dashboard()["annotations"]["list"] if a["name"] == "Judge identity changes"]
+    groupings = re.findall(r"\bby\s*\(([^)]*)\)", annotation["expr"])
+    assert len(groupings) == 2 and all({g.strip() for g in x.split(",")} == judge for x in groupings)
+    assert " unless " in " ".join(annotation["expr"].split()) and "offset" in annotation["expr"]
+    panel = next(p for p in iter_panels(load_dashboard()["panels"]) if p["title"].startswith("Sampled MAP by judge"))
+    assert all(label in panel["targets"][0]["expr"] for label in judge)
