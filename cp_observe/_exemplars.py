@@ -21,6 +21,8 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics.export import Histogram, MetricsData
 from prometheus_client.samples import Exemplar
 
+from cp_observe._log import logger
+
 __all__ = ["ExemplarPrometheusReader"]
 
 _Key = tuple[str, frozenset[tuple[str, str]], str]  # (family name, series labels, le)
@@ -40,16 +42,22 @@ class ExemplarPrometheusReader(PrometheusMetricReader):
 
         def collect() -> Iterator[Any]:
             families = list(translate())  # runs the SDK collection, which calls _receive_metrics first
-            with self._lock:
-                families = [self._with_exemplars(family) for family in families]
+            try:
+                with self._lock:
+                    families = [self._with_exemplars(family) for family in families]
+            except Exception as exc:  # noqa: BLE001 - exemplars are a nicety: serve the metrics without them
+                logger.warning("exemplars left out of a scrape", error_type=type(exc).__name__)
             yield from families
 
         collector.collect = collect  # type: ignore[method-assign]
 
     def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> None:
         if metrics_data is not None:
-            with self._lock:
-                self._remember(metrics_data)
+            try:
+                with self._lock:
+                    self._remember(metrics_data)
+            except Exception as exc:  # noqa: BLE001 - never let exemplars cost the metrics themselves
+                logger.warning("exemplars not recorded", error_type=type(exc).__name__)
         super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
 
     def _remember(self, metrics_data: MetricsData) -> None:

@@ -162,3 +162,17 @@ def test_exemplar_memory_is_bounded_and_counts_what_it_drops() -> None:
     text = generate_openmetrics(rig.registry).decode()
     assert len([line for line in text.splitlines() if "# {" in line]) == 1
     assert rig.prometheus.dropped == 1
+
+
+def test_a_failure_in_exemplar_handling_still_serves_the_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If putting exemplars back fails, the scrape still returns every series, without exemplars."""
+    rig = _Rig(LexicalJudge(), prometheus=True)
+    rig.score(0.25)
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(rig.prometheus, "_with_exemplars", broken)
+    monkeypatch.setattr(rig.prometheus, "_remember", broken)
+    text = generate_openmetrics(rig.registry).decode()
+    assert "context_precision_score_count{" in text and "# {" not in text
