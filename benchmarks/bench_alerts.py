@@ -47,7 +47,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_line, markdown_table
+from _common import block_network, machine_line, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_FILE = ROOT / "deploy" / "prometheus" / "rules" / "context_precision.rules.yml"
@@ -320,6 +320,7 @@ def main() -> int:
                rate, sampling, drop, drop_days if drop else steady_days)
         for rate in RATES for sampling in SAMPLING for drop in (0.0, *DROPS)
     ]  # fmt: skip
+    blocked = block_network()  # the Prometheus server is on loopback; nothing else is reached
     longest = max(s.days for s in streams)
     start = (int(time.time()) // DAY - longest - 3) * DAY  # whole days, in the past
     rules = {"old": OLD_RULES, "new": new_rules()}
@@ -341,6 +342,7 @@ def main() -> int:
                     print(f"# {version} {alert}: {time.perf_counter() - began:.0f} s", flush=True)
 
     _print_tables(streams, results, start)
+    print(f"\nNon-loopback network attempts refused during the run: {blocked.total} {blocked.attempts or ''}")
     return 0
 
 
