@@ -21,6 +21,7 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics.export import Histogram, MetricsData
 from prometheus_client.samples import Exemplar
 
+from cp_observe import _names as n
 from cp_observe._log import logger
 
 __all__ = ["ExemplarPrometheusReader"]
@@ -71,21 +72,14 @@ class ExemplarPrometheusReader(PrometheusMetricReader):
                         continue
                     name = sanitize_full_name(f"{prefix}_{metric.name}" if prefix else metric.name)
                     for point in metric.data.data_points:
-                        if not point.exemplars:
-                            continue
                         labels = _series(
                             (sanitize_attribute(k), v if isinstance(v, str) else str(v))
                             for k, v in (point.attributes or {}).items()
                         )
-                        bounds = [f"{b}" for b in point.explicit_bounds] + ["+Inf"]
                         for exemplar in point.exemplars:
-                            if not exemplar.trace_id:
-                                continue
-                            le = next((b for b, upper in zip(bounds, [*point.explicit_bounds, float("inf")],
-                                                             strict=True) if exemplar.value <= upper), "+Inf")
-                            self._put((name, labels, le), Exemplar(
-                                {"trace_id": f"{exemplar.trace_id:032x}", "span_id": f"{exemplar.span_id:016x}"},
-                                exemplar.value, exemplar.time_unix_nano / 1e9))
+                            if exemplar.trace_id:
+                                le = _bucket(exemplar.value, point.explicit_bounds)
+                                self._put((name, labels, le), _to_prometheus(exemplar))
 
     def _put(self, key: _Key, exemplar: Exemplar) -> None:
         if key not in self._exemplars and len(self._exemplars) >= self._max:
@@ -112,3 +106,14 @@ class ExemplarPrometheusReader(PrometheusMetricReader):
 def _series(items: Iterable[tuple[str, str]]) -> frozenset[tuple[str, str]]:
     """A series' identifying labels: without the scope labels and the exporter's empty back-fills."""
     return frozenset((k, v) for k, v in items if v and not k.startswith("otel_scope_"))
+
+
+def _bucket(value: float, bounds: Iterable[float]) -> str:
+    """The ``le`` label of the bucket holding ``value``, spelled as the exporter spells it."""
+    return next((f"{bound}" for bound in bounds if value <= bound), "+Inf")
+
+
+def _to_prometheus(exemplar: Any) -> Exemplar:
+    """An SDK exemplar as prometheus_client's: trace and span id in hex, time in seconds."""
+    labels = {n.EXEMPLAR_TRACE_ID: f"{exemplar.trace_id:032x}", n.EXEMPLAR_SPAN_ID: f"{exemplar.span_id:016x}"}
+    return Exemplar(labels, exemplar.value, exemplar.time_unix_nano / 1e9)

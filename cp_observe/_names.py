@@ -115,6 +115,10 @@ SERVE_METRIC_OCCUPANCY: Final = "context_precision.serve.occupancy"
 PROTOCOL: Final = "protocol"
 RESULT: Final = "result"
 
+#: OpenMetrics exemplar labels on context_precision_score buckets (Grafana's exemplarTraceIdDestinations name).
+EXEMPLAR_TRACE_ID: Final = "trace_id"
+EXEMPLAR_SPAN_ID: Final = "span_id"
+
 SCORE_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
