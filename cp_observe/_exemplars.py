@@ -38,8 +38,11 @@ class ExemplarPrometheusReader(PrometheusMetricReader):
         self._exemplars: dict[_Key, Exemplar] = {}
         self._max = max_exemplars
         self.dropped = 0
-        collector = self._collector
-        translate = collector.collect
+        collector: Any = getattr(self, "_collector", None)  # the exporter's private collector: checked, not assumed
+        translate = getattr(collector, "collect", None)
+        if translate is None:
+            logger.warning("this opentelemetry-exporter-prometheus has no collector to wrap; serving no exemplars")
+            return
 
         def collect() -> Iterator[Any]:
             families = list(translate())  # runs the SDK collection, which calls _receive_metrics first
@@ -50,7 +53,7 @@ class ExemplarPrometheusReader(PrometheusMetricReader):
                 logger.warning("exemplars left out of a scrape", error_type=type(exc).__name__)
             yield from families
 
-        collector.collect = collect  # type: ignore[method-assign]
+        collector.collect = collect
 
     def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> None:
         if metrics_data is not None:

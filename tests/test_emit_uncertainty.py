@@ -176,3 +176,20 @@ def test_a_failure_in_exemplar_handling_still_serves_the_metrics(monkeypatch: py
     monkeypatch.setattr(rig.prometheus, "_remember", broken)
     text = generate_openmetrics(rig.registry).decode()
     assert "context_precision_score_count{" in text and "# {" not in text
+
+
+def test_an_exporter_without_the_expected_collector_still_serves_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the exporter's private collector is not there, the reader serves plain metrics instead of failing."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+    original = PrometheusMetricReader.__init__
+
+    def without_collector(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._hidden, self._collector = self._collector, None
+
+    monkeypatch.setattr(PrometheusMetricReader, "__init__", without_collector)
+    rig = _Rig(LexicalJudge(), prometheus=True)
+    rig.score(0.25)
+    text = generate_openmetrics(rig.registry).decode()
+    assert "context_precision_score_count{" in text and "# {" not in text
