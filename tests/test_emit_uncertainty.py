@@ -179,17 +179,29 @@ def test_a_failure_in_exemplar_handling_still_serves_the_metrics(monkeypatch: py
 
 
 def test_an_exporter_without_the_expected_collector_still_serves_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
-    """If the exporter's private collector is not there, the reader serves plain metrics instead of failing."""
+    """If the exporter's private collector has no ``collect`` to wrap, the reader serves plain metrics."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+    class Opaque:
+        """Stands for a changed exporter internals: it forwards data but has no ``collect``."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def add_metrics_data(self, data: Any) -> None:
+            self.inner.add_metrics_data(data)
 
     original = PrometheusMetricReader.__init__
 
-    def without_collector(self: Any, *args: Any, **kwargs: Any) -> None:
+    def opaque_collector(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        self._hidden, self._collector = self._collector, None
+        self._collector = Opaque(self._collector)
 
-    monkeypatch.setattr(PrometheusMetricReader, "__init__", without_collector)
+    monkeypatch.setattr(PrometheusMetricReader, "__init__", opaque_collector)
     rig = _Rig(LexicalJudge(), prometheus=True)
-    rig.score(0.25)
-    text = generate_openmetrics(rig.registry).decode()
-    assert "context_precision_score_count{" in text and "# {" not in text
+    try:
+        rig.score(0.25)
+        text = generate_openmetrics(rig.registry).decode()
+        assert "context_precision_score_count{" in text and "# {" not in text
+    finally:
+        rig.prometheus._collector = rig.prometheus._collector.inner  # lets shutdown unregister it
