@@ -229,11 +229,12 @@ def _metric_readers(settings: Settings) -> list[MetricReader]:
 
 
 def start_prometheus_endpoint(port: int, addr: str = "0.0.0.0") -> MetricReader:
-    """Serve the metrics in Prometheus text format on ``port`` (needs the ``prometheus`` extra)."""
+    """Serve the metrics on ``port``: Prometheus text, or OpenMetrics with trace exemplars when the scraper asks."""
     try:
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import start_http_server
+
+        from cp_observe._exemplars import ExemplarPrometheusReader
     except ImportError as exc:
         raise ConfigurationError("metrics_port needs opentelemetry-exporter-prometheus installed") from exc
     start_http_server(port, addr=addr)
-    return PrometheusMetricReader()
+    return ExemplarPrometheusReader()

@@ -17,6 +17,7 @@ from opentelemetry.metrics import get_meter_provider as global_meter_provider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, TracerProvider
 
 from cp_observe import _names as n
+from cp_observe._identity import JudgeIdentity, judge_identity
 from cp_observe._types import ScoreResult
 
 __all__ = ["Emitter", "Target"]
@@ -48,6 +49,7 @@ class Emitter:
         threshold: float,
         capture_content: bool,
         queue_depth: Any,
+        judge: Any = None,
     ) -> None:
         self._tracer_provider = tracer_provider
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
@@ -55,11 +57,17 @@ class Emitter:
         meter = (meter_provider or global_meter_provider()).get_meter(_SCOPE)
         self.threshold = threshold
         self.capture_content = capture_content
+        self.identity = judge_identity(judge) if judge is not None else JudgeIdentity(n.JUDGE_KIND_CUSTOM, "none")
         self._score = meter.create_histogram(
             n.METRIC_SCORE,
             unit="1",
             description="Average precision of sampled retrievals (context precision).",
             explicit_bucket_boundaries_advisory=n.SCORE_BUCKETS,
+        )
+        # Sum of squared scores, with the histogram's _sum and _count: the exact variance of any window, so the
+        # alert rules can state a standard error (the buckets would only bound it). See deploy/README.md.
+        self._squares = meter.create_counter(
+            n.METRIC_SCORE_SQUARES, unit="1", description="Sum of squared average precision of sampled retrievals."
         )
         self._evaluations = meter.create_counter(
             n.METRIC_EVALUATIONS, unit="{evaluation}", description="Sampled evaluation targets by outcome."
@@ -104,6 +112,11 @@ class Emitter:
             labels[n.GEN_AI_AGENT_NAME] = target.agent_name
         return labels
 
+    def judge_attributes(self, model: str) -> dict[str, str]:
+        """The judge's identity as attributes: model, prompt version and kind."""
+        return {n.CP_JUDGE_MODEL: model, n.CP_JUDGE_PROMPT_VERSION: self.identity.prompt_version,
+                n.CP_JUDGE_KIND: self.identity.kind}
+
     def count(self, outcome: str, reason: str, labels: Mapping[str, str]) -> None:
         """Count one target's outcome."""
         self._evaluations.add(1, {**labels, n.OUTCOME: outcome, n.REASON: reason})
@@ -125,7 +138,7 @@ class Emitter:
             n.CP_AVERAGE_PRECISION: result.average_precision,
             n.CP_VERDICTS: [v.relevant for v in result.verdicts],
             n.CP_REFERENCE: target.reference,
-            n.CP_JUDGE_MODEL: model,
+            **self.judge_attributes(model),
             n.CP_JUDGE_CALLS: result.usage.calls,
             n.CP_CONTEXT_COUNT: len(result.verdicts),
             n.CP_SAMPLING_REASON: target.sampling_reason,
@@ -142,8 +155,15 @@ class Emitter:
             attributes[n.CP_REASONS] = [v.reason[:_MAX_REASON] for v in result.verdicts]
         span = self._start_span(target, start_ns, attributes)
         span.end(end_time=end_ns)
-        self._log(target, label, result)
-        self._score.record(result.average_precision, labels)
+        self._log(target, label, result, model)
+        # Recorded in the evaluation span's context: the SDK's trace-based exemplar filter then attaches its
+        # trace and span id, which lead from a score bucket to the evaluated trace. The judge's identity is a
+        # label here (one value per deployed judge, so low cardinality), not on the outcome counters.
+        in_span = trace.set_span_in_context(span)
+        score_labels = {**labels, **self.judge_attributes(model)}
+        ap = result.average_precision
+        self._score.record(ap, score_labels, context=in_span)
+        self._squares.add(ap * ap, score_labels, context=in_span)
         self.count(n.OUTCOME_SCORED, "ok", labels)
         relevant = sum(1 for v in result.verdicts if v.relevant)
         if relevant:
@@ -160,7 +180,7 @@ class Emitter:
         attributes: dict[str, Any] = {
             n.OPENINFERENCE_SPAN_KIND: n.KIND_EVALUATOR,
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
-            n.CP_JUDGE_MODEL: model,
+            **self.judge_attributes(model),
             n.CP_REFERENCE: target.reference,
             n.CP_SAMPLING_REASON: target.sampling_reason,
             n.ERROR_TYPE: type(error).__name__,
@@ -194,7 +214,7 @@ class Emitter:
 
         return build_reason(result.verdicts, result.score, result.scale)
 
-    def _log(self, target: Target, label: str, result: ScoreResult) -> None:
+    def _log(self, target: Target, label: str, result: ScoreResult, model: str) -> None:
         attributes: dict[str, Any] = {
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
             n.GEN_AI_EVALUATION_SCORE_VALUE: result.score,
@@ -203,6 +223,7 @@ class Emitter:
             n.CP_VERDICTS: [v.relevant for v in result.verdicts],
             n.CP_REFERENCE: target.reference,
             n.GEN_AI_DATA_SOURCE_ID: target.data_source,
+            **self.judge_attributes(model),
         }
         context = trace.set_span_in_context(NonRecordingSpan(target.span_context))
         self._logger.emit(

@@ -72,6 +72,14 @@ CP_JUDGE_CALLS: Final = "context_precision.judge.calls"
 CP_SCORE: Final = "context_precision.score"
 CP_PARTIAL: Final = "context_precision.partial"
 CP_ANSWER_SOURCE: Final = "context_precision.reference.source"
+# The judge's identity (issue 13). The OpenTelemetry GenAI evaluation attributes (gen_ai.evaluation.name,
+# .score.value, .score.label, .explanation) have no judge model, prompt version or kind, so these live in the
+# project's namespace, next to CP_JUDGE_MODEL.
+CP_JUDGE_PROMPT_VERSION: Final = "context_precision.judge.prompt_version"
+CP_JUDGE_KIND: Final = "context_precision.judge.kind"
+JUDGE_KIND_LLM: Final = "llm"
+JUDGE_KIND_LEXICAL: Final = "lexical"
+JUDGE_KIND_CUSTOM: Final = "custom"
 
 REFERENCE_OUTPUT: Final = "output"
 REFERENCE_QUERY: Final = "query"
@@ -79,6 +87,9 @@ REFERENCE_QUERY: Final = "query"
 # --- metrics (OpenTelemetry name -> Prometheus series) ---------------------------------------------------
 #: histogram, unit "1" -> context_precision_score_{bucket,sum,count}
 METRIC_SCORE: Final = "context_precision.score"
+# With the histogram's _sum and _count it gives each window's exact variance, so its standard error.
+#: counter of squared average precision, labels as the score histogram -> context_precision_score_squares_total
+METRIC_SCORE_SQUARES: Final = "context_precision.score.squares"
 #: counter by outcome -> context_precision_evaluations_total
 METRIC_EVALUATIONS: Final = "context_precision.evaluations"
 #: counter of evaluation targets marked sampled -> context_precision_sampled_total
@@ -105,6 +116,10 @@ SERVE_METRIC_OCCUPANCY: Final = "context_precision.serve.occupancy"
 SERVE_METRIC_REFUSALS: Final = "context_precision.serve.refusals"
 PROTOCOL: Final = "protocol"
 RESULT: Final = "result"
+
+#: OpenMetrics exemplar labels on context_precision_score buckets (Grafana's exemplarTraceIdDestinations name).
+EXEMPLAR_TRACE_ID: Final = "trace_id"
+EXEMPLAR_SPAN_ID: Final = "span_id"
 
 SCORE_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

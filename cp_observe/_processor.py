@@ -143,6 +143,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             threshold=threshold,
             capture_content=capture_content,
             queue_depth=self._depth,
+            judge=self.judge,
         )
         self._hold = (
             HeldSpans(export_processor, timeout_s=hold_timeout_s, max_spans=max_held_spans, threshold=threshold)

@@ -55,6 +55,7 @@ needs_promtool = [
 ALERT_NAMES = (
     "ContextPrecisionMAPDrop",
     "ContextPrecisionMAPRegression",
+    "ContextPrecisionLowVolume",
     "ContextPrecisionJudgeFailing",
     "ContextPrecisionEvaluationsDropped",
 )
@@ -440,7 +441,8 @@ def prom_alerts(base_url: str) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def prometheus_server(workdir: Path, config: dict[str, Any], rules: dict[str, Any] | None = None) -> Iterator[str]:
+def prometheus_server(workdir: Path, config: dict[str, Any], rules: dict[str, Any] | None = None,
+                      extra_args: tuple[str, ...] = ()) -> Iterator[str]:
     """Run a real Prometheus server on a free loopback port with its own storage; yield its base URL."""
     assert PROMETHEUS is not None
     workdir.mkdir(parents=True, exist_ok=True)
@@ -458,6 +460,7 @@ def prometheus_server(workdir: Path, config: dict[str, Any], rules: dict[str, An
             f"--storage.tsdb.path={workdir / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
             "--log.level=warn",
+            *extra_args,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

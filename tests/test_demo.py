@@ -59,7 +59,9 @@ def test_demo_serves_prometheus_metrics() -> None:
                     body = response.read().decode()
             except OSError:
                 time.sleep(0.2)
-        assert 'context_precision_score_count{gen_ai_agent_name="demo-agent",gen_ai_data_source_id="demo-bm25"' in body
+        assert re.search(r'^context_precision_score_count\{context_precision_judge_kind="lexical",'
+                         r'context_precision_judge_model="lexical",context_precision_judge_prompt_version="none",'
+                         r'gen_ai_agent_name="demo-agent",gen_ai_data_source_id="demo-bm25"', body, re.M), body
         assert "context_precision_evaluations_total" in body
         assert 'outcome="scored"' in body
     finally:

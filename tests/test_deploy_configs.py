@@ -385,3 +385,20 @@ def test_install_script_is_executable_valid_bash() -> None:
     text = script.read_text(encoding="utf-8")
     assert "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus" in text
     assert "set -euo pipefail" in text
+
+
+# --- exemplars (issue 13) -------------------------------------------------------------------------------------
+
+
+def test_exemplars_survive_the_pipeline_to_grafana() -> None:
+    """Gateway exposes OpenMetrics, Prometheus stores exemplars, Grafana maps their trace_id to the trace store."""
+    assert _collector("gateway")["exporters"]["prometheus"]["enable_open_metrics"] is True
+    for name in ("agent", "gateway"):
+        metrics = _collector(name)["service"]["pipelines"]["metrics"]
+        assert set(metrics["processors"]) <= {"memory_limiter", "batch"}, (name, metrics)  # nothing drops them
+    assert "--enable-feature=exemplar-storage" in _compose()["services"]["prometheus"]["command"]
+    sources = load_yaml(DEPLOY / "grafana" / "provisioning" / "datasources" / "datasources.yaml")["datasources"]
+    uids = {s["uid"] for s in sources}
+    (prometheus,) = [s for s in sources if s["type"] == "prometheus"]
+    (destination,) = prometheus["jsonData"]["exemplarTraceIdDestinations"]
+    assert destination["name"] == "trace_id" and destination["datasourceUid"] in uids - {prometheus["uid"]}

@@ -1,7 +1,8 @@
 """End to end: a real Prometheus scrapes `cp-observe demo`; the shipped MAP-drop alert fires after the degradation only.
 
-The alert rule is the shipped ``ContextPrecisionMAPDrop`` with its range windows and ``for`` shortened (the rest
-of the expression text unchanged), evaluated by a Prometheus server on loopback every second.
+The alert rule is the shipped ``ContextPrecisionMAPDrop`` with its ``for`` shortened, and the recording rules it reads
+with their range windows shortened (the rest of the expression text unchanged), evaluated by a Prometheus server
+on loopback every second.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import pytest
 from cp_observe import _names as names
 from tests.deploy_support import (
     PROMETHEUS,
+    RULES_FILE,
     alert_rules,
     child_env,
     demo_executable,
     emitted_series,
     free_port,
     http_get_text,
+    load_yaml,
     prom_alerts,
     prom_query,
     prometheus_label,
@@ -72,18 +75,25 @@ def _value(result: list[dict[str, Any]]) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def _shortened_rule() -> dict[str, Any]:
+def _shortened_rules() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The recording rules MAPDrop reads and MAPDrop itself, with their range windows and ``for`` shortened."""
     rule = alert_rules()["ContextPrecisionMAPDrop"]
-    (shipped,) = set(range_windows(rule["expr"]))
-    expr = rule["expr"].replace(f"[{shipped}]", f"[{WINDOW}]")
-    assert expr.replace(f"[{WINDOW}]", f"[{shipped}]") == rule["expr"]  # only the windows differ
-    return {**rule, "expr": expr, "for": FOR}
+    used = set(re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+\b", rule["expr"]))
+    records = [r for g in load_yaml(RULES_FILE)["groups"] for r in g["rules"] if r.get("record") in used]
+    assert {r["record"] for r in records} == used
+    shortened = []
+    for record in records:
+        (shipped,) = set(range_windows(record["expr"]))
+        expr = record["expr"].replace(f"[{shipped}]", f"[{WINDOW}]")
+        assert expr.replace(f"[{WINDOW}]", f"[{shipped}]") == record["expr"]  # only the windows differ
+        shortened.append({**record, "expr": expr})
+    return shortened, {**rule, "for": FOR}
 
 
 def test_map_drop_alert_fires_after_degradation_and_not_before(tmp_path: Path) -> None:
     """The demo's score series arrive with the documented labels; the alert is quiet while healthy, then fires."""
     assert DEMO is not None
-    rule = _shortened_rule()
+    records, rule = _shortened_rules()
     metrics_port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -91,7 +101,8 @@ def test_map_drop_alert_fires_after_degradation_and_not_before(tmp_path: Path) -
             {"job_name": "cp-observe-demo", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}
         ],
     }
-    rules = {"groups": [{"name": "context_precision.alerts", "rules": [rule]}]}
+    rules = {"groups": [{"name": "context_precision.recording", "rules": records},
+                        {"name": "context_precision.alerts", "rules": [rule]}]}  # fmt: skip
     log_path = tmp_path / "demo.log"
     with prometheus_server(tmp_path / "prometheus", config, rules) as prom, log_path.open("w") as log:
         command = [DEMO, "demo", "--loop", "--judge", "lexical", "--quiet", "--metrics-port", str(metrics_port),

@@ -92,7 +92,7 @@ def render_label_template(template: str, labels: dict[str, str]) -> str:
 
 
 def _unseen_scenario(tag: str, per_min: float, healthy: float, bad: float, fires: bool) -> dict[str, Any]:
-    """A MAP-drop scenario at a 30s scrape interval: healthy for 2h, then `bad` for 2h."""
+    """A MAP-drop scenario at a 30s scrape interval: healthy for 2h, then `bad` for 2h (every score equal)."""
     source = f"kb-{tag}"
     selector = f'{{gen_ai_data_source_id="{source}",gen_ai_evaluation_name="context_precision",job="svc"}}'
     step = per_min / 2  # evaluations per 30s sample
@@ -112,6 +112,11 @@ def _unseen_scenario(tag: str, per_min: float, healthy: float, bad: float, fires
                     {
                         "series": f"context_precision_score_sum{selector}",
                         "values": f"0+{step * healthy:g}x240 {step * healthy * 240 + step * bad:g}+{step * bad:g}x239",
+                    },
+                    {
+                        "series": f"context_precision_score_squares_total{selector}",
+                        "values": f"0+{step * healthy**2:g}x240 {step * healthy**2 * 240 + step * bad**2:g}"
+                                  f"+{step * bad**2:g}x239",
                     },
                     {"series": f"context_precision_score_count{selector}", "values": f"0+{step:g}x480"},
                 ],

@@ -26,18 +26,27 @@ from tests.deploy_support import (
 DATA_SOURCE_LABEL = prometheus_label(names.GEN_AI_DATA_SOURCE_ID)
 
 
+_RECORDED_WINDOW = re.compile(rf"{DATA_SOURCE_LABEL}:context_precision_score\w*:[a-z]+(\d+[smhd])\b")
+
+
 def _parameters(rule: dict[str, Any]) -> dict[str, str]:
-    """Window, threshold, minimum, for and severity, read from the rule itself."""
+    """Window, threshold, confidence, minimum, for and severity, read from the rule itself.
+
+    The window is the range of the raw series, or for the MAP alerts the current window of the recorded series
+    they read (``...:mean30m`` -> ``30m``); the confidence is the z factor on the standard error.
+    """
     expr = rule["expr"]
-    windows = set(range_windows(expr))
+    windows = set(range_windows(expr)) or set(_RECORDED_WINDOW.findall(expr))
     assert len(windows) == 1, (rule["alert"], windows)
-    threshold = re.search(r"[<>]\s*(\d+(?:\.\d+)?)", expr)
+    comparisons = re.findall(r"(?<![a-z_:])([<>])\s*(\d+(?:\.\d+)?)", expr)
     minimum = re.search(r">=\s*(\d+)", expr)
-    assert threshold and minimum, rule["alert"]
+    z = re.search(r"(\d+\.\d+) \*", expr)
+    assert comparisons, rule["alert"]
     return {
         "window": windows.pop(),
-        "threshold": threshold.group(1),
-        "minimum": minimum.group(1),
+        "threshold": comparisons[0][1],
+        "confidence": f"z = {z.group(1)}" if z else "—",
+        "minimum": minimum.group(1) if minimum else "—",
         "for": rule["for"],
         "severity": rule["labels"]["severity"],
     }
@@ -48,9 +57,18 @@ def _readme_table() -> dict[str, dict[str, str]]:
     for line in (DEPLOY / "README.md").read_text(encoding="utf-8").splitlines():
         if m := re.match(r"\|\s*`(ContextPrecision\w+)`\s*\|(.*)\|\s*$", line):
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", m.group(2))]
-            keys = ("condition", "window", "threshold", "minimum", "for", "severity")
+            keys = ("condition", "window", "threshold", "confidence", "minimum", "for", "severity")
             rows[m.group(1)] = dict(zip(keys, cells, strict=True))
     return rows
+
+
+def _recording(record: str) -> str:
+    groups = {g["name"]: g for g in load_yaml(RULES_FILE)["groups"]}
+    return next(r["expr"] for r in groups["context_precision.recording"]["rules"] if r["record"] == record)
+
+
+def _flat(expr: str) -> str:
+    return " ".join(expr.split())
 
 
 def test_rule_groups_and_alert_names_are_stable() -> None:
@@ -62,19 +80,34 @@ def test_rule_groups_and_alert_names_are_stable() -> None:
 
 @pytest.mark.parametrize("alert", ALERT_NAMES)
 def test_alert_is_per_data_source_with_severity_and_text(alert: str) -> None:
-    """Every alert aggregates by data source only, carries a severity, a summary and a description."""
+    """Every alert aggregates by data source only, carries a severity, a summary, a description and a runbook."""
     rule = alert_rules()[alert]
     groupings = set(re.findall(r"\bby\s*\(([^)]*)\)", rule["expr"]))
-    assert groupings == {DATA_SOURCE_LABEL}, groupings
+    recorded = set(re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+\b", rule["expr"]))
+    assert groupings | {r.split(":")[0] for r in recorded} == {DATA_SOURCE_LABEL}, (groupings, recorded)
     assert rule["labels"] == {"severity": rule["labels"]["severity"]}
-    assert rule["labels"]["severity"] in {"critical", "warning"}
-    assert {"summary", "description"} <= set(rule["annotations"])
+    assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+    assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
     assert rule.get("for")
 
 
 @pytest.mark.parametrize("alert", ALERT_NAMES)
+def test_runbook_url_points_to_a_readme_section(alert: str) -> None:
+    """Each alert's runbook_url is a deploy/README.md anchor whose heading exists and says what to check first."""
+    url = alert_rules()[alert]["annotations"]["runbook_url"]
+    path, anchor = url.split("#")
+    assert path == "deploy/README.md"
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-"): h
+                for h in re.findall(r"^#{2,4} (.+)$", readme, re.M)}  # fmt: skip
+    assert anchor in headings, (anchor, sorted(headings))
+    section = readme.split(f"{headings[anchor]}\n", 1)[1].split("\n#", 1)[0]
+    assert "Check first" in section, anchor
+
+
+@pytest.mark.parametrize("alert", ALERT_NAMES)
 def test_readme_documents_each_alert_parameter(alert: str) -> None:
-    """deploy/README.md's alert table states the window, threshold, minimum, for and severity the rule uses."""
+    """deploy/README.md's alert table states the window, threshold, confidence, minimum, for and severity."""
     documented = _readme_table()[alert]
     actual = _parameters(alert_rules()[alert])
     assert {k: documented[k] for k in actual} == actual
@@ -90,23 +123,46 @@ def test_readme_documents_groups_and_map_drop_expression_verbatim() -> None:
 
 
 def test_map_drop_expression_shape() -> None:
-    """MAPDrop = sum rate(_sum) / sum rate(_count) below 0.5, guarded by >= 20 scored evaluations, one window."""
+    """MAPDrop = the window's upper confidence bound (mean + z SE) below 0.5, guarded by >= 20 evaluations."""
     rule = alert_rules()["ContextPrecisionMAPDrop"]
-    expr = " ".join(rule["expr"].split())
     w = _parameters(rule)["window"]
+    p = f"{DATA_SOURCE_LABEL}:context_precision_score"
+    assert _flat(rule["expr"]) == f"{p}:mean{w} + 2.33 * {p}:stderr{w} < 0.5 and {p}_count:increase{w} >= 20"
+
+
+def test_window_statistics_come_from_the_histogram_and_the_squares_counter() -> None:
+    """mean = sum/count; SE = sqrt((squares/count - mean^2) / (n - 1)), else its [0, 1] bound sqrt(m(1-m)/(n-1))."""
     by = f"sum by ({DATA_SOURCE_LABEL})"
-    assert (
-        f"( {by} (rate(context_precision_score_sum[{w}])) / {by} (rate(context_precision_score_count[{w}])) ) < 0.5"
-        f" and {by} (increase(context_precision_score_count[{w}])) >= 20"
-    ) == expr
+    p = f"{DATA_SOURCE_LABEL}:context_precision_score"
+    for w, off in (("30m", ""), ("1h", " offset 1d")):
+        suffix = w + off.replace(" offset ", "_offset")
+        assert _flat(_recording(f"{p}_count:increase{suffix}")) == (
+            f"{by} (increase(context_precision_score_count[{w}]{off}))")
+        assert _flat(_recording(f"{p}:mean{suffix}")) == (
+            f"{by} (rate(context_precision_score_sum[{w}]{off}))"
+            f" / {by} (rate(context_precision_score_count[{w}]{off}))")
+        assert _flat(_recording(f"{p}:stderr{suffix}")) == (
+            f"sqrt( clamp_min( {by} (rate(context_precision_score_squares_total[{w}]{off}))"
+            f" / {by} (rate(context_precision_score_count[{w}]{off})) - {p}:mean{suffix} ^ 2, 0 )"
+            f" / clamp_min({p}_count:increase{suffix} - 1, 1) )"
+            f" or sqrt( {p}:mean{suffix} * (1 - {p}:mean{suffix}) / clamp_min({p}_count:increase{suffix} - 1, 1) )")
 
 
 def test_regression_compares_with_a_day_earlier() -> None:
-    """The regression alert divides the current MAP by the same window one day earlier, guarding both windows."""
-    expr = alert_rules()["ContextPrecisionMAPRegression"]["expr"]
-    assert expr.count("offset 1d") == 3
-    assert "increase(context_precision_score_count[1h] offset 1d)) >= 20" in expr
-    assert "increase(context_precision_score_count[1h])) >= 20" in expr
+    """The regression alert tests the drop from the same hour a day earlier against its SE, guarding both windows."""
+    expr = _flat(alert_rules()["ContextPrecisionMAPRegression"]["expr"])
+    p = f"{DATA_SOURCE_LABEL}:context_precision_score"
+    assert expr == (
+        f"( {p}:mean1h_offset1d - {p}:mean30m ) - 2.33 * sqrt( {p}:stderr30m ^ 2 + {p}:stderr1h_offset1d ^ 2 )"
+        f" > 0.05 and {p}_count:increase30m >= 20 and {p}_count:increase1h_offset1d >= 20"
+    )
+
+
+def test_low_volume_uses_the_map_alerts_minimum() -> None:
+    """ContextPrecisionLowVolume fires exactly where the MAP alerts' minimum keeps them quiet."""
+    low = _parameters(alert_rules()["ContextPrecisionLowVolume"])
+    drop = _parameters(alert_rules()["ContextPrecisionMAPDrop"])
+    assert (low["window"], low["threshold"]) == (drop["window"], drop["minimum"])
 
 
 def test_outcome_alerts_use_the_library_outcomes() -> None:
@@ -121,9 +177,11 @@ def test_outcome_alerts_use_the_library_outcomes() -> None:
             assert set(value.split("|")) <= set(names.OUTCOMES)
 
 
-def test_map_drop_annotations_use_labels_only() -> None:
-    """MAPDrop annotations are predictable from labels alone, so promtool scenarios can state them exactly."""
-    for text in alert_rules()["ContextPrecisionMAPDrop"]["annotations"].values():
+@pytest.mark.parametrize("alert", ["ContextPrecisionMAPDrop", "ContextPrecisionMAPRegression",
+                                   "ContextPrecisionLowVolume"])  # fmt: skip
+def test_map_alert_annotations_use_labels_only(alert: str) -> None:
+    """MAP alert annotations are predictable from labels alone, so promtool scenarios can state them exactly."""
+    for text in alert_rules()[alert]["annotations"].values():
         assert "$value" not in text
         assert set(re.findall(r"\{\{\s*\$labels\.(\w+)\s*\}\}", text)) <= {DATA_SOURCE_LABEL}
 
@@ -147,8 +205,8 @@ def test_shipped_scenarios_cover_every_alert_firing_and_quiet() -> None:
             for check in case.get("alert_rule_test", []):
                 (fires if check["exp_alerts"] else quiet).add(check["alertname"])
     assert fires == quiet == set(ALERT_NAMES)
-    for scenario in ("healthy retriever", "MAP falls", "too few evaluations", "regression vs a day earlier",
-                     "judge failing", "evaluations dropped"):  # fmt: skip
+    for scenario in ("healthy retriever", "MAP falls", "uncertain MAP", "too few evaluations", "low volume",
+                     "regression vs a day earlier", "judge failing", "evaluations dropped"):  # fmt: skip
         assert scenario in names_seen
 
 
@@ -186,6 +244,8 @@ def test_dashboard_filters_by_the_data_source_variable() -> None:
     """Every query on a data-source-labelled series honours the $data_source template variable."""
     for panel in iter_panels(load_dashboard()["panels"]):
         for target in panel.get("targets", []):
+            if "expr" not in target:  # a Jaeger search, not PromQL
+                continue
             metrics, _ = scan_promql(target["expr"])
             if any(m.startswith(("context_precision_score", "context_precision_evaluations",
                                   "context_precision_verdicts", "context_precision_sampled",
@@ -222,3 +282,42 @@ def test_dashboard_has_the_required_panels() -> None:
     assert "histogram_quantile(0.5," in latency and "histogram_quantile(0.95," in latency
     ids = [p["id"] for p in iter_panels(load_dashboard()["panels"])]
     assert len(ids) == len(set(ids))
+
+
+def test_dashboard_shows_the_map_band_and_the_evaluations_behind_it() -> None:
+    """One panel draws the 30m MAP with mean +/- z SE from the recording rules and the count behind it."""
+    panel = next(p for p in iter_panels(load_dashboard()["panels"]) if "99% band" in p["title"])
+    exprs = " ".join(t["expr"] for t in panel["targets"])
+    p = f"{DATA_SOURCE_LABEL}:context_precision_score"
+    assert f"{p}:mean30m" in exprs and f"+ 2.33 * {p}:stderr30m" in exprs and f"- 2.33 * {p}:stderr30m" in exprs
+    assert f"{p}_count:increase30m" in exprs
+    assert _parameters(alert_rules()["ContextPrecisionMAPDrop"])["confidence"] == "z = 2.33"
+
+
+def test_dashboard_exemplars_link_to_traces() -> None:
+    """A score-bucket query asks for exemplars, and Grafana maps their trace_id to the trace data source."""
+    targets = [t for p in iter_panels(load_dashboard()["panels"]) for t in p.get("targets", [])]
+    assert any(t.get("exemplar") and "context_precision_score_bucket" in t["expr"] for t in targets)
+    sources = load_yaml(DEPLOY / "grafana" / "provisioning" / "datasources" / "datasources.yaml")["datasources"]
+    (prometheus,) = [s for s in sources if s["type"] == "prometheus"]
+    assert prometheus["jsonData"]["exemplarTraceIdDestinations"] == [{"name": "trace_id", "datasourceUid": "jaeger"}]
+
+
+def test_dashboard_lists_the_worst_retrievals_from_jaeger() -> None:
+    """The worst-retrievals panel is a Jaeger search for failing evaluation spans of the selected service."""
+    panel = next(p for p in iter_panels(load_dashboard()["panels"]) if p["title"].startswith("Worst retrievals"))
+    (target,) = panel["targets"]
+    assert target["datasource"]["type"] == "jaeger" and target["queryType"] == "search"
+    assert target["tags"] == f"{names.GEN_AI_EVALUATION_SCORE_LABEL}={names.LABEL_FAIL}"
+    assert target["operation"] == names.EVALUATION_SPAN_NAME and target["service"] == "$service"
+
+
+def test_dashboard_annotates_judge_identity_changes() -> None:
+    """An annotation marks every new (model, prompt version, kind) of the judge; a panel splits MAP by it."""
+    judge = {prometheus_label(a) for a in (names.CP_JUDGE_MODEL, names.CP_JUDGE_PROMPT_VERSION, names.CP_JUDGE_KIND)}
+    (annotation,) = [a for a in load_dashboard()["annotations"]["list"] if a["name"] == "Judge identity changes"]
+    groupings = re.findall(r"\bby\s*\(([^)]*)\)", annotation["expr"])
+    assert len(groupings) == 2 and all({g.strip() for g in x.split(",")} == judge for x in groupings)
+    assert " unless " in " ".join(annotation["expr"].split()) and "offset" in annotation["expr"]
+    panel = next(p for p in iter_panels(load_dashboard()["panels"]) if p["title"].startswith("Sampled MAP by judge"))
+    assert all(label in panel["targets"][0]["expr"] for label in judge)

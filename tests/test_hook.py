@@ -94,6 +94,9 @@ def test_retriever_inside_agent_is_scored_against_the_answer(  # noqa: PLR0915 -
         n.GEN_AI_DATA_SOURCE_ID: "kb",
         n.GEN_AI_EVALUATION_NAME: "context_precision",
         n.GEN_AI_AGENT_NAME: "helper",
+        n.CP_JUDGE_MODEL: "keyword-judge",
+        n.CP_JUDGE_PROMPT_VERSION: "none",
+        n.CP_JUDGE_KIND: n.JUDGE_KIND_CUSTOM,
     }
     points = otel.metric_points(n.METRIC_EVALUATIONS)
     outcomes = {(p.attributes[n.OUTCOME], p.attributes[n.REASON]): p.value for p in points}
@@ -615,6 +618,8 @@ def test_exported_spans_snapshot(otel: Otel, keyword_judge: KeywordJudge) -> Non
                 "context_precision.verdicts": (True, False),
                 "context_precision.reference": "output",
                 "context_precision.judge.model": "keyword-judge",
+                "context_precision.judge.prompt_version": "none",
+                "context_precision.judge.kind": "custom",
                 "context_precision.judge.calls": 1,
                 "context_precision.context.count": 2,
                 "context_precision.sampling.reason": "ratio",

@@ -4,7 +4,9 @@ A BM25 retriever and an extractive answerer over a few dozen English and Japanes
 decorated with ``@retriever`` and ``@agent``. Every turn is scored by the offline judge (or by ``--judge
 MODEL`` through litellm) in the background; the demo reads the results back from the evaluation spans the
 hook emits, like any backend would. ``--degrade-after N`` swaps in a bad retriever under the same data
-source id, so the sampled MAP visibly drops — and an alert on it fires.
+source id, so the sampled MAP visibly drops — and an alert on it fires. The default run (no ``--turns``,
+``--degrade-after`` or ``--loop``) ends with such a degraded phase of ``DEGRADED_TURNS`` turns and prints the drop,
+its interval and which of the shipped alerts would fire.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-__all__ = ["DATA_SOURCE", "add_arguments", "run"]
+__all__ = ["DATA_SOURCE", "DEGRADED_TURNS", "add_arguments", "run"]
 
 DATA_SOURCE = "demo-bm25"
 AGENT = "demo-agent"
+DEGRADED_TURNS = 24  # at least the alerts' minimum of 20 scored evaluations, so they can judge the drop
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="export traces, metrics and events over OTLP (else the OTEL_* variables decide)")
     parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
     parser.add_argument("--degrade-after", type=int, default=None, metavar="N",
-                        help="after N turns, swap in a bad retriever (same data source id) so the MAP drops")
+                        help="after N turns, swap in a bad retriever (same data source id) so the MAP drops "
+                             f"(default run: after every question once, for {DEGRADED_TURNS} more turns)")
     parser.add_argument("--loop", action="store_true", help="keep asking questions until stopped (for the stack)")
     parser.add_argument("--turns", type=int, default=None,
                         help="how many turns to run (default: each demo question once; with --loop: forever)")
@@ -82,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
     turns = args.turns if args.turns is not None else (None if args.loop else len(QUESTIONS))
+    if args.turns is None and args.degrade_after is None and not args.loop:
+        # The default run ends degraded: a newcomer sees a drop and the alerts' verdict, not only good scores.
+        args.degrade_after, turns = len(QUESTIONS), len(QUESTIONS) + DEGRADED_TURNS
     interval = args.interval if args.interval is not None else (1.0 if args.loop else 0.0)
     judge_name = processor.judge.model if processor is not None else "none"
     print(f"cp-observe demo: judge={judge_name}, sample_rate={args.sample_rate}, "
@@ -171,6 +178,10 @@ def _summary(printer: _Printer, degrade_after: int | None, processor: Any) -> No
             part = [s for d, s in scores if d is degraded]
             if part:
                 print(f"  {label}: {sum(part) / len(part):.2f} over {len(part)} turns", flush=True)
+        from cp_observe.demo._alerts import report
+
+        for line in report([s for d, s in scores if not d], [s for d, s in scores if d]):
+            print(line, flush=True)
     if processor is not None:
         stats = processor.stats()
         print(f"evaluations: sampled {stats['sampled']}, scored {stats['scored']}, failed {stats['failed']}, "

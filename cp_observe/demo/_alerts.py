@@ -1,0 +1,64 @@
+"""What the shipped alert rules would say about the demo's degraded phase: the drop, its interval, which alerts fire.
+
+The arithmetic is the rules' (deploy/prometheus/rules/context_precision.rules.yml): the window's mean, its standard
+error from the sum of squares, and the same z, thresholds and minimum; ``tests/test_demo_alerts.py`` keeps these
+constants equal to the rules. The healthy phase stands in for the regression alert's "same hour a day earlier".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["DROP_THRESHOLD", "MINIMUM", "REGRESSION_MARGIN", "Window", "Z", "report"]
+
+Z = 2.33  # one-sided 99 %
+DROP_THRESHOLD = 0.5  # ContextPrecisionMAPDrop
+REGRESSION_MARGIN = 0.05  # ContextPrecisionMAPRegression
+MINIMUM = 20  # scored evaluations per window; below it ContextPrecisionLowVolume
+_Z95 = 1.96  # the printed two-sided 95 % interval of the drop
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Count, mean and standard error of the scores of one window, as the recording rules compute them."""
+
+    count: int
+    mean: float
+    stderr: float
+
+    @classmethod
+    def of(cls, scores: Sequence[float]) -> Window:
+        """The statistics of ``scores`` (SE = sqrt((sum of squares / n - mean^2) / (n - 1)))."""
+        n = len(scores)
+        if n == 0:
+            return cls(0, math.nan, math.nan)
+        mean = sum(scores) / n
+        variance = max(sum(s * s for s in scores) / n - mean * mean, 0.0)
+        return cls(n, mean, math.sqrt(variance / max(n - 1, 1)))
+
+
+def report(before: Sequence[float], after: Sequence[float]) -> list[str]:
+    """Lines saying how far the MAP dropped, with its 95 % interval, and which alerts would fire on it."""
+    old, new = Window.of(before), Window.of(after)
+    if not old.count or not new.count:
+        return ["degraded phase: not enough scored turns to compare"]
+    drop = old.mean - new.mean
+    se = math.hypot(old.stderr, new.stderr)
+    lines = [
+        f"degraded phase: MAP {old.mean:.2f} -> {new.mean:.2f} over {old.count} + {new.count} scored turns",
+        f"  drop {drop:.2f}, 95% interval {drop - _Z95 * se:.2f} .. {drop + _Z95 * se:.2f}",
+    ]
+    upper = new.mean + Z * new.stderr
+    fires = []
+    if new.count < MINIMUM:
+        fires.append(f"ContextPrecisionLowVolume ({new.count} < {MINIMUM} scored evaluations: MAP not judged)")
+    else:
+        if upper < DROP_THRESHOLD:
+            fires.append(f"ContextPrecisionMAPDrop (99% upper bound {upper:.2f} < {DROP_THRESHOLD})")
+        if old.count >= MINIMUM and drop - Z * se > REGRESSION_MARGIN:
+            fires.append(f"ContextPrecisionMAPRegression (99% lower bound of the drop {drop - Z * se:.2f} "
+                         f"> {REGRESSION_MARGIN})")
+    lines.append("  alerts that would fire: " + ("; ".join(fires) if fires else "none"))
+    return lines
