@@ -5,7 +5,7 @@ Runs on the evaluator thread, never on the request path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from opentelemetry.metrics import get_meter_provider as global_meter_provider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, TracerProvider
 
 from cp_observe import _names as n
+from cp_observe._sinks import EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._types import ScoreResult
 
 __all__ = ["Emitter", "Target"]
@@ -34,6 +35,7 @@ class Target:
     agent_name: str | None
     reference: str
     sampling_reason: str
+    attributes: Any = None  # the scored span's attributes (the sinks read which documents it records)
 
 
 class Emitter:
@@ -48,8 +50,14 @@ class Emitter:
         threshold: float,
         capture_content: bool,
         queue_depth: Any,
+        sinks: Sequence[SinkRunner] = (),
+        annotator_kind: str = n.ANNOTATOR_CODE,
+        prompt_version: str | None = None,
     ) -> None:
         self._tracer_provider = tracer_provider
+        self.sinks = tuple(sinks)
+        self._annotator_kind = annotator_kind
+        self._prompt_version = prompt_version
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
         self._logger = (logger_provider or global_logger_provider()).get_logger(_SCOPE)
         meter = (meter_provider or global_meter_provider()).get_meter(_SCOPE)
@@ -142,6 +150,8 @@ class Emitter:
             attributes[n.CP_REASONS] = [v.reason[:_MAX_REASON] for v in result.verdicts]
         span = self._start_span(target, start_ns, attributes)
         span.end(end_time=end_ns)
+        if self.sinks:
+            self._to_sinks(target, span, label, result, model)
         self._log(target, label, result)
         self._score.record(result.average_precision, labels)
         self.count(n.OUTCOME_SCORED, "ok", labels)
@@ -185,6 +195,29 @@ class Emitter:
             attributes=attributes,
             start_time=start_ns,
         )
+
+    def _to_sinks(self, target: Target, span: Any, label: str, result: ScoreResult, model: str) -> None:
+        """Offer the evaluation to every sink (a bounded append each; the sinks' threads do the sending)."""
+        record = EvaluationRecord(
+            trace_id=target.span_context.trace_id,
+            span_id=target.span_context.span_id,
+            evaluation_span_id=span.get_span_context().span_id,
+            score=result.score,
+            label=label,
+            explanation=self._explanation(result),
+            average_precision=result.average_precision,
+            verdicts=tuple(v.relevant for v in result.verdicts),
+            reasons=tuple(v.reason[:_MAX_REASON] for v in result.verdicts) if self.capture_content else None,
+            documents=recorded_documents(target.attributes),
+            judge_model=model,
+            annotator_kind=self._annotator_kind,
+            prompt_version=self._prompt_version,
+            data_source=target.data_source,
+            agent_name=target.agent_name,
+            reference=target.reference,
+        )
+        for sink in self.sinks:
+            sink.offer(record)
 
     def _explanation(self, result: ScoreResult) -> str:
         # An LLM-written reason can quote content; with capture off the verdict-built reason is used.
