@@ -30,6 +30,12 @@ Endpoints: OTLP/gRPC TraceService/Export on --grpc-port; OTLP/HTTP POST /v1/trac
 --http-port; GET /healthz, /readyz, /metrics and /stats on --admin-port. A full queue answers
 RESOURCE_EXHAUSTED / 429 with a retry delay; SIGTERM drains (new requests get UNAVAILABLE / 503)."""
 
+# Evaluation sinks (issue 17).
+_EPILOG += f"""
+
+Evaluation sinks: --phoenix-url posts every evaluation to Arize Phoenix as annotations on the scored span
+(key: {ENV_PREFIX}PHOENIX_API_KEY or PHOENIX_API_KEY, environment only); counted as context_precision.sink.*."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one option per setting in ``SERVE_FIELDS``; ``None`` (not given) defers to the environment."""

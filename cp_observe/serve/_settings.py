@@ -85,3 +85,7 @@ SERVE_FIELDS: tuple[str, ...] = (
     "otlp_endpoint",
     "service_name",
 )
+
+# --- evaluation sinks (issue 17): flags for the sink settings; the Phoenix API key is environment only
+# (CP_OBSERVE_PHOENIX_API_KEY, else PHOENIX_API_KEY), like the judge's. processor_from_settings builds the sinks.
+SERVE_FIELDS += ("phoenix_url", "sink_queue_size", "sink_batch_size", "sink_max_retries", "sink_timeout_s")
