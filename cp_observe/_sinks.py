@@ -107,6 +107,7 @@ class Sink(Protocol):
 @dataclass(slots=True)
 class _Pending:
     record: EvaluationRecord
+    queued_at: float
     attempts: int = 0
 
 
@@ -120,6 +121,9 @@ class SinkRunner:
         batch_size: most records handed to one ``send``.
         max_retries: retries of one record after its first attempt; then it is counted failed.
         backoff_s: first retry delay; doubled per retry (with jitter), at most ``max_backoff_s``.
+        linger_s: how long a record may wait for its batch to fill before it is sent anyway (``flush`` and
+            ``shutdown`` send at once). The thread is woken only when a batch is full or this passes, so a
+            steady stream of evaluations costs one wake-up per batch, not one per evaluation.
     """
 
     def __init__(
@@ -132,6 +136,7 @@ class SinkRunner:
         max_retries: int = 5,
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
+        linger_s: float = 0.2,
     ) -> None:
         for label, value in (("queue_size", queue_size), ("batch_size", batch_size)):
             if int(value) < 1:
@@ -145,6 +150,7 @@ class SinkRunner:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.linger_s = max(0.0, linger_s)
         meter = (meter_provider or global_meter_provider()).get_meter(_SCOPE)
         self._sent = meter.create_counter(n.SINK_METRIC_SENT, unit="{evaluation}",
                                           description="Evaluations a sink delivered.")
@@ -165,6 +171,7 @@ class SinkRunner:
         self._retries: list[tuple[float, int, _Pending]] = []  # heap by due time
         self._order = itertools.count()
         self._inflight = 0
+        self._urgent = 0  # flushes waiting: send partial batches at once
         self._closed = False
         self._thread: threading.Thread | None = None
         self._counts: Counter[str] = Counter()
@@ -177,12 +184,13 @@ class SinkRunner:
             self._counts["offered"] += 1
             reason = "shutdown" if self._closed else "queue_full" if self._pending() >= self.queue_size else None
             if reason is None:
-                self._queue.append(_Pending(record))
+                self._queue.append(_Pending(record, time.monotonic()))
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=f"cp-observe-sink-{self.name}",
                                                     daemon=True)
                     self._thread.start()
-                self._wake.notify()
+                if len(self._queue) == self.batch_size:
+                    self._wake.notify_all()
                 return True
         self._count_dropped(reason, 1)
         return False
@@ -195,11 +203,16 @@ class SinkRunner:
         """Wait until every record offered so far is sent, failed or dropped; True if that happened in time."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         with self._lock:
-            while self._pending():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._wake.wait(min(left, 0.1))
+            self._urgent += 1
+            self._wake.notify_all()
+            try:
+                while self._pending():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._wake.wait(min(left, 0.1))
+            finally:
+                self._urgent -= 1
         return True
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
@@ -258,14 +271,20 @@ class SinkRunner:
                 batch: list[_Pending] = []
                 while self._retries and self._retries[0][0] <= now and len(batch) < self.batch_size:
                     batch.append(heapq.heappop(self._retries)[2])
-                while self._queue and len(batch) < self.batch_size:
+                ripe = (self._urgent or self._closed or len(self._queue) >= self.batch_size
+                        or (self._queue and now - self._queue[0].queued_at >= self.linger_s))
+                while ripe and self._queue and len(batch) < self.batch_size:
                     batch.append(self._queue.popleft())
                 if batch:
                     self._inflight += len(batch)
                     return batch
                 if self._closed and not self._retries and not self._queue:
                     return None
-                timeout = self._retries[0][0] - now if self._retries else 1.0
+                timeout = 1.0
+                if self._retries:
+                    timeout = min(timeout, self._retries[0][0] - now)
+                if self._queue:
+                    timeout = min(timeout, self._queue[0].queued_at + self.linger_s - now)
                 self._wake.wait(max(0.001, timeout))
 
     def _settle(self, batch: list[_Pending], deliveries: list[Delivery]) -> None:
@@ -322,9 +341,24 @@ def recorded_documents(attributes: Mapping[str, object] | None) -> int:
     if not attributes:
         return 0
     count = 0
-    while count < _MAX_DOCUMENTS and any(n.document_attribute(count, f) in attributes for f in n.DOCUMENT_FIELDS):
+    while count < _MAX_DOCUMENTS:
+        keys = _DOCUMENT_KEYS[count] if count < len(_DOCUMENT_KEYS) else _document_keys(count)
+        for key in keys:
+            if key in attributes:
+                break
+        else:
+            return count
         count += 1
     return count
+
+
+def _document_keys(index: int) -> tuple[str, ...]:
+    fields = ("content", *(f for f in n.DOCUMENT_FIELDS if f != "content"))
+    return tuple(n.document_attribute(index, field) for field in fields)
+
+
+#: The attribute keys of the first documents, built once (content first: with capture on it is always there).
+_DOCUMENT_KEYS = tuple(_document_keys(i) for i in range(64))
 
 
 def judge_annotator(judge: object) -> tuple[str, str | None]:
