@@ -12,9 +12,10 @@ Per evaluation it posts, with ``sync=true`` so Phoenix answers with what it did:
   idempotent too; it computes nDCG, precision@k and hit rate from ``LLM``-kind ones.
 
 Annotations name spans by id, which Phoenix looks up across projects: they land in the project the spans went to.
-Phoenix answers 404 while a span is not ingested yet (spans are exported in batches): that is retried with backoff,
-like connection errors, 408, 429 and 5xx. A 422 (or another 4xx) is a refusal, counted failed and not retried. When
-a batch is refused, its records are re-sent one by one, so one bad record does not sink the others.
+Phoenix answers 404 while a span is not ingested yet (spans are exported in batches): that record is retried with
+backoff. No answer, 408, 429 and 5xx mean Phoenix is failing: retried too, and the runner pauses as a whole. A
+422 (or another 4xx) is a refusal, counted failed and not retried. When a batch is refused, its records are re-sent
+one by one, so one bad record does not sink the others.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ __all__ = ["PhoenixSink"]
 
 _SPAN_ANNOTATIONS = "/v1/span_annotations?sync=true"
 _DOCUMENT_ANNOTATIONS = "/v1/document_annotations?sync=true"
-_RETRY_STATUSES = frozenset({404, 408, 425, 429})
+_UNAVAILABLE_STATUSES = frozenset({408, 425, 429})
 _ISOLATE_STATUSES = frozenset({404, 422})
 
 
@@ -107,8 +108,10 @@ class PhoenixSink:
     def _classify(status: int | None) -> Delivery:
         if status is not None and 200 <= status < 300:
             return Delivery.SENT
-        if status is None or status in _RETRY_STATUSES or status >= 500:
+        if status == 404:  # the span is not ingested yet: this record later, the others now
             return Delivery.RETRY
+        if status is None or status in _UNAVAILABLE_STATUSES or status >= 500:
+            return Delivery.UNAVAILABLE
         return Delivery.REFUSED
 
 

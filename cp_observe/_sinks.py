@@ -8,7 +8,8 @@ again, or was refused for good. A ``SinkRunner`` gives every sink the same guara
 - One daemon thread per sink (``cp-observe-sink-{name}``) sends batches, with instrumentation suppressed, so the
   sink's own HTTP calls are not traced. Neither the judge nor the host ever waits for a sink.
 - A record to retry waits, without holding up the others, for an exponential backoff with jitter; after
-  ``max_retries`` retries it is counted ``failed``/``retries_exhausted``.
+  ``max_retries`` retries it is counted ``failed``/``retries_exhausted``. When a whole batch fails (the
+  destination is down), the runner pauses sending for a backoff of its own and then probes with one batch.
 - Every record ends in exactly one of ``context_precision.sink.{sent,failed,dropped}`` (labelled by sink), so
   ``offered == sent + failed + dropped`` once nothing is pending (``stats()``).
 """
@@ -86,7 +87,8 @@ class Delivery(enum.Enum):
     """What became of one record in one ``Sink.send``."""
 
     SENT = "sent"
-    RETRY = "retry"  # a transient failure (connection, timeout, 429, 5xx, span not there yet)
+    RETRY = "retry"  # this record later (e.g. the span it names is not there yet); the others go on
+    UNAVAILABLE = "unavailable"  # the destination is failing (no answer, timeout, 429, 5xx): retry, and pause
     REFUSED = "refused"  # a permanent refusal (e.g. 422): counted failed, never retried
 
 
@@ -100,7 +102,7 @@ class Sink(Protocol):
         ...
 
     def send(self, records: Sequence[EvaluationRecord]) -> Sequence[Delivery]:
-        """Deliver ``records``; return one ``Delivery`` per record, in order. Raising means: retry them all."""
+        """Deliver ``records``; return one ``Delivery`` per record, in order. Raising means UNAVAILABLE for all."""
         ...
 
 
@@ -176,6 +178,8 @@ class SinkRunner:
         self._thread: threading.Thread | None = None
         self._counts: Counter[str] = Counter()
         self._failing = False  # a failure was logged; the next success logs recovery
+        self._paused_until = 0.0  # monotonic time before which nothing is sent (the destination is failing)
+        self._outages = 0  # consecutive batches that failed as a whole
 
     # --- producer side (the evaluator thread) -------------------------------------------------------------------
     def offer(self, record: EvaluationRecord) -> bool:
@@ -260,7 +264,7 @@ class SinkRunner:
                     raise ValueError(f"sink {self.name} answered {len(deliveries)} deliveries for {len(batch)}")
             except Exception as exc:  # noqa: BLE001 - a failing sink is a counted outcome, never the host's problem
                 logger.debug("sink send raised", sink=self.name, error_type=type(exc).__name__)
-                deliveries = [Delivery.RETRY] * len(batch)
+                deliveries = [Delivery.UNAVAILABLE] * len(batch)
             self._settle(batch, deliveries)
 
     def _next_batch(self) -> list[_Pending] | None:
@@ -268,8 +272,15 @@ class SinkRunner:
         with self._lock:
             while True:
                 now = time.monotonic()
+                if now < self._paused_until and not self._closed:
+                    # The destination failed a whole batch: nothing goes out until its backoff passes, then one
+                    # batch probes it. A Phoenix that is down costs one attempt per backoff, not one per batch.
+                    self._wake.wait(max(0.001, min(1.0, self._paused_until - now)))
+                    continue
                 batch: list[_Pending] = []
-                while self._retries and self._retries[0][0] <= now and len(batch) < self.batch_size:
+                # Retries due within one linger go together: jittered backoffs must not mean one request each.
+                horizon = now + self.linger_s
+                while self._retries and self._retries[0][0] <= horizon and len(batch) < self.batch_size:
                     batch.append(heapq.heappop(self._retries)[2])
                 ripe = (self._urgent or self._closed or len(self._queue) >= self.batch_size
                         or (self._queue and now - self._queue[0].queued_at >= self.linger_s))
@@ -302,6 +313,11 @@ class SinkRunner:
                     due = time.monotonic() + self._backoff(pending.attempts)
                     heapq.heappush(self._retries, (due, next(self._order), pending))
             self._inflight -= len(batch)
+            if sent:
+                self._outages, self._paused_until = 0, 0.0
+            elif Delivery.UNAVAILABLE in deliveries and not self._closed:  # the destination is down: back off
+                self._outages += 1
+                self._paused_until = time.monotonic() + self._backoff(self._outages)
             self._counts["sent"] += sent
             self._counts["failed"] += refused + exhausted
             self._wake.notify_all()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ class ScriptedSink:
         self.script = list(script)
         self.raises = raises
         self.batches: list[list[EvaluationRecord]] = []
+        self.times: list[float] = []
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Event()
@@ -55,6 +57,7 @@ class ScriptedSink:
         self.entered.set()
         self.gate.wait(30)
         self.batches.append(list(records))
+        self.times.append(time.monotonic())
         if self.raises:
             self.raises -= 1
             raise ConnectionError("scripted failure")
@@ -131,6 +134,20 @@ def test_a_retry_waits_without_holding_up_new_records() -> None:
     runner.offer(_record(2))
     assert runner.flush(30)
     assert [[r.span_id for r in b] for b in sink.batches] == [[1], [2], [1]]
+    runner.shutdown()
+
+
+def test_a_failing_destination_pauses_the_whole_sink() -> None:
+    """A batch answered UNAVAILABLE (Phoenix down): nothing is sent until the backoff passes, then all goes together."""
+    reader, sink = InMemoryMetricReader(), ScriptedSink([Delivery.UNAVAILABLE])
+    runner = _runner(sink, reader, backoff_s=1.0, max_backoff_s=1.0)
+    runner.offer(_record(1))
+    assert runner.flush(0.1) is False
+    runner.offer(_record(2))
+    assert runner.flush(30)
+    assert sorted(r.span_id for b in sink.batches[1:] for r in b) == [1, 2]
+    assert sink.times[1] - sink.times[0] >= 0.5  # the pause is at least half the backoff (jitter 0.5-1)
+    assert runner.stats()["sent"] == 2
     runner.shutdown()
 
 
