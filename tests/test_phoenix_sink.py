@@ -4,7 +4,8 @@ The demo runs as a user runs it (a subprocess, ``--otlp`` at Phoenix, ``CP_OBSER
 judge served by the loopback ``JudgeServer`` through litellm), its spans going to a project named by
 ``openinference.project.name``. Then: each scored retrieval span carries exactly one ``context_precision`` span
 annotation equal to its evaluation span; each judged document its ``relevance`` annotation; Phoenix computes its
-retrieval metrics; re-sending duplicates nothing; refusals (422, unknown spans) are counted; and the metrics and
+retrieval metrics; re-sending duplicates nothing; refusals (422, unknown spans) and 5xx replies (through a failing
+loopback gateway in front of it) are retried or counted; and the metrics and
 logs endpoints Phoenix does not have are refused once, quietly.
 
 Needs ``.venv-phoenix`` (``scripts/install-phoenix.sh``); without it the module is skipped.
@@ -12,11 +13,14 @@ Needs ``.venv-phoenix`` (``scripts/install-phoenix.sh``); without it the module 
 
 from __future__ import annotations
 
+import http.server
 import json
 import logging
 import os
 import subprocess
 import sys
+import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -251,6 +255,69 @@ def test_a_span_phoenix_does_not_have_is_retried_then_counted(demo: DemoRun) -> 
     runner.shutdown()
     assert runner.stats() == {"offered": 1, "sent": 0, "failed": 1, "dropped": 0, "pending": 0}
     assert sink.last_error == "HTTP 404"
+
+
+class FailingGateway:
+    """A loopback HTTP proxy in front of the real Phoenix that answers 503 to the first ``failures`` requests."""
+
+    def __init__(self, upstream: str, failures: int) -> None:
+        self.failures = failures
+        self.statuses: list[int] = []
+        gateway = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if gateway.failures > 0:
+                    gateway.failures -= 1
+                    status, payload = 503, b"Service Unavailable"
+                else:
+                    request = urllib.request.Request(upstream + self.path, data=body, method="POST",
+                                                     headers={"Content-Type": "application/json"})
+                    try:
+                        with urllib.request.urlopen(request, timeout=10) as response:
+                            status, payload = response.status, response.read()
+                    except urllib.error.HTTPError as exc:
+                        status, payload = exc.code, exc.read()
+                gateway.statuses.append(status)
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_phoenix_5xx_is_retried_with_backoff_then_delivered_or_counted(demo: DemoRun) -> None:
+    """Two 503s, then Phoenix answers: delivered, counted sent once; a gateway that keeps failing: counted failed."""
+    record = _record_from(demo, demo.evaluations[2])
+    gateway = FailingGateway(demo.server.url, failures=2)
+    try:
+        runner = SinkRunner(PhoenixSink(gateway.url), meter_provider=MeterProvider(), backoff_s=0.05)
+        runner.offer(record)
+        assert runner.flush(30)
+        runner.shutdown()
+        assert runner.stats() == {"offered": 1, "sent": 1, "failed": 0, "dropped": 0, "pending": 0}
+        assert gateway.statuses == [503, 503, 200, 200]  # span annotation twice refused, then it and the documents
+        gateway.failures = 1000
+        runner = SinkRunner(PhoenixSink(gateway.url), meter_provider=MeterProvider(), backoff_s=0.05, max_retries=2)
+        runner.offer(record)
+        assert runner.flush(30)
+        runner.shutdown()
+        assert runner.stats() == {"offered": 1, "sent": 0, "failed": 1, "dropped": 0, "pending": 0}
+        assert runner.sink.last_error == "HTTP 503"  # type: ignore[attr-defined]
+    finally:
+        gateway.close()
+    assert len(_span_annotations(demo.server, [f"{record.span_id:016x}"])) == 1
 
 
 def test_metrics_and_logs_refused_by_phoenix_are_said_once_and_dropped(
