@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk._logs import LoggerProvider
@@ -363,3 +364,36 @@ def test_an_endpoint_that_takes_metrics_and_logs_still_gets_them(caplog: pytest.
         meters.shutdown()
         logs.shutdown()
     assert not [r for r in caplog.records if r.name == "cp_observe"]
+
+
+def test_cp_observe_serve_annotates_the_spans_it_scores(
+    phoenix: PhoenixServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same spans go to Phoenix and to ``cp-observe serve --phoenix-url``: each scored one gets its annotations."""
+    from cp_observe.serve import ScorerService, ServeSettings
+    from tests.serve_support import post, retrieval_spans
+
+    caplog.set_level(logging.WARNING)
+    spans = retrieval_spans(3)
+    body = bytes(encode_spans(spans).SerializeToString())
+    ids = [f"{s.context.span_id:016x}" for s in spans]
+    settings = ServeSettings.resolve(
+        {"judge": "lexical", "listen_host": "127.0.0.1", "grpc_port": 0, "http_port": 0, "admin_port": 0,
+         "otlp_endpoint": phoenix.url, "phoenix_url": phoenix.url},
+        environ={},
+    )
+    assert post(f"{phoenix.url}/v1/traces", body)[0] == 200  # the app's spans, as a Collector fans them out
+    with ScorerService(settings) as service:
+        assert post(f"http://127.0.0.1:{service.port('http')}/v1/traces", body)[0] == 200
+        assert service.flush(60)
+        assert service.processor.stats()["scored"] == 3
+        assert service.processor.sink_stats()[n.SINK_PHOENIX]["sent"] == 3
+    annotations = phoenix.get_json("/v1/projects/default/span_annotations", span_ids=ids, limit=100)["data"]
+    assert sorted(a["span_id"] for a in annotations) == sorted(ids)
+    assert {(a["name"], a["annotator_kind"]) for a in annotations} == {(n.EVALUATION_NAME, n.ANNOTATOR_CODE)}
+    for span_id in ids:
+        got = _documents(phoenix, span_id)
+        assert got["numDocuments"] == 2
+        assert sorted(d["documentPosition"] for d in got["documentEvaluations"]) == [0, 1]
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]  # metrics and logs: refused quietly
+    assert sum("refuses metrics" in r.getMessage() for r in caplog.records) == 1
