@@ -150,8 +150,6 @@ class Emitter:
             attributes[n.CP_REASONS] = [v.reason[:_MAX_REASON] for v in result.verdicts]
         span = self._start_span(target, start_ns, attributes)
         span.end(end_time=end_ns)
-        if self.sinks:
-            self._to_sinks(target, span, label, result, model)
         self._log(target, label, result)
         self._score.record(result.average_precision, labels)
         self.count(n.OUTCOME_SCORED, "ok", labels)
@@ -162,6 +160,8 @@ class Emitter:
             self._verdicts.add(len(result.verdicts) - relevant, {**labels, n.RELEVANT: "false"})
         self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
                             cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED)
+        if self.sinks:  # last: whatever a sink does, the span, event and metrics above are already out
+            self._to_sinks(target, span, label, result, model)
 
     def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
                model: str) -> None:
