@@ -98,6 +98,8 @@ def demo(phoenix: PhoenixServer) -> Iterator[DemoRun]:
             "CP_OBSERVE_JUDGE_API_KEY": "sk-test-key-0000",
             "OTEL_RESOURCE_ATTRIBUTES": f"openinference.project.name={PROJECT}",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            # The loopback judge scores these turns 1.0, 0.95, 1.0, 1.0: this threshold gives both labels.
+            "CP_OBSERVE_THRESHOLD": "0.99",
         }
     )
     with JudgeServer() as judge:
@@ -206,6 +208,22 @@ def test_phoenix_computes_its_retrieval_metrics_for_llm_judged_spans(demo: DemoR
         assert metrics["ndcg"] is not None
         assert metrics["precision"] == pytest.approx(sum(verdicts) / len(verdicts))
         assert metrics["hit"] == (1.0 if any(verdicts) else 0.0)
+
+
+_FILTER_QUERY = """
+query ($name: String!, $filter: String!) {
+  getProjectByName(name: $name) { spans(first: 1000, filterCondition: $filter) { edges { node { spanId } } } }
+}"""
+
+
+@pytest.mark.parametrize("label", [n.LABEL_PASS, n.LABEL_FAIL])
+def test_spans_can_be_filtered_on_the_score_in_phoenix(demo: DemoRun, label: str) -> None:
+    """Phoenix's span filter ``evals['context_precision'].label == ...`` finds exactly the spans with that label."""
+    condition = f"evals['{n.EVALUATION_NAME}'].label == '{label}'"
+    project = _graphql(demo.server, _FILTER_QUERY, name=PROJECT, filter=condition)["getProjectByName"]
+    found = {edge["node"]["spanId"] for edge in project["spans"]["edges"]}
+    expected = {e["parent_id"] for e in demo.evaluations if e["attributes"][n.GEN_AI_EVALUATION_SCORE_LABEL] == label}
+    assert expected and found == expected
 
 
 def test_resending_the_same_evaluations_duplicates_nothing(demo: DemoRun) -> None:
