@@ -229,7 +229,7 @@ def _log_exporter(settings: Settings) -> Any:
     if _protocol() == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 
-        return GrpcLogExporter(**_endpoint(settings, "logs"))
+        return QuietLogExporter(GrpcLogExporter(**_endpoint(settings, "logs")))
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 
     # Trace-only backends (Phoenix) refuse logs: say so once and stop, rather than an error per batch.
@@ -242,7 +242,8 @@ def _metric_readers(settings: Settings) -> list[MetricReader]:
         if _protocol() == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
 
-            readers.append(PeriodicExportingMetricReader(GrpcExporter(**_endpoint(settings, "metrics"))))
+            grpc_exporter = QuietMetricExporter(GrpcExporter(**_endpoint(settings, "metrics")))  # see the logs
+            readers.append(PeriodicExportingMetricReader(grpc_exporter))
         else:
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 

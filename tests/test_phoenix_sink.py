@@ -339,14 +339,26 @@ def test_phoenix_5xx_is_retried_with_backoff_then_delivered_or_counted(demo: Dem
     assert len(_span_annotations(demo.server, [f"{record.span_id:016x}"])) == 1
 
 
+def _exporters(protocol: str, phoenix: PhoenixServer) -> tuple[Any, Any]:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
+
+        endpoint = f"127.0.0.1:{phoenix.grpc_port}"
+        return GrpcMetricExporter(endpoint=endpoint, insecure=True), GrpcLogExporter(endpoint=endpoint, insecure=True)
+    return OTLPMetricExporter(endpoint=f"{phoenix.url}/v1/metrics"), OTLPLogExporter(endpoint=f"{phoenix.url}/v1/logs")
+
+
+@pytest.mark.parametrize(("protocol", "refusal"), [("http/protobuf", "HTTP 405"), ("grpc", "gRPC UNIMPLEMENTED")])
 def test_metrics_and_logs_refused_by_phoenix_are_said_once_and_dropped(
-    phoenix: PhoenixServer, caplog: pytest.LogCaptureFixture
+    phoenix: PhoenixServer, caplog: pytest.LogCaptureFixture, protocol: str, refusal: str
 ) -> None:
     """One warning per signal naming the remedy, no exporter error, however many batches follow."""
     caplog.set_level(logging.WARNING)
-    metric_exporter = QuietMetricExporter(OTLPMetricExporter(endpoint=f"{phoenix.url}/v1/metrics"))
+    inner_metrics, inner_logs = _exporters(protocol, phoenix)
+    metric_exporter = QuietMetricExporter(inner_metrics)
     meters = MeterProvider(metric_readers=[PeriodicExportingMetricReader(metric_exporter, 3_600_000)])
-    log_exporter = QuietLogExporter(OTLPLogExporter(endpoint=f"{phoenix.url}/v1/logs"))
+    log_exporter = QuietLogExporter(inner_logs)
     logs = LoggerProvider()
     logs.add_log_record_processor(SimpleLogRecordProcessor(log_exporter))
     counter = meters.get_meter("test").create_counter("test.counter")
@@ -354,11 +366,11 @@ def test_metrics_and_logs_refused_by_phoenix_are_said_once_and_dropped(
         counter.add(1)
         assert meters.force_flush(10_000)
         logs.get_logger("test").emit(body="an evaluation event")
-    assert (metric_exporter.probe.refused, log_exporter.probe.refused) == (405, 405)
+    assert (metric_exporter.probe.refused, log_exporter.probe.refused) == (refusal, refusal)
     warnings = [r.getMessage() for r in caplog.records if r.name == "cp_observe"]
     assert len(warnings) == 2, warnings
-    assert any("refuses metrics (HTTP 405)" in w and "METRICS_ENDPOINT" in w for w in warnings)
-    assert any("refuses logs (HTTP 405)" in w and "LOGS_ENDPOINT" in w for w in warnings)
+    assert any(f"refuses metrics ({refusal})" in w and "METRICS_ENDPOINT" in w for w in warnings)
+    assert any(f"refuses logs ({refusal})" in w and "LOGS_ENDPOINT" in w for w in warnings)
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
     meters.shutdown()
     logs.shutdown()
