@@ -113,6 +113,9 @@ def configure(
         previous.shutdown()
         _CURRENT[0] = None
     if resolved.capture_only:
+        if resolved.phoenix_url or sinks:
+            logger.warning("evaluation sinks ignored in capture-only mode: nothing is scored here; give "
+                           "cp-observe serve the sinks (--phoenix-url)")
         logger.info("cp-observe configured in capture-only mode", sample_rate=resolved.sample_rate)
         return None
     processor = processor_from_settings(

@@ -142,7 +142,11 @@ def test_a_failing_destination_pauses_the_whole_sink() -> None:
     reader, sink = InMemoryMetricReader(), ScriptedSink([Delivery.UNAVAILABLE])
     runner = _runner(sink, reader, backoff_s=1.0, max_backoff_s=1.0)
     runner.offer(_record(1))
-    assert runner.flush(0.1) is False
+    assert runner.flush(0.1) is False  # the flush sends record 1 at once; it fails as a whole
+    deadline = time.monotonic() + 10
+    while runner._outages == 0 and time.monotonic() < deadline:  # settled: the sink is paused
+        time.sleep(0.01)
+    assert [[r.span_id for r in b] for b in sink.batches] == [[1]]
     runner.offer(_record(2))
     assert runner.flush(30)
     assert sorted(r.span_id for b in sink.batches[1:] for r in b) == [1, 2]
@@ -340,3 +344,24 @@ def test_serve_takes_phoenix_url_and_sink_flags() -> None:
         service.processor.shutdown()
         for provider in (service.tracer_provider, service.logger_provider, service.meter_provider):
             provider.shutdown()
+
+
+def test_configure_sets_up_the_phoenix_sink_and_your_own(otel: Otel, caplog: pytest.LogCaptureFixture) -> None:
+    """``configure(phoenix_url=..., sinks=[...])``: both sinks on the processor; capture-only says they are ignored."""
+    mine = ScriptedSink()
+    processor = cp_observe.configure(
+        "lexical", phoenix_url="http://127.0.0.1:6006", sinks=[mine], sink_queue_size=42,
+        tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider, logger_provider=otel.logger_provider,
+    )
+    assert processor is not None
+    try:
+        runners = processor._sinks
+        assert [type(r.sink) for r in runners] == [PhoenixSink, ScriptedSink]
+        assert {r.queue_size for r in runners} == {42}
+    finally:
+        processor.shutdown()
+    caplog.set_level("WARNING")
+    assert cp_observe.configure("lexical", phoenix_url="http://127.0.0.1:6006", capture_only=True,
+                                tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider,
+                                logger_provider=otel.logger_provider) is None
+    assert any("sinks ignored in capture-only mode" in r.getMessage() for r in caplog.records)
