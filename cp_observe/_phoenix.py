@@ -14,13 +14,15 @@ Per evaluation it posts, with ``sync=true`` so Phoenix answers with what it did:
 Annotations name spans by id, which Phoenix looks up across projects: they land in the project the spans went to.
 Phoenix answers 404 while a span is not ingested yet (spans are exported in batches): that record is retried with
 backoff. No answer, 408, 429 and 5xx mean Phoenix is failing: retried too, and the runner pauses as a whole. A
-422 (or another 4xx) is a refusal, counted failed and not retried. When a batch is refused, its records are re-sent
-one by one, so one bad record does not sink the others.
+422 (or another 4xx) is a refusal, counted failed and not retried. When a batch is refused, the records Phoenix's
+404 names wait for their retry while the rest go again together, and a 422'd batch is re-sent record by record, so
+one record does not hold up or sink the others.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -36,6 +38,9 @@ _SPAN_ANNOTATIONS = "/v1/span_annotations?sync=true"
 _DOCUMENT_ANNOTATIONS = "/v1/document_annotations?sync=true"
 _UNAVAILABLE_STATUSES = frozenset({408, 425, 429})
 _ISOLATE_STATUSES = frozenset({404, 422})
+#: Phoenix's 404 detail lists the span ids it does not have ("Spans with IDs a, b do not exist.").
+_SPAN_ID = re.compile(r"\b[0-9a-f]{16}\b")
+_MAX_DETAIL = 1 << 16
 
 
 class PhoenixSink:
@@ -75,34 +80,54 @@ class PhoenixSink:
 
     # --- HTTP ---------------------------------------------------------------------------------------------------------
     def _post_grouped(self, path: str, groups: list[list[dict[str, Any]]]) -> list[Delivery]:
-        """Post every group's items in one request; when it is refused, post each group alone to isolate it."""
-        if not any(groups):
-            return [Delivery.SENT] * len(groups)
-        status = self._post(path, [item for group in groups for item in group])
-        if status in _ISOLATE_STATUSES and sum(1 for g in groups if g) > 1:
-            return [self._classify(self._post(path, group)) if group else Delivery.SENT for group in groups]
-        delivery = self._classify(status)
-        return [delivery if group else Delivery.SENT for group in groups]
+        """Post every group's items in one request; when it is refused, find the group(s) at fault.
 
-    def _post(self, path: str, data: list[dict[str, Any]]) -> int | None:
-        """POST ``{"data": data}``; the HTTP status, or None when no answer came (connection error, timeout)."""
+        A 404 names the spans Phoenix does not have yet: their groups wait for a retry and the rest are posted
+        again together. Any other refusal of several groups (a 422) posts each group alone to isolate it.
+        """
+        live = [i for i, group in enumerate(groups) if group]
+        out = [Delivery.SENT] * len(groups)
+        if not live:
+            return out
+        status, detail = self._post(path, [item for i in live for item in groups[i]])
+        if status in _ISOLATE_STATUSES and len(live) > 1:
+            missing = set(_SPAN_ID.findall(detail)) if status == 404 else set()
+            waiting = [i for i in live if any(item["span_id"] in missing for item in groups[i])]
+            if waiting:
+                rest = [i for i in live if i not in waiting]
+                for i in waiting:
+                    out[i] = Delivery.RETRY
+                again = self._post_grouped(path, [groups[i] for i in rest]) if rest else []
+                for i, delivery in zip(rest, again, strict=True):
+                    out[i] = delivery
+                return out
+            for i in live:
+                out[i] = self._classify(self._post(path, groups[i])[0])
+            return out
+        delivery = self._classify(status)
+        for i in live:
+            out[i] = delivery
+        return out
+
+    def _post(self, path: str, data: list[dict[str, Any]]) -> tuple[int | None, str]:
+        """POST ``{"data": data}``: the HTTP status (None when no answer came) and, for a refusal, its detail."""
         request = urllib.request.Request(
             self.url + path, data=json.dumps({"data": data}).encode(), headers=self._headers, method="POST"
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 response.read()
-                return int(response.status)
+                return int(response.status), ""
         except urllib.error.HTTPError as exc:
             with exc:
-                exc.read()
+                detail = exc.read(_MAX_DETAIL).decode("utf-8", "replace")
             self.last_error = f"HTTP {exc.code}"
             logger.debug("phoenix refused annotations", status=exc.code, path=path.split("?", maxsplit=1)[0])
-            return int(exc.code)
+            return int(exc.code), detail
         except (OSError, ValueError) as exc:  # URLError, timeouts, resets; ValueError: a malformed URL
             self.last_error = type(exc).__name__
             logger.debug("phoenix unreachable", error_type=type(exc).__name__)
-            return None
+            return None, ""
 
     @staticmethod
     def _classify(status: int | None) -> Delivery:

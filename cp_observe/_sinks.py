@@ -322,8 +322,8 @@ class SinkRunner:
             self._counts["failed"] += refused + exhausted
             self._wake.notify_all()
             failing_before = self._failing
-            if refused or exhausted or len(batch) > sent:
-                self._failing = True
+            if refused or exhausted or Delivery.UNAVAILABLE in deliveries:  # a RETRY alone (404: not there yet)
+                self._failing = True                                        # is routine, not worth a warning
             elif sent:
                 self._failing = False
             failing_now = self._failing

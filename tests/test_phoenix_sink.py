@@ -250,7 +250,7 @@ def test_a_refused_record_is_counted_and_does_not_sink_its_batch(demo: DemoRun) 
     assert sink._post("/v1/document_annotations?sync=true", [
         {"span_id": f"{bad.span_id:016x}", "name": "relevance", "annotator_kind": "LLM", "document_position": 8,
          "result": {"score": 1.0}}
-    ]) == 422
+    ])[0] == 422
     assert sink.send([good, bad]) == [Delivery.SENT, Delivery.REFUSED]
     reader = InMemoryMetricReader()
     runner = SinkRunner(sink, meter_provider=MeterProvider(metric_readers=[reader]))
@@ -314,6 +314,18 @@ class FailingGateway:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def test_a_span_not_there_yet_does_not_hold_up_its_batch(demo: DemoRun) -> None:
+    """Phoenix's 404 names the missing span: that record waits for a retry, the others go again in one request."""
+    first, second = (_record_from(demo, e) for e in demo.evaluations[:2])
+    unknown = replace(first, span_id=0x0FEDCBA987654321)
+    gateway = FailingGateway(demo.server.url, failures=0)
+    try:
+        assert PhoenixSink(gateway.url).send([first, unknown, second]) == [Delivery.SENT, Delivery.RETRY, Delivery.SENT]
+    finally:
+        gateway.close()
+    assert gateway.statuses == [404, 200, 200]  # span annotations (all, then the two known), then their documents
 
 
 def test_phoenix_5xx_is_retried_with_backoff_then_delivered_or_counted(demo: DemoRun) -> None:
