@@ -295,7 +295,8 @@ class ContextPrecisionProcessor(SpanProcessor):
             if callable(flush) and left > 0:
                 done = bool(flush(left)) and done
             for sink in self._sinks:  # after the provider: the spans the annotations name are exported first
-                done = sink.flush(_millis_left(deadline) / 1000) and done
+                # Each queued evaluation is tried once; retries keep their backoff on the sink's thread.
+                done = sink.flush(_millis_left(deadline) / 1000, retries=False) and done
             return done
         finally:
             self._flushing.active = False

@@ -203,14 +203,19 @@ class SinkRunner:
         return len(self._queue) + len(self._retries) + self._inflight
 
     # --- flush and shutdown ------------------------------------------------------------------------------------------
-    def flush(self, timeout_s: float) -> bool:
-        """Wait until every record offered so far is sent, failed or dropped; True if that happened in time."""
+    def flush(self, timeout_s: float, *, retries: bool = True) -> bool:
+        """Wait until every record offered so far is sent, failed or dropped; True if that happened in time.
+
+        With ``retries=False`` (what ``ContextPrecisionProcessor.force_flush`` asks), wait only until every queued
+        record has been tried once: records backing off, or queued while the destination is known to be down, are
+        left to the sink's thread, so a host that flushes often never waits out a dead destination's backoffs.
+        """
         deadline = time.monotonic() + max(0.0, timeout_s)
         with self._lock:
             self._urgent += 1
             self._wake.notify_all()
             try:
-                while self._pending():
+                while self._busy(retries):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return False
@@ -218,6 +223,12 @@ class SinkRunner:
             finally:
                 self._urgent -= 1
         return True
+
+    def _busy(self, retries: bool) -> bool:
+        if retries:
+            return self._pending() > 0
+        paused = time.monotonic() < self._paused_until
+        return self._inflight > 0 or (bool(self._queue) and not paused)
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Stop taking records, send what is queued within ``timeout_s``, count the rest dropped (shutdown)."""

@@ -429,6 +429,8 @@ def test_cp_observe_serve_annotates_the_spans_it_scores(
         assert post(f"http://127.0.0.1:{service.port('http')}/v1/traces", body)[0] == 200
         assert service.flush(60)
         assert service.processor.stats()["scored"] == 3
+        [runner] = service.processor._sinks
+        assert runner.flush(60)  # and the retries of spans Phoenix had not ingested yet
         assert service.processor.sink_stats()[n.SINK_PHOENIX]["sent"] == 3
     annotations = phoenix.get_json("/v1/projects/default/span_annotations", span_ids=ids, limit=100)["data"]
     assert sorted(a["span_id"] for a in annotations) == sorted(ids)

@@ -265,7 +265,7 @@ def test_a_sink_never_changes_what_the_host_sees(otel: Otel, keyword_judge: Keyw
         probe.bind(("127.0.0.1", 0))
         closed = probe.getsockname()[1]
     processor = otel.processor(keyword_judge, sinks=[PhoenixSink(f"http://127.0.0.1:{closed}", timeout_s=1)],
-                               sink_max_retries=1)
+                               sink_max_retries=1, shutdown_timeout_s=10)
 
     @cp_observe.retriever(name="kb")
     def search(query: str) -> list[str]:
@@ -273,11 +273,33 @@ def test_a_sink_never_changes_what_the_host_sees(otel: Otel, keyword_judge: Keyw
 
     results = [search(f"question {i} about France") for i in range(3)]
     assert results == [DOCS] * 3
-    assert processor.force_flush(30_000)
+    assert processor.force_flush(30_000)  # tries each evaluation once; does not wait out the retries' backoff
     assert processor.stats()["scored"] == 3
     assert len(otel.by_name(n.EVALUATION_SPAN_NAME)) == 3
+    assert processor.sink_stats()[n.SINK_PHOENIX]["sent"] == 0
+    processor.shutdown()  # drains the retries within its timeout
     assert processor.sink_stats()[n.SINK_PHOENIX] == {"offered": 3, "sent": 0, "failed": 3, "dropped": 0, "pending": 0}
     assert _counts(otel.metrics) == {(n.SINK_METRIC_FAILED, "retries_exhausted"): 3}
+
+
+def test_force_flush_tries_each_evaluation_once_without_waiting_out_retries(
+    otel: Otel, keyword_judge: KeywordJudge
+) -> None:
+    """A host that flushes never waits for a failing sink's backoff: the retries stay pending on the sink's thread."""
+    sink = ScriptedSink([Delivery.UNAVAILABLE] * 3)
+    processor = otel.processor(keyword_judge, sinks=[sink], sink_max_retries=5)
+
+    @cp_observe.retriever(name="kb")
+    def search(query: str) -> list[str]:
+        return DOCS
+
+    search("What is the capital of France?")
+    assert processor.force_flush(30_000)
+    assert len(sink.batches) == 1
+    assert processor.sink_stats()["scripted"]["pending"] == 1
+    [runner] = processor._sinks
+    assert runner.flush(30)  # the runner's own flush waits for the retries
+    assert processor.sink_stats()["scripted"] == {"offered": 1, "sent": 1, "failed": 0, "dropped": 0, "pending": 0}
 
 
 def test_phoenix_payloads_follow_the_recorded_documents() -> None:
