@@ -16,15 +16,19 @@ __all__ = [
     "ContextPrecisionProcessor",
     "ContextPrecisionScorer",
     "CpObserveError",
+    "Delivery",
     "EvalItemResult",
     "EvalRunResult",
+    "EvaluationRecord",
     "Judge",
     "JudgeError",
     "JudgeTransportError",
     "Judgement",
     "LLMJudge",
     "LexicalJudge",
+    "PhoenixSink",
     "ScoreResult",
+    "Sink",
     "Usage",
     "Verdict",
     "agent",
@@ -46,14 +50,18 @@ _WHERE: dict[str, str] = {
     "ContextPrecisionProcessor": "_processor",
     "ContextPrecisionScorer": "_scorer",
     "CpObserveError": "_errors",
+    "Delivery": "_sinks",
     "EvalItemResult": "_evals",
     "EvalRunResult": "_evals",
+    "EvaluationRecord": "_sinks",
     "Judge": "_types",
     "JudgeError": "_errors",
     "JudgeTransportError": "_errors",
     "Judgement": "_types",
     "LLMJudge": "_llm_judge",
     "LexicalJudge": "_lexical",
+    "PhoenixSink": "_phoenix",
+    "Sink": "_sinks",
     "ScoreResult": "_types",
     "Usage": "_types",
     "Verdict": "_types",
@@ -90,8 +98,10 @@ if TYPE_CHECKING:
     from cp_observe._lexical import LexicalJudge
     from cp_observe._llm_judge import LLMJudge
     from cp_observe._map import average_precision, context_precision_score
+    from cp_observe._phoenix import PhoenixSink
     from cp_observe._processor import ContextPrecisionProcessor
     from cp_observe._prompt import Budget
     from cp_observe._sampling import force_evaluation
     from cp_observe._scorer import ContextPrecisionOptions, ContextPrecisionScorer, create_context_precision_scorer
+    from cp_observe._sinks import Delivery, EvaluationRecord, Sink
     from cp_observe._types import Judge, Judgement, ScoreResult, Usage, Verdict

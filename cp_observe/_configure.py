@@ -8,7 +8,7 @@ providers are created with OTLP exporters configured from the standard ``OTEL_*`
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import _logs, metrics, trace
@@ -23,12 +23,15 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from cp_observe import _runtime
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
+from cp_observe._names import ENV_PHOENIX_API_KEY
 from cp_observe._processor import ContextPrecisionProcessor
+from cp_observe._quiet_export import QuietLogExporter, QuietMetricExporter
 from cp_observe._sampling import TraceIdRatio
 from cp_observe._settings import Settings
+from cp_observe._sinks import Sink
 from cp_observe._types import Judge
 
-__all__ = ["configure", "processor_from_settings"]
+__all__ = ["configure", "processor_from_settings", "sinks_from_settings"]
 
 _CURRENT: list[ContextPrecisionProcessor | None] = [None]
 
@@ -40,6 +43,7 @@ def configure(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     logger_provider: LoggerProvider | None = None,
+    sinks: Sequence[Sink] | None = None,
     **settings: Any,
 ) -> ContextPrecisionProcessor | None:
     """Set up context-precision scoring for this process; returns the processor (``None`` in capture-only mode).
@@ -52,6 +56,8 @@ def configure(
         tracer_provider: the provider to attach to (default: the global SDK provider, else a new one).
         meter_provider: where metrics go (default: the global SDK provider, else a new one).
         logger_provider: where evaluation events go (default: the global SDK provider, else a new one).
+        sinks: more evaluation sinks, beside the one ``phoenix_url`` sets up (each scored evaluation is also
+            sent to them, asynchronously; see ``Sink``).
         **settings: any field of ``Settings`` (``sample_rate``, ``capture_content``, ``threshold``,
             ``otlp_endpoint``, ``metrics_port``, ...); each falls back to ``CP_OBSERVE_<NAME>``, then the default.
 
@@ -107,6 +113,9 @@ def configure(
         previous.shutdown()
         _CURRENT[0] = None
     if resolved.capture_only:
+        if resolved.phoenix_url or sinks:
+            logger.warning("evaluation sinks ignored in capture-only mode: nothing is scored here; give "
+                           "cp-observe serve the sinks (--phoenix-url)")
         logger.info("cp-observe configured in capture-only mode", sample_rate=resolved.sample_rate)
         return None
     processor = processor_from_settings(
@@ -116,6 +125,7 @@ def configure(
         meter_provider=meter_provider,
         logger_provider=logger_provider,
         export_processor=export_processor if resolved.hold_spans else None,
+        sinks=[*sinks_from_settings(resolved), *(sinks or ())],
     )
     tracer_provider.add_span_processor(processor)
     _CURRENT[0] = processor
@@ -141,9 +151,25 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "circuit_cooldown_s": settings.circuit_cooldown_s,
         "hold_timeout_s": settings.hold_timeout_s,
         "max_held_spans": settings.max_held_spans,
+        "sink_queue_size": settings.sink_queue_size,
+        "sink_batch_size": settings.sink_batch_size,
+        "sink_max_retries": settings.sink_max_retries,
     }
+    if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
+        options["sinks"] = sinks_from_settings(settings)
     options.update(overrides)
     return ContextPrecisionProcessor(judge, **options)
+
+
+def sinks_from_settings(settings: Settings) -> list[Sink]:
+    """The evaluation sinks the settings name: Phoenix when ``phoenix_url`` is set."""
+    if not settings.phoenix_url:
+        return []
+    from cp_observe._phoenix import PhoenixSink
+
+    key = settings.phoenix_api_key.get_secret_value() if settings.phoenix_api_key else None
+    return [PhoenixSink(settings.phoenix_url, api_key=key or os.environ.get(ENV_PHOENIX_API_KEY) or None,
+                        timeout_s=settings.sink_timeout_s)]
 
 
 def _judge_from(settings: Settings) -> Judge:
@@ -206,10 +232,11 @@ def _log_exporter(settings: Settings) -> Any:
     if _protocol() == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 
-        return GrpcLogExporter(**_endpoint(settings, "logs"))
+        return QuietLogExporter(GrpcLogExporter(**_endpoint(settings, "logs")))
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 
-    return OTLPLogExporter(**_endpoint(settings, "logs"))
+    # Trace-only backends (Phoenix) refuse logs: say so once and stop, rather than an error per batch.
+    return QuietLogExporter(OTLPLogExporter(**_endpoint(settings, "logs")))
 
 
 def _metric_readers(settings: Settings) -> list[MetricReader]:
@@ -218,11 +245,13 @@ def _metric_readers(settings: Settings) -> list[MetricReader]:
         if _protocol() == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
 
-            readers.append(PeriodicExportingMetricReader(GrpcExporter(**_endpoint(settings, "metrics"))))
+            grpc_exporter = QuietMetricExporter(GrpcExporter(**_endpoint(settings, "metrics")))  # see the logs
+            readers.append(PeriodicExportingMetricReader(grpc_exporter))
         else:
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
-            readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(**_endpoint(settings, "metrics"))))
+            exporter = QuietMetricExporter(OTLPMetricExporter(**_endpoint(settings, "metrics")))  # see the logs
+            readers.append(PeriodicExportingMetricReader(exporter))
     if settings.metrics_port is not None:
         readers.append(start_prometheus_endpoint(settings.metrics_port))
     return readers

@@ -5,7 +5,7 @@ Runs on the evaluator thread, never on the request path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, Sta
 
 from cp_observe import _names as n
 from cp_observe._identity import JudgeIdentity, judge_identity
+from cp_observe._sinks import EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._types import ScoreResult
 
 __all__ = ["Emitter", "Target"]
@@ -35,6 +36,7 @@ class Target:
     agent_name: str | None
     reference: str
     sampling_reason: str
+    attributes: Any = None  # the scored span's attributes (the sinks read which documents it records)
 
 
 class Emitter:
@@ -50,8 +52,10 @@ class Emitter:
         capture_content: bool,
         queue_depth: Any,
         judge: Any = None,
+        sinks: Sequence[SinkRunner] = (),
     ) -> None:
         self._tracer_provider = tracer_provider
+        self.sinks = tuple(sinks)
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
         self._logger = (logger_provider or global_logger_provider()).get_logger(_SCOPE)
         meter = (meter_provider or global_meter_provider()).get_meter(_SCOPE)
@@ -172,6 +176,8 @@ class Emitter:
             self._verdicts.add(len(result.verdicts) - relevant, {**labels, n.RELEVANT: "false"})
         self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
                             cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED)
+        if self.sinks:  # last: whatever a sink does, the span, event and metrics above are already out
+            self._to_sinks(target, span, label, result, model)
 
     def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
                model: str) -> None:
@@ -205,6 +211,29 @@ class Emitter:
             attributes=attributes,
             start_time=start_ns,
         )
+
+    def _to_sinks(self, target: Target, span: Any, label: str, result: ScoreResult, model: str) -> None:
+        """Offer the evaluation to every sink (a bounded append each; the sinks' threads do the sending)."""
+        record = EvaluationRecord(
+            trace_id=target.span_context.trace_id,
+            span_id=target.span_context.span_id,
+            evaluation_span_id=span.get_span_context().span_id,
+            score=result.score,
+            label=label,
+            explanation=self._explanation(result),
+            average_precision=result.average_precision,
+            verdicts=tuple(v.relevant for v in result.verdicts),
+            reasons=tuple(v.reason[:_MAX_REASON] for v in result.verdicts) if self.capture_content else None,
+            documents=recorded_documents(target.attributes),
+            judge_model=model,
+            annotator_kind=self.identity.annotator,
+            prompt_version=self.identity.declared_prompt_version,
+            data_source=target.data_source,
+            agent_name=target.agent_name,
+            reference=target.reference,
+        )
+        for sink in self.sinks:
+            sink.offer(record)
 
     def _explanation(self, result: ScoreResult) -> str:
         # An LLM-written reason can quote content; with capture off the verdict-built reason is used.

@@ -427,6 +427,7 @@ def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | 
         agent_name=agent_name if item.kind == "retriever" else name,
         reference=reference,
         sampling_reason=sampling_reason,
+        attributes=item.attributes,
     )
 
 

@@ -140,3 +140,23 @@ ENV_PREFIX: Final = "CP_OBSERVE_"
 ENV_OTEL_CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 #: litellm fetches a remote cost map at import unless this is "True".
 ENV_LITELLM_LOCAL_COST_MAP: Final = "LITELLM_LOCAL_MODEL_COST_MAP"
+
+# --- evaluation sinks (issue 17) -------------------------------------------------------------------------------
+# Counters by sink (SINK_ prefix: created by the sink runner, not part of the emitter's METRIC_* set).
+#: evaluations a sink delivered -> context_precision_sink_sent_total
+SINK_METRIC_SENT: Final = "context_precision.sink.sent"
+#: evaluations a sink gave up on (refused, or retries exhausted), by reason -> context_precision_sink_failed_total
+SINK_METRIC_FAILED: Final = "context_precision.sink.failed"
+#: evaluations never sent (queue full, shutdown), by reason -> context_precision_sink_dropped_total
+SINK_METRIC_DROPPED: Final = "context_precision.sink.dropped"
+SINK: Final = "sink"
+SINK_PHOENIX: Final = "phoenix"
+#: Phoenix: the span annotation's identifier (re-sending upserts it) and the per-document annotation.
+PHOENIX_ANNOTATION_IDENTIFIER: Final = "cp-observe"
+PHOENIX_DOCUMENT_ANNOTATION_NAME: Final = "relevance"
+LABEL_RELEVANT: Final = "relevant"
+LABEL_IRRELEVANT: Final = "irrelevant"
+ANNOTATOR_LLM: Final = "LLM"
+ANNOTATOR_CODE: Final = "CODE"
+#: Phoenix's own variable for its API key, read when CP_OBSERVE_PHOENIX_API_KEY is unset.
+ENV_PHOENIX_API_KEY: Final = "PHOENIX_API_KEY"

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.context import Context
@@ -30,10 +31,12 @@ from cp_observe._internal import report_internal_error
 from cp_observe._judges import resolve_judge
 from cp_observe._runtime import PAYLOADS
 from cp_observe._sampling import FORCED, DailyBudget, RateLimiter, TraceIdRatio
+from cp_observe._sinks import Sink, SinkRunner
 from cp_observe._types import Judge, ScoreResult
 
 __all__ = ["ContextPrecisionProcessor"]
 
+_SINK_SHUTDOWN_S = 5.0
 _TARGET_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT})
 _KIND_OF_OPERATION = {n.OPERATION_RETRIEVAL: n.KIND_RETRIEVER, n.OPERATION_INVOKE_AGENT: n.KIND_AGENT}
 
@@ -85,6 +88,9 @@ class ContextPrecisionProcessor(SpanProcessor):
             ``context_precision.score`` on them, or unenriched after ``hold_timeout_s``. Never lost.
         hold_timeout_s: the longest a span is held for its score.
         max_held_spans: the most spans held at once; beyond it spans are exported at once, unenriched.
+        sinks: evaluation sinks (e.g. ``PhoenixSink``) each scored evaluation is also sent to, beside
+            OpenTelemetry; each gets its own bounded queue and thread (``sink_queue_size``, ``sink_batch_size``,
+            ``sink_max_retries``) and is counted as ``context_precision.sink.{sent,failed,dropped}``.
     """
 
     def __init__(
@@ -111,6 +117,10 @@ class ContextPrecisionProcessor(SpanProcessor):
         export_processor: SpanProcessor | None = None,
         hold_timeout_s: float = 30.0,
         max_held_spans: int = 2000,
+        sinks: Sequence[Sink] = (),
+        sink_queue_size: int = 1000,
+        sink_batch_size: int = 100,
+        sink_max_retries: int = 5,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
@@ -136,6 +146,11 @@ class ContextPrecisionProcessor(SpanProcessor):
             _runtime.install(tracer_provider=tracer_provider)
         weakref.finalize(self, _runtime.register_sampler, id(self), None)
         self.shutdown_timeout_s = shutdown_timeout_s
+        self._sinks = tuple(
+            SinkRunner(sink, meter_provider=meter_provider, queue_size=sink_queue_size, batch_size=sink_batch_size,
+                       max_retries=sink_max_retries)
+            for sink in sinks
+        )
         self._emitter = Emitter(
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
@@ -144,6 +159,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             capture_content=capture_content,
             queue_depth=self._depth,
             judge=self.judge,
+            sinks=self._sinks,
         )
         self._hold = (
             HeldSpans(export_processor, timeout_s=hold_timeout_s, max_spans=max_held_spans, threshold=threshold)
@@ -276,6 +292,9 @@ class ContextPrecisionProcessor(SpanProcessor):
             left = _millis_left(deadline)
             if callable(flush) and left > 0:
                 done = bool(flush(left)) and done
+            for sink in self._sinks:  # after the provider: the spans the annotations name are exported first
+                # Each queued evaluation is tried once; retries keep their backoff on the sink's thread.
+                done = sink.flush(_millis_left(deadline) / 1000, retries=False) and done
             return done
         finally:
             self._flushing.active = False
@@ -290,6 +309,8 @@ class ContextPrecisionProcessor(SpanProcessor):
         if self._hold is not None:
             self._hold.release_all()
             self._hold.downstream.shutdown()
+        for sink in self._sinks:
+            sink.shutdown(min(self.shutdown_timeout_s, _SINK_SHUTDOWN_S))
 
     # --- introspection ---------------------------------------------------------------------------------------
     @property
@@ -308,6 +329,10 @@ class ContextPrecisionProcessor(SpanProcessor):
         """
         with self._evaluator._lock:
             return self._evaluator.stats.as_dict(self._evaluator.depth())
+
+    def sink_stats(self) -> dict[str, dict[str, int]]:
+        """Per sink: evaluations offered, sent, failed, dropped and pending."""
+        return {sink.name: sink.stats() for sink in self._sinks}
 
     @property
     def circuit_state(self) -> str:

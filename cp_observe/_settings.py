@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, field_validator
 
 from cp_observe._envvars import capture_from_otel_env
 from cp_observe._errors import ConfigurationError
@@ -51,6 +51,20 @@ class Settings(BaseModel):
     service_name: str | None = Field(None, description="service.name when cp-observe sets up the providers.")
     otlp_endpoint: str | None = Field(None, description="OTLP endpoint when cp-observe sets up the providers.")
     metrics_port: int | None = Field(None, ge=0, le=65535, description="Serve Prometheus metrics on this port.")
+    # Evaluation sinks (beside OpenTelemetry): Phoenix annotations, and the queue every sink gets.
+    phoenix_url: str | None = Field(None, description="Arize Phoenix base URL: post each evaluation as annotations.")
+    phoenix_api_key: SecretStr | None = Field(None, description="Phoenix API key (else PHOENIX_API_KEY).")
+    sink_queue_size: int = Field(1000, ge=1, description="Evaluations a sink holds before new ones are dropped.")
+    sink_batch_size: int = Field(100, ge=1, description="Most evaluations a sink sends in one request.")
+    sink_max_retries: int = Field(5, ge=0, description="Retries (with backoff) of an evaluation a sink failed to send.")
+    sink_timeout_s: float = Field(10.0, gt=0, description="Seconds allowed for one sink HTTP request.")
+
+    @field_validator("phoenix_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
 
     @classmethod
     def resolve(cls, explicit: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:

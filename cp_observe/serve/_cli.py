@@ -37,6 +37,12 @@ Secure by default: every port binds 127.0.0.1 unless --listen-host / --admin-hos
 three ports with --tls-cert-file and --tls-key-file (mTLS with --tls-client-ca-file); bearer tokens as the
 Collector's bearertokenauth sends them. Log lines go to stderr (--log-level)."""
 
+# Evaluation sinks (issue 17).
+_EPILOG += f"""
+
+Evaluation sinks: --phoenix-url posts every evaluation to Arize Phoenix as annotations on the scored span
+(key: {ENV_PREFIX}PHOENIX_API_KEY or PHOENIX_API_KEY, environment only); counted as context_precision.sink.*."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one option per setting in ``SERVE_FIELDS``; ``None`` (not given) defers to the environment."""

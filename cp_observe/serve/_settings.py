@@ -110,3 +110,7 @@ SERVE_FIELDS: tuple[str, ...] = (
     "admin_auth",
     "log_level",
 )
+
+# --- evaluation sinks (issue 17): flags for the sink settings; the Phoenix API key is environment only
+# (CP_OBSERVE_PHOENIX_API_KEY, else PHOENIX_API_KEY), like the judge's. processor_from_settings builds the sinks.
+SERVE_FIELDS += ("phoenix_url", "sink_queue_size", "sink_batch_size", "sink_max_retries", "sink_timeout_s")
