@@ -23,6 +23,7 @@ from cp_observe import _names as n
 from cp_observe import _runtime
 from cp_observe._assembly import Item
 from cp_observe._circuit import CircuitBreaker
+from cp_observe._conventions import ROLE_ANSWER, ROLE_RETRIEVER, DataSource, data_source_reader, role
 from cp_observe._emit import Emitter
 from cp_observe._evaluator import Evaluator
 from cp_observe._hold import HeldSpans
@@ -34,8 +35,7 @@ from cp_observe._types import Judge, ScoreResult
 
 __all__ = ["ContextPrecisionProcessor"]
 
-_TARGET_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT})
-_KIND_OF_OPERATION = {n.OPERATION_RETRIEVAL: n.KIND_RETRIEVER, n.OPERATION_INVOKE_AGENT: n.KIND_AGENT}
+_role = role
 
 
 def _decorators_have_no_provider(runtime: _runtime.Runtime) -> bool:
@@ -85,6 +85,8 @@ class ContextPrecisionProcessor(SpanProcessor):
             ``context_precision.score`` on them, or unenriched after ``hold_timeout_s``. Never lost.
         hold_timeout_s: the longest a span is held for its score.
         max_held_spans: the most spans held at once; beyond it spans are exported at once, unenriched.
+        data_source: names the data source of a retrieval, overriding the conventions: a callable of the span's
+            attributes returning a name (``None`` keeps the conventional name), or attribute names tried in order.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         export_processor: SpanProcessor | None = None,
         hold_timeout_s: float = 30.0,
         max_held_spans: int = 2000,
+        data_source: DataSource = None,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
@@ -123,6 +126,11 @@ class ContextPrecisionProcessor(SpanProcessor):
                                ("circuit_cooldown_s", circuit_cooldown_s), ("shutdown_timeout_s", shutdown_timeout_s)):
             if seconds <= 0:
                 raise ValueError(f"{label} must be > 0")
+        if data_source is not None and not callable(data_source) and (
+            isinstance(data_source, str) or not all(isinstance(key, str) for key in data_source)
+        ):
+            raise ValueError("data_source must be a callable (attributes) -> name or a list of attribute names")
+        self._data_source = data_source_reader(data_source)
         self.judge = resolve_judge(judge) if isinstance(judge, str) else judge
         if not hasattr(self.judge, "judge"):
             raise ValueError("judge must implement the Judge protocol (an async judge(query, reference, contexts))")
@@ -208,13 +216,11 @@ class ContextPrecisionProcessor(SpanProcessor):
         """Returns True when the span is held for enrichment (the caller then does not export it now)."""
         try:
             attributes = span.attributes
-            kind = attributes.get(n.OPENINFERENCE_SPAN_KIND) if attributes else None
-            if kind is None and attributes:
-                operation = attributes.get(n.GEN_AI_OPERATION_NAME)
-                kind = _KIND_OF_OPERATION.get(operation) if isinstance(operation, str) else None
+            events = span.events
+            role = _role(attributes, events)
             parent = span.parent
             local_root = parent is None or parent.is_remote
-            if kind not in _TARGET_KINDS and not local_root:
+            if role is None and not local_root:
                 return False
             context = span.context
             if context is None:
@@ -230,10 +236,11 @@ class ContextPrecisionProcessor(SpanProcessor):
                 if marked:
                     PAYLOADS.take((trace_id, context.span_id))
                 return False
-            if kind == n.KIND_RETRIEVER:
+            if role == ROLE_RETRIEVER:
                 item_kind, target = "retriever", True
-            elif kind == n.KIND_AGENT:
+            elif role == ROLE_ANSWER:
                 item_kind = "agent"
+                # A decorated agent with a context_extractor is itself a target.
                 target = attributes is not None and attributes.get(n.CP_CONTEXT_COUNT) is not None
             else:
                 item_kind, target = "root", False
@@ -252,6 +259,9 @@ class ContextPrecisionProcessor(SpanProcessor):
                     payload=payload,
                     target=target,
                     sampling_reason="forced" if forced else "ratio",
+                    span_name=span.name,
+                    events=events if role == ROLE_RETRIEVER else (),
+                    data_source=self._data_source,
                 )
             )
             return held
