@@ -61,7 +61,7 @@ class Item:
 
     @property
     def name(self) -> str:
-        """Data source of a retriever (user mapping, data source id, convention, ``unknown``), agent name of an agent."""
+        """A retriever's data source (user mapping, data source id, convention, ``unknown``); an agent's name."""
         if self._name is not None:
             return self._name
         attributes = self.attributes or {}

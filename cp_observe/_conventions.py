@@ -42,8 +42,8 @@ from cp_observe._extract import extract_contexts
 
 __all__ = [
     "ROLE_ANSWER",
-    "DataSource",
     "ROLE_RETRIEVER",
+    "DataSource",
     "Retrieved",
     "answer_of",
     "convention_name",
@@ -278,9 +278,12 @@ def _from_json(value: object) -> Retrieved | None:
     parsed = _json(value) if isinstance(value, str) else value
     if not parsed:
         return None
-    if isinstance(parsed, list) and all(isinstance(item, dict) for item in parsed):
-        if not any(_has_text(item) for item in parsed):
-            return None  # gen_ai.retrieval.documents with ids and scores only: nothing to judge
+    if (
+        isinstance(parsed, list)
+        and all(isinstance(item, dict) for item in parsed)
+        and not any(_has_text(item) for item in parsed)
+    ):
+        return None  # gen_ai.retrieval.documents with ids and scores only: nothing to judge
     extracted = extract_contexts(parsed, max_items=_MAX_DOCUMENTS, max_chars=_MAX_TEXT)
     if not extracted.contexts:
         return None

@@ -51,6 +51,15 @@ class Settings(BaseModel):
     service_name: str | None = Field(None, description="service.name when cp-observe sets up the providers.")
     otlp_endpoint: str | None = Field(None, description="OTLP endpoint when cp-observe sets up the providers.")
     metrics_port: int | None = Field(None, ge=0, le=65535, description="Serve Prometheus metrics on this port.")
+    data_source: str | None = Field(
+        None, description="Span attributes naming a retrieval's data source, comma-separated, tried in order "
+        "before the conventions (gen_ai.data_source.id, decorator name, retriever name)."
+    )
+
+    def data_source_attributes(self) -> tuple[str, ...] | None:
+        """``data_source`` as attribute names (``None`` when unset or empty)."""
+        names = tuple(part.strip() for part in (self.data_source or "").split(",") if part.strip())
+        return names or None
 
     @classmethod
     def resolve(cls, explicit: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:

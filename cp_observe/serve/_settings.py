@@ -84,4 +84,5 @@ SERVE_FIELDS: tuple[str, ...] = (
     "drain_timeout_s",
     "otlp_endpoint",
     "service_name",
+    "data_source",
 )
