@@ -276,7 +276,7 @@ def _reorders(attributes: Mapping[str, Any], output: Retrieved) -> bool:
 
 def _from_json(value: object) -> Retrieved | None:
     parsed = _json(value) if isinstance(value, str) else value
-    if not parsed:
+    if not parsed or not isinstance(parsed, (list, dict)):
         return None
     if (
         isinstance(parsed, list)

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.context import Context
@@ -127,7 +128,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             if seconds <= 0:
                 raise ValueError(f"{label} must be > 0")
         if data_source is not None and not callable(data_source) and (
-            isinstance(data_source, str) or not all(isinstance(key, str) for key in data_source)
+            isinstance(data_source, (str, Mapping)) or not all(isinstance(key, str) for key in data_source)
         ):
             raise ValueError("data_source must be a callable (attributes) -> name or a list of attribute names")
         self._data_source = data_source_reader(data_source)
