@@ -49,6 +49,7 @@ __all__ = [
     "convention_name",
     "data_source_reader",
     "is_decorated",
+    "plain_attributes",
     "query_of",
     "retrieved_of",
     "role",
@@ -84,8 +85,28 @@ _ANSWER_KEYS: Final = ("answer", "response", "output", "outputs", "result", "tex
 _METHOD_OPERATIONS: Final = (n.OPERATION_RETRIEVAL + " ", n.OPERATION_VECTOR_DB_RETRIEVE + " ")
 
 
-def role(attributes: Mapping[str, Any] | None, events: Sequence[Any]) -> str | None:
-    """``ROLE_RETRIEVER``, ``ROLE_ANSWER`` or ``None``: the hot-path classification of one ended span."""
+def plain_attributes(span: Any) -> Mapping[str, Any] | None:
+    """An ended SDK span's attributes as the plain dict under them, for cheap look-ups; else its ``attributes``.
+
+    The SDK's ``BoundedAttributes`` answers a missing key by raising and catching ``KeyError`` (about 0.3 µs per
+    look-up), and most look-ups on the hot path miss. An ended span's attributes are immutable, so reading the
+    dict under them is safe; anything else (a span whose attributes are a plain dict, another SDK) falls back.
+    """
+    raw = getattr(span, "_attributes", None)
+    inner = getattr(raw, "_dict", None)
+    if type(inner) is dict:
+        return inner
+    if type(raw) is dict:
+        return raw
+    attributes: Mapping[str, Any] | None = span.attributes
+    return attributes
+
+
+def role(attributes: Mapping[str, Any] | None, span: Any) -> str | None:
+    """``ROLE_RETRIEVER``, ``ROLE_ANSWER`` or ``None``: the hot-path classification of one ended span.
+
+    ``span`` is read (its ``events``, which the SDK copies on every read) only for a span with ``db.system``.
+    """
     if not attributes:
         return None
     kind = attributes.get(n.OPENINFERENCE_SPAN_KIND)
@@ -94,7 +115,7 @@ def role(attributes: Mapping[str, Any] | None, events: Sequence[Any]) -> str | N
     operation = attributes.get(n.GEN_AI_OPERATION_NAME)
     if operation is not None:
         return _ROLE_OF_OPERATION.get(operation)
-    if events and attributes.get(n.DB_SYSTEM) is not None:
+    if attributes.get(n.DB_SYSTEM) is not None and span.events:
         return ROLE_RETRIEVER  # a vector-DB query; it is a retrieval if its events carry results
     return None
 

@@ -24,7 +24,14 @@ from cp_observe import _names as n
 from cp_observe import _runtime
 from cp_observe._assembly import Item
 from cp_observe._circuit import CircuitBreaker
-from cp_observe._conventions import ROLE_ANSWER, ROLE_RETRIEVER, DataSource, data_source_reader, role
+from cp_observe._conventions import (
+    ROLE_ANSWER,
+    ROLE_RETRIEVER,
+    DataSource,
+    data_source_reader,
+    plain_attributes,
+    role,
+)
 from cp_observe._emit import Emitter
 from cp_observe._evaluator import Evaluator
 from cp_observe._hold import HeldSpans
@@ -37,6 +44,7 @@ from cp_observe._types import Judge, ScoreResult
 __all__ = ["ContextPrecisionProcessor"]
 
 _role = role
+_plain_attributes = plain_attributes
 
 
 def _decorators_have_no_provider(runtime: _runtime.Runtime) -> bool:
@@ -216,9 +224,8 @@ class ContextPrecisionProcessor(SpanProcessor):
     def _on_end(self, span: ReadableSpan, *, hold: bool = False) -> bool:
         """Returns True when the span is held for enrichment (the caller then does not export it now)."""
         try:
-            attributes = span.attributes
-            events = span.events
-            role = _role(attributes, events)
+            lookup = _plain_attributes(span)
+            role = _role(lookup, span)
             parent = span.parent
             local_root = parent is None or parent.is_remote
             if role is None and not local_root:
@@ -226,7 +233,8 @@ class ContextPrecisionProcessor(SpanProcessor):
             context = span.context
             if context is None:
                 return False
-            marked = attributes.get(n.CP_SAMPLED) is True if attributes else False  # only these have a payload
+            attributes = span.attributes
+            marked = lookup.get(n.CP_SAMPLED) is True if lookup else False  # only these have a payload
             if self._shutdown:
                 if marked:
                     PAYLOADS.take((context.trace_id, context.span_id))
@@ -242,7 +250,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             elif role == ROLE_ANSWER:
                 item_kind = "agent"
                 # A decorated agent with a context_extractor is itself a target.
-                target = attributes is not None and attributes.get(n.CP_CONTEXT_COUNT) is not None
+                target = lookup is not None and lookup.get(n.CP_CONTEXT_COUNT) is not None
             else:
                 item_kind, target = "root", False
             payload = PAYLOADS.take((trace_id, context.span_id)) if marked and item_kind != "root" else None
@@ -261,7 +269,7 @@ class ContextPrecisionProcessor(SpanProcessor):
                     target=target,
                     sampling_reason="forced" if forced else "ratio",
                     span_name=span.name,
-                    events=events if role == ROLE_RETRIEVER else (),
+                    events=span.events if role == ROLE_RETRIEVER else (),
                     data_source=self._data_source,
                 )
             )

@@ -8,6 +8,7 @@ decorated function's). The instrumentors themselves are tested for real in tests
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -28,6 +29,13 @@ from cp_observe._errors import ConfigurationError
 from tests.conftest import KeywordJudge, Otel
 
 DOCS = ["Paris is the capital of France.", "Bananas are yellow."]
+
+
+@dataclass(frozen=True)
+class _Events:
+    """What role() reads of a span besides its attributes."""
+
+    events: tuple[Event, ...]
 
 
 def _oi_docs(prefix: str, texts: list[str]) -> dict[str, Any]:
@@ -54,14 +62,14 @@ def _oi_docs(prefix: str, texts: list[str]) -> dict[str, Any]:
 )
 def test_role(attributes: dict[str, Any], expected: str | None) -> None:
     """Each convention's span kind or operation maps to a role; everything else is ignored."""
-    assert role(attributes, ()) == expected
+    assert role(attributes, _Events(())) == expected
 
 
 def test_vector_db_span_is_a_retrieval_only_with_events() -> None:
     """A span with db.system is a retrieval candidate only when it has events (db.query.result)."""
-    assert role({n.DB_SYSTEM: "chroma"}, ()) is None
+    assert role({n.DB_SYSTEM: "chroma"}, _Events(())) is None
     event = Event(n.DB_QUERY_RESULT_EVENT, {n.DB_QUERY_RESULT_DOCUMENT: "d", n.DB_QUERY_RESULT_ID: "a"})
-    assert role({n.DB_SYSTEM: "chroma"}, (event,)) == ROLE_RETRIEVER
+    assert role({n.DB_SYSTEM: "chroma"}, _Events((event,))) == ROLE_RETRIEVER
     found = retrieved_of({n.DB_SYSTEM: "chroma"}, (event,))
     assert found is not None and found.texts == ["d"] and found.ids == ["a"]
     assert retrieved_of({n.DB_SYSTEM: "postgresql"}, (Event("exception", {}),)) is None

@@ -107,7 +107,7 @@ class Admission:
                 continue
             parent = span.parent
             # The processor's own classification (one code path): retrievals and answers of every convention.
-            interesting = parent is None or parent.is_remote or role(span.attributes, span.events) is not None
+            interesting = parent is None or parent.is_remote or role(span.attributes, span) is not None
             if interesting and (context.trace_id in FORCED or sampler(context.trace_id)):
                 count += 1
         return count
