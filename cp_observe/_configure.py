@@ -8,7 +8,7 @@ providers are created with OTLP exporters configured from the standard ``OTEL_*`
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import _logs, metrics, trace
@@ -44,6 +44,7 @@ def configure(
     meter_provider: MeterProvider | None = None,
     logger_provider: LoggerProvider | None = None,
     sinks: Sequence[Sink] | None = None,
+    data_source: Callable[[Mapping[str, Any]], Any] | Sequence[str] | str | None = None,
     **settings: Any,
 ) -> ContextPrecisionProcessor | None:
     """Set up context-precision scoring for this process; returns the processor (``None`` in capture-only mode).
@@ -58,6 +59,9 @@ def configure(
         logger_provider: where evaluation events go (default: the global SDK provider, else a new one).
         sinks: more evaluation sinks, beside the one ``phoenix_url`` sets up (each scored evaluation is also
             sent to them, asynchronously; see ``Sink``).
+        data_source: names each retrieval's data source ahead of the conventions: a callable of the span's
+            attributes returning a name (``None`` keeps the conventional name), or attribute names tried in
+            order (a list, or a comma-separated string; default ``CP_OBSERVE_DATA_SOURCE``).
         **settings: any field of ``Settings`` (``sample_rate``, ``capture_content``, ``threshold``,
             ``otlp_endpoint``, ``metrics_port``, ...); each falls back to ``CP_OBSERVE_<NAME>``, then the default.
 
@@ -68,6 +72,7 @@ def configure(
         raise ConfigurationError("redact must be a callable (text) -> text")
     if isinstance(judge, str):
         settings["judge"] = judge
+    data_source_callable = _data_source_setting(data_source, settings)
     resolved = Settings.resolve(settings)
     resource = Resource.create({"service.name": resolved.service_name} if resolved.service_name else {})
     tracer_provider = tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider)
@@ -126,12 +131,26 @@ def configure(
         logger_provider=logger_provider,
         export_processor=export_processor if resolved.hold_spans else None,
         sinks=[*sinks_from_settings(resolved), *(sinks or ())],
+        **({"data_source": data_source_callable} if data_source_callable is not None else {}),
     )
     tracer_provider.add_span_processor(processor)
     _CURRENT[0] = processor
     logger.info("cp-observe configured", judge=processor.judge.model, sample_rate=resolved.sample_rate,
                 capture_content=resolved.capture_content)
     return processor
+
+
+def _data_source_setting(data_source: Any, settings: dict[str, Any]) -> Callable[[Mapping[str, Any]], Any] | None:
+    """A callable ``data_source`` is returned; attribute names go into ``settings`` (as the variable would)."""
+    if callable(data_source):
+        return data_source  # type: ignore[no-any-return]
+    if isinstance(data_source, str):
+        settings["data_source"] = data_source
+    elif data_source is not None:
+        if isinstance(data_source, Mapping) or not all(isinstance(key, str) for key in data_source):
+            raise ConfigurationError("data_source must be a callable (attributes) -> name or attribute names")
+        settings["data_source"] = ",".join(data_source)
+    return None
 
 
 def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) -> ContextPrecisionProcessor:
@@ -154,6 +173,7 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "sink_queue_size": settings.sink_queue_size,
         "sink_batch_size": settings.sink_batch_size,
         "sink_max_retries": settings.sink_max_retries,
+        "data_source": settings.data_source_attributes(),
     }
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)

@@ -25,7 +25,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 
 from cp_observe import _names as n
-from cp_observe._assembly import Assembler, Item, Ready, Skip
+from cp_observe._assembly import Assembler, Fold, Item, Ready, Skip
 from cp_observe._circuit import CircuitBreaker
 from cp_observe._emit import Emitter, Target
 from cp_observe._errors import JudgeError, JudgeTransportError
@@ -258,7 +258,7 @@ class Evaluator:
 
     def _step(self, *, flush: bool = False) -> None:
         now = time.monotonic()
-        outcomes: list[Ready | Skip] = []
+        outcomes: list[Ready | Skip | Fold] = []
         while self._queue:
             item = self._queue[0]
             if item.target:
@@ -266,11 +266,12 @@ class Evaluator:
                     self._load += 1  # counted before it leaves the queue, so depth() never reads low
                     self._queued_targets -= 1
             self._queue.popleft()
-            if item.target:
+            added = self._assembler.add(item, now)  # may find the span is not a retrieval of its own (counts)
+            if item.target and item.counts:
                 with self._lock:
                     self.stats.sampled += 1
                 self.emitter.count_sampled(Emitter.labels(_target(item, "", item.sampling_reason)))
-            outcomes.extend(self._assembler.add(item, now))
+            outcomes.extend(added)
         outcomes.extend(self._assembler.flush() if flush else self._assembler.expire(now))
         if self.on_tick is not None:
             try:
@@ -280,6 +281,8 @@ class Evaluator:
         for outcome in outcomes:
             if isinstance(outcome, Skip):
                 self._finish_skip(outcome.item, outcome.reason)
+            elif isinstance(outcome, Fold):
+                self._finished(outcome.item, None)  # judged (and counted) under another span, or not at all
             else:
                 self._ready.append(outcome)
         while self._ready and len(self._inflight) < self.concurrency:
@@ -312,7 +315,8 @@ class Evaluator:
             self._finish_drop(ready.item, "shutdown")
         self._ready.clear()
         for outcome in self._assembler.flush():
-            self._finish_drop(outcome.item, "shutdown")
+            if not isinstance(outcome, Fold):
+                self._finish_drop(outcome.item, "shutdown")
         self._running = False
         if self._wake is not None:
             self._wake.set()

@@ -32,6 +32,12 @@ GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
 GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
 GEN_AI_EVALUATION_RESULT_EVENT: Final = "gen_ai.evaluation.result"
 ERROR_TYPE: Final = "error.type"
+# Read from other instrumentations (see _conventions): GenAI operations, outputs and retrieved documents.
+OPERATION_CHAT: Final = "chat"
+OPERATION_TEXT_COMPLETION: Final = "text_completion"
+OPERATION_GENERATE_CONTENT: Final = "generate_content"
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+GEN_AI_RETRIEVAL_DOCUMENTS: Final = "gen_ai.retrieval.documents"
 
 EVALUATION_NAME: Final = "context_precision"
 LABEL_PASS: Final = "pass"
@@ -46,6 +52,15 @@ INPUT_VALUE: Final = "input.value"
 OUTPUT_VALUE: Final = "output.value"
 RETRIEVAL_DOCUMENTS: Final = "retrieval.documents"
 DOCUMENT_FIELDS: Final = ("id", "content", "score", "metadata")
+KIND_RERANKER: Final = "RERANKER"
+KIND_LLM: Final = "LLM"
+INPUT_MIME_TYPE: Final = "input.mime_type"
+OUTPUT_MIME_TYPE: Final = "output.mime_type"
+MIME_JSON: Final = "application/json"
+LLM_OUTPUT_MESSAGES: Final = "llm.output_messages"
+RERANKER_QUERY: Final = "reranker.query"
+RERANKER_INPUT_DOCUMENTS: Final = "reranker.input_documents"
+RERANKER_OUTPUT_DOCUMENTS: Final = "reranker.output_documents"
 OI_EVALUATION_NAME: Final = "evaluations.0.evaluation.name"
 OI_EVALUATION_SCORE: Final = "evaluations.0.evaluation.score"
 OI_EVALUATION_LABEL: Final = "evaluations.0.evaluation.label"
@@ -55,6 +70,19 @@ OI_EVALUATION_EXPLANATION: Final = "evaluations.0.evaluation.explanation"
 def document_attribute(index: int, field: str) -> str:
     """Return the OpenInference attribute for one field of the retrieved document at ``index``."""
     return f"{RETRIEVAL_DOCUMENTS}.{index}.document.{field}"
+
+
+# --- OpenLLMetry (Traceloop) and its vector-DB instrumentations -----------------------------------------------
+OPERATION_VECTOR_DB_RETRIEVE: Final = "vector_db_retrieve"
+TRACELOOP_ENTITY_NAME: Final = "traceloop.entity.name"
+TRACELOOP_ENTITY_INPUT: Final = "traceloop.entity.input"
+TRACELOOP_ENTITY_OUTPUT: Final = "traceloop.entity.output"
+DB_SYSTEM: Final = "db.system"
+DB_QUERY_TEXT: Final = "db.query.text"
+DB_QUERY_RESULT_EVENT: Final = "db.query.result"
+DB_QUERY_RESULT_ID: Final = "db.query.result.id"
+DB_QUERY_RESULT_SCORE: Final = "db.query.result.score"
+DB_QUERY_RESULT_DOCUMENT: Final = "db.query.result.document"
 
 
 # --- cp-observe's own attributes -----------------------------------------------------------------------------

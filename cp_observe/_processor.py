@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.context import Context
@@ -24,6 +24,14 @@ from cp_observe import _names as n
 from cp_observe import _runtime
 from cp_observe._assembly import Item
 from cp_observe._circuit import CircuitBreaker
+from cp_observe._conventions import (
+    ROLE_ANSWER,
+    ROLE_RETRIEVER,
+    DataSource,
+    data_source_reader,
+    plain_attributes,
+    role,
+)
 from cp_observe._emit import Emitter
 from cp_observe._evaluator import Evaluator
 from cp_observe._hold import HeldSpans
@@ -37,8 +45,8 @@ from cp_observe._types import Judge, ScoreResult
 __all__ = ["ContextPrecisionProcessor"]
 
 _SINK_SHUTDOWN_S = 5.0
-_TARGET_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT})
-_KIND_OF_OPERATION = {n.OPERATION_RETRIEVAL: n.KIND_RETRIEVER, n.OPERATION_INVOKE_AGENT: n.KIND_AGENT}
+_role = role
+_plain_attributes = plain_attributes
 
 
 def _decorators_have_no_provider(runtime: _runtime.Runtime) -> bool:
@@ -91,6 +99,8 @@ class ContextPrecisionProcessor(SpanProcessor):
         sinks: evaluation sinks (e.g. ``PhoenixSink``) each scored evaluation is also sent to, beside
             OpenTelemetry; each gets its own bounded queue and thread (``sink_queue_size``, ``sink_batch_size``,
             ``sink_max_retries``) and is counted as ``context_precision.sink.{sent,failed,dropped}``.
+        data_source: names the data source of a retrieval, overriding the conventions: a callable of the span's
+            attributes returning a name (``None`` keeps the conventional name), or attribute names tried in order.
     """
 
     def __init__(
@@ -121,6 +131,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         sink_queue_size: int = 1000,
         sink_batch_size: int = 100,
         sink_max_retries: int = 5,
+        data_source: DataSource = None,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
@@ -133,6 +144,11 @@ class ContextPrecisionProcessor(SpanProcessor):
                                ("circuit_cooldown_s", circuit_cooldown_s), ("shutdown_timeout_s", shutdown_timeout_s)):
             if seconds <= 0:
                 raise ValueError(f"{label} must be > 0")
+        if data_source is not None and not callable(data_source) and (
+            isinstance(data_source, (str, Mapping)) or not all(isinstance(key, str) for key in data_source)
+        ):
+            raise ValueError("data_source must be a callable (attributes) -> name or a list of attribute names")
+        self._data_source = data_source_reader(data_source)
         self.judge = resolve_judge(judge) if isinstance(judge, str) else judge
         if not hasattr(self.judge, "judge"):
             raise ValueError("judge must implement the Judge protocol (an async judge(query, reference, contexts))")
@@ -224,19 +240,17 @@ class ContextPrecisionProcessor(SpanProcessor):
     def _on_end(self, span: ReadableSpan, *, hold: bool = False) -> bool:
         """Returns True when the span is held for enrichment (the caller then does not export it now)."""
         try:
-            attributes = span.attributes
-            kind = attributes.get(n.OPENINFERENCE_SPAN_KIND) if attributes else None
-            if kind is None and attributes:
-                operation = attributes.get(n.GEN_AI_OPERATION_NAME)
-                kind = _KIND_OF_OPERATION.get(operation) if isinstance(operation, str) else None
+            lookup = _plain_attributes(span)
+            role = _role(lookup, span)
             parent = span.parent
             local_root = parent is None or parent.is_remote
-            if kind not in _TARGET_KINDS and not local_root:
+            if role is None and not local_root:
                 return False
             context = span.context
             if context is None:
                 return False
-            marked = attributes.get(n.CP_SAMPLED) is True if attributes else False  # only these have a payload
+            attributes = span.attributes
+            marked = lookup.get(n.CP_SAMPLED) is True if lookup else False  # only these have a payload
             if self._shutdown:
                 if marked:
                     PAYLOADS.take((context.trace_id, context.span_id))
@@ -247,11 +261,12 @@ class ContextPrecisionProcessor(SpanProcessor):
                 if marked:
                     PAYLOADS.take((trace_id, context.span_id))
                 return False
-            if kind == n.KIND_RETRIEVER:
+            if role == ROLE_RETRIEVER:
                 item_kind, target = "retriever", True
-            elif kind == n.KIND_AGENT:
+            elif role == ROLE_ANSWER:
                 item_kind = "agent"
-                target = attributes is not None and attributes.get(n.CP_CONTEXT_COUNT) is not None
+                # A decorated agent with a context_extractor is itself a target.
+                target = lookup is not None and lookup.get(n.CP_CONTEXT_COUNT) is not None
             else:
                 item_kind, target = "root", False
             payload = PAYLOADS.take((trace_id, context.span_id)) if marked and item_kind != "root" else None
@@ -269,6 +284,9 @@ class ContextPrecisionProcessor(SpanProcessor):
                     payload=payload,
                     target=target,
                     sampling_reason="forced" if forced else "ratio",
+                    span_name=span.name,
+                    events=span.events if role == ROLE_RETRIEVER else (),
+                    data_source=self._data_source,
                 )
             )
             return held

@@ -65,6 +65,15 @@ class Settings(BaseModel):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL")
         return value
+    data_source: str | None = Field(
+        None, description="Span attributes naming a retrieval's data source, comma-separated, tried in order "
+        "before the conventions (gen_ai.data_source.id, decorator name, retriever name)."
+    )
+
+    def data_source_attributes(self) -> tuple[str, ...] | None:
+        """``data_source`` as attribute names (``None`` when unset or empty)."""
+        names = tuple(part.strip() for part in (self.data_source or "").split(",") if part.strip())
+        return names or None
 
     @classmethod
     def resolve(cls, explicit: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:

@@ -51,3 +51,17 @@ def test_the_two_setup_commands_are_there() -> None:
     for command in ("./scripts/demo", "./scripts/test"):
         assert command in README
         assert (root / command).exists()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n.KIND_RETRIEVER, n.KIND_RERANKER, n.OPERATION_VECTOR_DB_RETRIEVE, n.TRACELOOP_ENTITY_OUTPUT,
+        n.DB_QUERY_RESULT_EVENT, n.OPERATION_RETRIEVAL, n.GEN_AI_RETRIEVAL_DOCUMENTS, n.GEN_AI_OUTPUT_MESSAGES,
+        n.LLM_OUTPUT_MESSAGES, "CP_OBSERVE_SKIP_FRAMEWORKS", "scripts/frameworks.lock",
+    ],
+)
+def test_zero_code_section_names_every_convention_read(name: str) -> None:
+    """The Zero-code section documents each convention the readers recognise."""
+    assert "## Zero-code" in README
+    assert name in README

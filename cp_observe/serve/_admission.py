@@ -7,7 +7,8 @@ Collector's retry and sending queue.
 
 The rule, with ``Q`` = ``queue_size`` and ``n`` = the items the request will put in the queue:
 
-- ``n`` counts the spans ``on_end`` would hand over: retrievals, agents and local roots of sampled (or
+- ``n`` counts the spans ``on_end`` would hand over: retrievals, answer spans (agents, LLM calls; see
+  ``_conventions.role``) and local roots of sampled (or
   forced) traces. Spans of unsampled traces cost nothing; a request with ``n == 0`` is always accepted.
 - ``occupancy`` is an upper bound on what the evaluator holds, from ``processor.stats()``:
   ``pending`` (its queue plus its load) plus the targets counted sampled but not finished. The core's
@@ -43,13 +44,12 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 
 from cp_observe import _names as n
+from cp_observe._conventions import role
 from cp_observe._processor import ContextPrecisionProcessor
 from cp_observe._sampling import FORCED
 
 __all__ = ["Admission", "Decision", "Offer", "evaluator_queue_size"]
 
-_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT})
-_OPERATIONS = frozenset({n.OPERATION_RETRIEVAL, n.OPERATION_INVOKE_AGENT})
 
 
 class Decision(enum.Enum):
@@ -105,14 +105,9 @@ class Admission:
             context = span.context
             if context is None:
                 continue
-            attributes = span.attributes or {}
             parent = span.parent
-            interesting = (
-                parent is None
-                or parent.is_remote
-                or attributes.get(n.OPENINFERENCE_SPAN_KIND) in _KINDS
-                or attributes.get(n.GEN_AI_OPERATION_NAME) in _OPERATIONS
-            )
+            # The processor's own classification (one code path): retrievals and answers of every convention.
+            interesting = parent is None or parent.is_remote or role(span.attributes, span) is not None
             if interesting and (context.trace_id in FORCED or sampler(context.trace_id)):
                 count += 1
         return count

@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry
 
 from cp_observe import _names as n
 from cp_observe._configure import _judge_from, _log_exporter, _metric_readers, _span_exporter, processor_from_settings
+from cp_observe._conventions import DataSource
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
 from cp_observe._types import Judge
@@ -81,6 +82,8 @@ class ScorerService:
         meter_provider: where metrics go (default: a new provider exporting over OTLP and serving ``/metrics``;
             a provider given here is not served on ``/metrics``).
         logger_provider: where ``gen_ai.evaluation.result`` events go (default: a new provider, OTLP).
+        data_source: a callable of a span's attributes naming its data source, ahead of ``settings.data_source``
+            and the conventions (embedding; the command line takes attribute names, ``--data-source``).
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class ScorerService:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         logger_provider: LoggerProvider | None = None,
+        data_source: DataSource = None,
     ) -> None:
         self.settings = s = settings if settings is not None else ServeSettings.resolve()
         self.tls, self.tokens = _security(s)  # first: bad TLS or token files leave nothing running
@@ -136,6 +140,7 @@ class ScorerService:
             queue_size=evaluator_queue_size(s.queue_size),
             evaluation_timeout_s=s.evaluation_timeout_s,
             shutdown_timeout_s=s.drain_timeout_s,
+            **({"data_source": data_source} if data_source is not None else {}),
         )
         self.admission = Admission(self.processor, s.queue_size)
         meter = meter_provider.get_meter("cp_observe.serve")

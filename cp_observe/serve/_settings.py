@@ -109,6 +109,7 @@ SERVE_FIELDS: tuple[str, ...] = (
     "auth_token_file",
     "admin_auth",
     "log_level",
+    "data_source",
 )
 
 # --- evaluation sinks (issue 17): flags for the sink settings; the Phoenix API key is environment only
