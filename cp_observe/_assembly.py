@@ -73,8 +73,11 @@ class Item:
         """An agent's answer: from memory, else ``output.value``."""
         if self.payload is not None and self.payload.answer is not None:
             return self.payload.answer
-        value = self.attributes.get(n.OUTPUT_VALUE)
-        return str(value) if value is not None else None
+        from cp_observe._answer import answer_from_attribute  # the one answer rule (issue 10)
+
+        return answer_from_attribute(
+            self.attributes.get(n.OUTPUT_VALUE), self.attributes.get(n.OUTPUT_MIME_TYPE), _MAX_REMEMBERED_ANSWER * 25
+        )
 
 
 @dataclass(slots=True)
