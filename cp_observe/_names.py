@@ -44,6 +44,7 @@ KIND_AGENT: Final = "AGENT"
 KIND_EVALUATOR: Final = "EVALUATOR"
 INPUT_VALUE: Final = "input.value"
 OUTPUT_VALUE: Final = "output.value"
+OUTPUT_MIME_TYPE: Final = "output.mime_type"  # issue 10: the answer rule parses JSON output values
 RETRIEVAL_DOCUMENTS: Final = "retrieval.documents"
 DOCUMENT_FIELDS: Final = ("id", "content", "score", "metadata")
 OI_EVALUATION_NAME: Final = "evaluations.0.evaluation.name"
@@ -71,6 +72,8 @@ CP_TRUNCATED_CONTEXTS: Final = "context_precision.truncated_contexts"
 CP_JUDGE_CALLS: Final = "context_precision.judge.calls"
 CP_SCORE: Final = "context_precision.score"
 CP_PARTIAL: Final = "context_precision.partial"
+#: Issue 10: a callback the user gave (query, context_extractor, output, redact) raised: the skip reason.
+CP_USER_ERROR: Final = "context_precision.user_error"
 CP_ANSWER_SOURCE: Final = "context_precision.reference.source"
 
 REFERENCE_OUTPUT: Final = "output"
