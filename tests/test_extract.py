@@ -489,11 +489,21 @@ def test_long_ids_are_cut() -> None:
     assert len(extract_contexts([{"text": "t", "id": "i" * 1000}]).contexts[0].id or "") <= 256 + MARKER_MAX
 
 
-@pytest.mark.parametrize(("max_items", "max_chars"), [(None, None), ("5", 1.5), (-1, -1)])
-def test_bad_bounds_do_not_raise(max_items: Any, max_chars: Any) -> None:
-    """Nonsense bounds fall back to sane ones instead of raising."""
-    result = extract_contexts(["abc"] * 3, max_items=max_items, max_chars=max_chars)
-    assert isinstance(result, ExtractedContexts)
+@pytest.mark.parametrize(
+    ("max_items", "max_chars", "bounds", "expected"),
+    [
+        (None, None, (100, 20_000), ExtractedContexts((Context("abc"),) * 3, 3, 0, 0)),
+        ("5", 1.5, (100, 20_000), ExtractedContexts((Context("abc"),) * 3, 3, 0, 0)),
+        (-1, -1, (0, 0), ExtractedContexts((), 3, 3, 0)),
+    ],
+)
+def test_bad_bounds_do_not_raise(
+    max_items: Any, max_chars: Any, bounds: tuple[int, int], expected: ExtractedContexts
+) -> None:
+    """Nonsense bounds fall back to sane ones instead of raising, and the fallback is what extraction uses."""
+    assert (_extract._bound(max_items, 100), _extract._bound(max_chars, 20_000)) == bounds
+    # extract_contexts swallows errors into an empty result, so only the exact contexts prove bounding worked.
+    assert extract_contexts(["abc"] * 3, max_items=max_items, max_chars=max_chars) == expected
 
 
 # --- generators -------------------------------------------------------------------------------------------------

@@ -14,10 +14,13 @@ def test_full_queue_never_stalls_judging(otel: Otel) -> None:
     """Retrievals waiting for their agent cannot hold every slot: the agent's answer is always taken."""
     release = threading.Event()
 
+    references: list[str] = []
+
     class Gated:
         model = "gated"
 
         async def judge(self, query: str, reference: str, contexts: Any) -> Any:
+            references.append(reference)
             while not release.is_set():
                 await asyncio.sleep(0.005)
             return [cp_observe.Verdict(i, True) for i in range(len(contexts))]
@@ -45,3 +48,5 @@ def test_full_queue_never_stalls_judging(otel: Otel) -> None:
     assert stats["reasons"].get("skipped:no_reference", 0) == 0
     # Every scored retrieval was judged against the agent's answer, not left to time out on its query.
     assert set(stats["reasons"]) <= {"scored:ok", "dropped:queue_full"}
+    assert len(references) == stats["scored"]
+    assert set(references) == {"an answer"}  # the agent's answer (reference "output"), never the query
