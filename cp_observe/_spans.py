@@ -2,8 +2,10 @@
 
 Cost matters here: everything static about a call site (span name, kind attributes) is computed at
 decoration time; a call does one ``start_span``, one ``set_attributes`` after start, one after the call,
-and ``end``. Unsampled calls keep nothing in memory. Every function here swallows its own errors (and
-re-raises them under pytest): a bug in cp-observe must never reach the host's code.
+and ``end``. Unsampled calls keep nothing in memory. Every function here hands its own errors to the one
+boundary (``_internal.report_internal_error``): a bug in cp-observe never reaches the host's code. The user's
+callbacks (``query=``, ``context_extractor=``, ``output=``, ``redact``) run through ``_internal.call_user``:
+their failures are user errors, recorded as ``context_precision.user_error`` and never raised.
 """
 
 from __future__ import annotations
