@@ -10,8 +10,9 @@ Precedence (the first that applies):
 2. A ``str``: itself. ``bytes``: decoded as UTF-8.
 3. A mapping: the first of its ``answer``, ``output``, ``content``, ``text``, ``response`` values that is a
    string; a ``content`` list of content parts gives their text parts joined by newlines.
-4. A list or tuple of chat messages (mappings or objects with a ``role``): the assistant messages' texts,
-   joined by newlines (all messages' texts when none is an assistant's). A list or tuple of strings: joined by
+4. A list or tuple of chat messages (mappings or objects with a ``role``, or mappings that all have a
+   ``content``): the assistant messages' texts, joined by newlines (all messages' texts when none is an
+   assistant's). A list or tuple of strings: joined by
    newlines.
 5. Any other object: the first of the same five attributes that is a string, read once each with
    ``getattr`` and nothing else; else its ``str()``.
@@ -126,7 +127,9 @@ def _from_sequence(items: list[Any] | tuple[Any, ...], limit: int, *, nested: bo
     roles = [_role(item) for item in items]
     if all(type(item) is str for item in items):
         return "\n".join(items)
-    if not any(isinstance(role, str) for role in roles):
+    if not any(isinstance(role, str) for role in roles) and not all(
+        isinstance(item, Mapping) and "content" in item for item in items
+    ):
         return safe_str(items, limit)  # data, not messages: its JSON text
     chosen = [item for item, role in zip(items, roles, strict=True) if role == "assistant"] or list(items)
     texts = [_answer(item, limit, nested=True) for item in chosen]
