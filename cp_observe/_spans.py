@@ -76,7 +76,7 @@ class Call:
 class State:
     """One call in flight: its span, the context to make current, and whether it is sampled."""
 
-    __slots__ = ("call", "ctx", "keep", "key", "query", "recording", "runtime", "sampled", "span", "user_error")
+    __slots__ = ("call", "ctx", "key", "query", "recording", "runtime", "sampled", "span", "user_error")
 
     def __init__(
         self, call: Call, span: Span, runtime: Runtime, *, sampled: bool = False, key: tuple[int, int] | None = None,
@@ -91,13 +91,18 @@ class State:
         self.user_error = user_error  # the skip reason when a user callback raised
         self.recording = span.is_recording()
         self.ctx = _set_span_in_context(span)
-        # Items of a generator worth keeping: what can be recorded (capture on) or judged (a payload); none
-        # when the span does not record, so unsampled and SDK-less calls hold nothing.
-        self.keep = (
-            max(runtime.max_contexts if runtime.capture_content else 0, runtime.max_judged_contexts if key else 0)
-            if self.recording
-            else 0
-        )
+
+    @property
+    def keep(self) -> int:
+        """Items of a generator worth keeping: what can be recorded (capture on) or judged (a payload).
+
+        None when the span does not record, so unsampled and SDK-less calls hold nothing. (A property, read
+        once per generator, so plain calls do not pay for it.)
+        """
+        if not self.recording:
+            return 0
+        rt = self.runtime
+        return max(rt.max_contexts if rt.capture_content else 0, rt.max_judged_contexts if self.key else 0)
 
 
 def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | None:
