@@ -240,7 +240,7 @@ def _record_result(state: State, result: Any, partial: bool, yielded: int | None
                 raw, user_error = _UNREADABLE, user_error or "extractor_error"
         else:
             raw = result
-        if yielded is None and isinstance(raw, Iterator):
+        if yielded is None and type(raw) is not list and isinstance(raw, Iterator):  # list: the common case
             # An iterator reached through the result (returned, or returned by the extractor) is the host's
             # own: reading it would empty it for the caller. Not captured, not scored (skipped, no_content).
             raw = _UNREADABLE
