@@ -49,7 +49,7 @@ def _noop() -> None:
 class Variant:
     """One row: a decorated function and what to do around its timed batch (outside the timing)."""
 
-    group: str  # "retrieve" (one span) or "turn" (agent calling a retriever: two spans)
+    group: str  # "retrieve" (one span), "turn" (agent calling a retriever: two spans) or "stream" (a generator)
     name: str
     payload: str  # "str" or "dict"
     mode: str  # "sync" or "async"
@@ -255,6 +255,70 @@ def _turn_variants(pipes: dict[str, Pipeline], wrapper_pipe: Pipeline) -> list[V
             out.append(Variant("turn", f"@cp_observe.agent ⊃ @retriever{label}", "str", mode, cp_turn,
                                before=pipe.select, after=pipe.drain))
     return out
+
+
+_STREAM_ITEMS = 100  # items per call of the "stream" group: per-item cost = per-call cost / _STREAM_ITEMS
+
+
+def _stream(mode: str) -> Callable[[str], Any]:
+    """A retriever that streams ``_STREAM_ITEMS`` rows (the same strings each time), sync or async."""
+    rows = [f"row {i}: {c.CONTEXTS[i % len(c.CONTEXTS)][:80]}" for i in range(_STREAM_ITEMS)]
+    if mode == "sync":
+
+        def stream(query: str) -> Any:
+            yield from rows
+
+        return stream
+
+    async def astream(query: str) -> Any:
+        for row in rows:
+            yield row
+
+    return astream
+
+
+def _consume(gen_fn: Callable[[str], Any], mode: str) -> Fn:
+    """One call: create the generator and read it to its end, as a streaming caller does."""
+    if mode == "sync":
+
+        def run(query: str) -> None:
+            for _ in gen_fn(query):
+                pass
+
+        return run
+
+    async def arun(query: str) -> None:
+        async for _ in gen_fn(query):
+            pass
+
+    return arun
+
+
+def _stream_variants(pipes: dict[str, Pipeline]) -> list[Variant]:
+    """A decorated generator against the same generator undecorated: the per-item cost of the wrapper."""
+    out: list[Variant] = []
+    note = f"{_STREAM_ITEMS} items per call"
+    for mode in ("sync", "async"):
+        plain = _stream(mode)
+        out.append(Variant("stream", "undecorated generator", "str", mode, _consume(plain, mode), baseline=True,
+                           note=note))
+        decorated = cp_observe.retriever(name="kb")(plain)
+        for label, pipe in pipes.items():
+            out.append(Variant("stream", f"@cp_observe.retriever{label}", "str", mode, _consume(decorated, mode),
+                               before=pipe.select, after=pipe.drain, note=note))
+    return out
+
+
+def stream_lines(variants: list[Variant]) -> list[str]:
+    """Per-item cost of each decorated generator over the undecorated one."""
+    base = {v.mode: c.median(v.wall_us) for v in variants if v.group == "stream" and v.baseline and v.wall_us}
+    lines = []
+    for v in variants:
+        if v.group == "stream" and not v.baseline and v.wall_us and v.mode in base:
+            per_item = (c.median(v.wall_us) - base[v.mode]) / _STREAM_ITEMS
+            lines.append(f"{v.mode} {v.name}: {per_item:+.3f} µs per item over an undecorated generator "
+                         f"({c.median(v.wall_us) / _STREAM_ITEMS:.3f} vs {base[v.mode] / _STREAM_ITEMS:.3f} µs)")
+    return lines
 
 
 # --- variants: the peers ----------------------------------------------------------------------------------------
@@ -537,7 +601,7 @@ def report(variants: list[Variant]) -> tuple[str, list[str]]:
         ratio_wall = c.median(v.wall_ratio) if v.wall_ratio else 1.0
         ratio_cpu = c.median(v.cpu_ratio) if v.cpu_ratio else 1.0
         rows.append([*head, _fmt(wall), f"{ratio_wall:.2f}x", _fmt(cpu), f"{ratio_cpu:.2f}x", v.note])
-        if v.name.startswith("@cp_observe") and "processor" in v.name:
+        if v.name.startswith("@cp_observe") and "processor" in v.name and v.group != "stream":
             ok = ratio_wall <= 1.1 and ratio_cpu <= 1.1  # met only when both clocks agree
             verdicts.append(f"{'MET ' if ok else 'MISSED'} {v.group}/{v.payload}/{v.mode} {v.name}: "
                             f"{ratio_wall:.2f}x wall, {ratio_cpu:.2f}x thread CPU (target ≤ 1.10x on both)")
@@ -568,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pipes = {"": _pipeline(None), " + processor, unsampled": _pipeline(0.0), " + processor, sampled": _pipeline(1.0)}
     wrapper_pipe = _pipeline(None)
-    variants = _core_variants(pipes, wrapper_pipe) + _turn_variants(pipes, wrapper_pipe)
+    variants = _core_variants(pipes, wrapper_pipe) + _turn_variants(pipes, wrapper_pipe) + _stream_variants(pipes)
     if not args.only_cp:
         variants += _peer_variants()
     print(f"hot path: {rounds} rounds x {calls} calls, {len(variants)} variants", file=sys.stderr)
@@ -586,6 +650,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n### Targets (cp_observe with the processor ≤ 1.1x the wrapper; on_end unsampled ≈ a couple of µs)\n")
     for line in verdicts:
         print(f"- {line}")
+    print("\n### A decorated generator, per item\n")
+    for line in stream_lines(variants):
+        print(f"- {line}")
+    print()
     unsampled = on_end[0][1] / 1000
     print(f"- {'MET ' if unsampled <= 2.0 else 'MISSED'} on_end, unsampled retriever span: {unsampled:.2f} µs")
     print(f"\nNon-loopback network attempts refused during the run: {blocked.total} {blocked.attempts or ''}")
@@ -594,9 +662,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _ordered(variants: list[Variant]) -> list[Variant]:
     """Table order: by group, payload, mode, then baseline, bare, cp_observe, peers."""
-    def rank(v: Variant) -> tuple[int, int, int, int, str]:
+    def rank(v: Variant) -> tuple[int, bool, bool, int, str]:
         kind = 0 if v.baseline else 1 if v.name == "bare call" else 2 if v.name.startswith("@cp") else 3
-        return (v.group != "retrieve", v.payload != "str", v.mode != "sync", kind, "")
+        group = {"retrieve": 0, "turn": 1}.get(v.group, 2)
+        return (group, v.payload != "str", v.mode != "sync", kind, "")
 
     return sorted(variants, key=rank)
 

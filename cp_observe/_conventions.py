@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from cp_observe import _names as n
+from cp_observe._answer import answer_from_attribute
 from cp_observe._extract import extract_contexts
 
 __all__ = [
@@ -64,6 +65,7 @@ ROLE_ANSWER: Final = "answer"  # a span that may carry the answer retrievals ins
 _MAX_JSON_CHARS: Final = 1 << 20  # JSON strings longer than this are not parsed (read as absent)
 _MAX_DOCUMENTS: Final = 1000
 _MAX_TEXT: Final = 20_000
+_MAX_ANSWER: Final = 100_000  # characters of an answer read off a span
 _MAX_MESSAGES: Final = 64
 
 _ROLE_OF_KIND: Final[Mapping[object, str]] = {
@@ -199,13 +201,8 @@ def answer_of(attributes: Mapping[str, Any]) -> str | None:
             found = _first_text(_json(value), _ANSWER_KEYS)
             if found:
                 return found
-        value = attributes.get(n.OUTPUT_VALUE)
-        if value is None:
-            return None
-        text = str(value)
-        if attributes.get(n.OUTPUT_MIME_TYPE) == n.MIME_JSON:
-            return _first_text(_json(text), _ANSWER_KEYS)  # a JSON result that names no answer gives none
-        return text or None
+        # output.value by the one answer rule the decorators, the scorer and run_evals use (_answer.py).
+        return answer_from_attribute(attributes.get(n.OUTPUT_VALUE), attributes.get(n.OUTPUT_MIME_TYPE), _MAX_ANSWER)
     except Exception:  # noqa: BLE001 - see retrieved_of
         return None
 

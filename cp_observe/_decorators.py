@@ -3,7 +3,9 @@
 The wrapper is built once, at decoration time, for the function's kind (sync, async, generator, async
 generator); the query's argument position is resolved then too, so a call costs a span start, two
 attribute batches and a span end. The user's code never runs inside our ``try``: its return value and
-exceptions pass through untouched. Our own failures end our span and log one line (raise under pytest).
+exceptions pass through untouched, and so does the generator protocol. Our own failures end our span and
+become one log line and a count (``_internal``); a failing ``query=`` callable is a user error, recorded the
+same way under its own name, and the call runs without a query.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar, overload
 
 from cp_observe import _spans
+from cp_observe._internal import USER_FAILED, report_user_error
 from cp_observe._spans import Call
 
 __all__ = ["agent", "retriever"]
@@ -133,7 +136,11 @@ def _query_getter(func: Callable[..., Any], query: QuerySpec) -> Callable[[tuple
         spec = query
 
         def from_callable(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            return spec(*args, **kwargs)
+            try:
+                return spec(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the user's callback: a user error, never raised
+                report_user_error("query", exc)
+                return USER_FAILED
 
         return from_callable
     try:
@@ -170,53 +177,80 @@ def _query_getter(func: Callable[..., Any], query: QuerySpec) -> Callable[[tuple
 
 
 def _wrap(func: F, call: Call) -> F:
-    """Build the wrapper for the function's kind, once."""
-    if inspect.isasyncgenfunction(func):
+    """Build the wrapper for the function's kind, once (a callable object: by its ``__call__``'s kind)."""
+    probe: Any = func
+    if not inspect.isfunction(func) and not inspect.ismethod(func):
+        probe = getattr(type(func), "__call__", func)  # noqa: B004 - the class's __call__, to read its kind
+    if inspect.isasyncgenfunction(probe):
         return _wrap_async_generator(func, call)
-    if inspect.isgeneratorfunction(func):
+    if inspect.isgeneratorfunction(probe):
         return _wrap_generator(func, call)
-    if inspect.iscoroutinefunction(func):
+    if inspect.iscoroutinefunction(probe):
         return _wrap_coroutine(func, call)
     return _wrap_function(func, call)
 
 
+# The generator wrappers drive the user's generator by hand, so every protocol step passes through unchanged:
+# ``send`` values, ``throw`` (the very exception object, ``GeneratorExit`` from ``close`` included, so the
+# user's ``finally`` and ``except`` clauses see what they would undecorated), the return value and
+# collection of an unfinished generator (collection closes the wrapper, which closes the user's generator).
+# The span ends exactly once: on exhaustion (ok), on close or collection (ok, ``context_precision.partial``),
+# or when the generator raises (error). Only the first ``State.keep`` items are kept, and only while the span
+# records: that is all that can be recorded or judged.
+
+
 def _wrap_async_generator(func: F, call: Call) -> F:
-    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+    start, finish, fail, enter, leave = _spans.start, _spans.finish, _spans.fail, _spans.enter, _spans.leave
 
     @functools.wraps(func)
     async def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
         generator = func(*args, **kwargs)
         state = start(call, args, kwargs)
-        if state is None:
-            async for item in generator:
-                yield item
-            return
+        keep = state.keep if state is not None else 0
         items: list[Any] = []
-        try:
-            while True:
-                token = _spans.enter(state)
-                try:
-                    item = await generator.__anext__()
-                except StopAsyncIteration:
-                    break
-                finally:
-                    _spans.leave(token)
+        count = 0
+        value: Any = None
+        thrown: BaseException | None = None
+        closing = False
+        while True:
+            token = enter(state) if state is not None else None
+            try:
+                if thrown is None:
+                    item = await generator.asend(value)
+                else:
+                    item = await generator.athrow(thrown)
+            except StopAsyncIteration:
+                if state is not None:
+                    leave(token)
+                    finish(state, items, partial=closing, yielded=count)
+                return
+            except GeneratorExit:
+                if state is not None:
+                    leave(token)
+                    finish(state, items, partial=True, yielded=count)
+                raise
+            except BaseException as exc:
+                if state is not None:
+                    leave(token)
+                    fail(state, exc)
+                raise
+            if state is not None:
+                leave(token)
+            thrown = None
+            count += 1
+            if count <= keep:
                 items.append(item)
-                yield item
-        except BaseException as exc:
-            if isinstance(exc, GeneratorExit):
-                finish(state, items, partial=True)
-                await generator.aclose()
-            else:
-                fail(state, exc)
-            raise
-        finish(state, items)
+            try:
+                value = yield item
+            except BaseException as exc:  # noqa: BLE001 - athrow / aclose: passed on to the user's generator as is
+                thrown, value = exc, None
+                closing = isinstance(exc, GeneratorExit)
 
     return agen_wrapper  # type: ignore[return-value]
 
 
 def _wrap_generator(func: F, call: Call) -> F:
-    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+    start, finish, fail, enter, leave = _spans.start, _spans.finish, _spans.fail, _spans.enter, _spans.leave
 
     @functools.wraps(func)
     def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -224,29 +258,39 @@ def _wrap_generator(func: F, call: Call) -> F:
         state = start(call, args, kwargs)
         if state is None:
             return (yield from generator)
+        keep = state.keep
         items: list[Any] = []
-        try:
-            while True:
-                token = _spans.enter(state)
-                try:
-                    item = next(generator)
-                except StopIteration as stop:
-                    result = stop.value
-                    break
-                finally:
-                    _spans.leave(token)
-                items.append(item)
-                yield item
-        except BaseException as exc:
-            if isinstance(exc, GeneratorExit):
-                # Abandoned half-way: what was consumed is what was retrieved; close the inner generator too.
-                finish(state, items, partial=True)
-                generator.close()
-            else:
+        count = 0
+        send = generator.send
+        value: Any = None
+        thrown: BaseException | None = None
+        closing = False
+        while True:
+            token = enter(state)
+            try:
+                item = send(value) if thrown is None else generator.throw(thrown)
+            except StopIteration as stop:
+                leave(token)
+                finish(state, items, partial=closing, yielded=count)
+                return stop.value
+            except GeneratorExit:
+                leave(token)
+                finish(state, items, partial=True, yielded=count)
+                raise
+            except BaseException as exc:
+                leave(token)
                 fail(state, exc)
-            raise
-        finish(state, items)
-        return result
+                raise
+            leave(token)
+            thrown = None
+            count += 1
+            if count <= keep:
+                items.append(item)
+            try:
+                value = yield item
+            except BaseException as exc:  # noqa: BLE001 - throw / close: passed on to the user's generator as is
+                thrown, value = exc, None
+                closing = isinstance(exc, GeneratorExit)
 
     return gen_wrapper  # type: ignore[return-value]
 

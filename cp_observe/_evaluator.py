@@ -1,8 +1,11 @@
 """The evaluator: a bounded queue feeding one daemon thread that runs an asyncio loop of judge calls.
 
 ``submit`` is what ``on_end`` calls: an append to a deque, and a wake-up of the loop only when it is not
-already awake. Everything else happens on the thread named ``cp-observe-evaluator``: turn assembly, the
-rate cap, the budget, the circuit breaker, at most ``concurrency`` judge calls at once (with
+already awake. It never waits: the thread starts when the evaluator is created (after a fork, on the
+next submit, without waiting for it), and a full queue costs a counter increment under a lock; the
+metrics of a refused target and the release of its held span are done by the evaluator thread on its
+next tick, never on the caller's. Everything else happens on the thread named ``cp-observe-evaluator``:
+turn assembly, the rate cap, the budget, the circuit breaker, at most ``concurrency`` judge calls at once (with
 instrumentation suppressed, so the judge's own HTTP calls are not traced or scored), and emission.
 
 Accounting: each target is counted sampled exactly once and ends in exactly one of scored, failed,
@@ -118,10 +121,19 @@ class Evaluator:
         self._started = threading.Event()
         self._closed = False
         self._idle_waiters: list[concurrent.futures.Future[None]] = []
+        # Refused targets, accounted in stats at once; their metrics (by labels) and, in hold mode, the release
+        # of their held spans wait for the evaluator thread. Both bounded: the keys by the data sources and
+        # agents, the items by the held-span bound (only held spans' items are kept).
+        self._refused: Counter[tuple[str, str, str, str]] = Counter()  # (name, kind, sampling, reason); _lock
+        self._refused_items: deque[Item] = deque()
 
     def after_fork(self) -> None:
-        """Called in a forked child: start over with an empty queue and no thread."""
+        """Called in a forked child: start over with an empty queue and no thread (started on the next submit)."""
         self._reset()
+
+    def start(self) -> None:
+        """Start the evaluator thread now (at creation), so no request ever waits for it."""
+        self._start_thread()
 
     # --- producer side (any thread; on_end) ----------------------------------------------------------------
     def depth(self) -> int:
@@ -143,7 +155,7 @@ class Evaluator:
                     self._queued_targets += 1
                     self._queue.append(item)
             if full:
-                self._drop(item, "shutdown" if self._closed else "queue_full")
+                self._refuse(item, "shutdown" if self._closed else "queue_full")
                 return False
         elif self._closed or queued >= _SIGNAL_BOUND_FACTOR * self.queue_size:
             return False
@@ -160,6 +172,35 @@ class Evaluator:
             except RuntimeError:  # the loop closed between the check and the call
                 self._wake_pending = False
         return True
+
+    def _refuse(self, item: Item, reason: str) -> None:
+        """Count a refused target on the caller's thread in O(1): no metric update, no export, no I/O."""
+        key = (item.name, item.kind, item.sampling_reason, reason)
+        with self._lock:
+            self.stats.sampled += 1
+            self.stats.dropped += 1
+            self.stats.reasons[(n.OUTCOME_DROPPED, reason)] += 1
+            self._refused[key] += 1
+        if self.on_finished is not None:
+            self._refused_items.append(item)  # released by the evaluator thread (or by shutdown)
+
+    def _emit_refused(self) -> None:
+        """On the evaluator thread (or at shutdown): the metrics and releases that ``_refuse`` deferred."""
+        with self._lock:
+            refused, self._refused = self._refused, Counter()
+        for (name, kind, _, reason), count in refused.items():
+            # What Emitter.labels(_target(item, ...)) gives: an agent target is labelled with its own name.
+            labels = {n.GEN_AI_DATA_SOURCE_ID: name, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME}
+            if kind != "retriever":
+                labels[n.GEN_AI_AGENT_NAME] = name
+            try:
+                for _ in range(count):
+                    self.emitter.count_sampled(labels)
+                    self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+            except Exception as exc:  # noqa: BLE001 - a failing meter must not stop the evaluator
+                logger.warning("counting refused targets failed", error_type=type(exc).__name__)
+        while self._refused_items:
+            self._finished(self._refused_items.popleft(), None)
 
     def _drop(self, item: Item, reason: str) -> None:
         labels = Emitter.labels(_target(item, "", item.sampling_reason))
@@ -184,13 +225,16 @@ class Evaluator:
                 return
             self._thread = threading.Thread(target=self._run_thread, name="cp-observe-evaluator", daemon=True)
             self._thread.start()
-        self._started.wait(5.0)
+        # No wait for the thread to be running: the loop wakes on its own every _TICK_S and drains the queue.
 
     # --- flush and shutdown (any thread) ----------------------------------------------------------------------
     def flush(self, timeout_s: float) -> bool:
         """Judge everything queued or waiting (waiting retrievals against their queries); True if done in time."""
+        if self._thread is not None and self._loop is None:
+            self._started.wait(max(0.0, timeout_s))  # created a moment ago: its loop is being set up
         loop = self._loop
         if loop is None or self._thread is None:
+            self._emit_refused()
             return True
         waiter: concurrent.futures.Future[None] = concurrent.futures.Future()
         try:
@@ -219,6 +263,7 @@ class Evaluator:
                 pass
             thread.join(max(0.1, deadline - time.monotonic()))
         # Whatever the thread did not take is counted here (the thread has stopped or is abandoned).
+        self._emit_refused()
         while self._queue:
             item = self._queue.popleft()
             if item.target:
@@ -257,6 +302,8 @@ class Evaluator:
             await asyncio.gather(*self._inflight, return_exceptions=True)
 
     def _step(self, *, flush: bool = False) -> None:
+        if self._refused or self._refused_items:
+            self._emit_refused()
         now = time.monotonic()
         outcomes: list[Ready | Skip | Fold] = []
         while self._queue:
@@ -341,6 +388,10 @@ class Evaluator:
     async def _evaluate(self, ready: Ready) -> None:
         item = ready.item
         target = _target(item, ready.reference, item.sampling_reason, ready.agent_name)
+        user_error = item.attributes.get(n.CP_USER_ERROR) if item.attributes else None
+        if isinstance(user_error, str) and user_error:  # a callback the user gave raised: nothing sound to judge
+            self._finish_skip(item, user_error[:64])
+            return
         contexts = item.contexts()
         if contexts is None:
             self._finish_skip(item, "no_content")

@@ -25,8 +25,10 @@ Shapes, in order of precedence:
   Id: ``id`` | ``id_`` | ``node_id`` | ``doc_id``. Score: ``score`` | ``relevance_score`` | ``similarity``.
   Metadata: ``metadata`` | ``meta`` | ``payload``.
 - A pair ``(doc, number)`` or ``[doc, number]`` (``similarity_search_with_score``): the doc, that score.
-- Any other list, tuple, collection or iterator: its items. A list or tuple item is flattened once
-  (per-query batches); anything nested deeper becomes one context of JSON text.
+- Any other list, tuple or collection: its items. A list or tuple item is flattened once (per-query
+  batches); anything nested deeper becomes one context of JSON text.
+- An iterator or generator, returned directly or held under a wrapper name: ``NOT_CAPTURED``. It is the
+  host's own and reading it would empty it for the caller, so it is never iterated.
 - Anything else: one context of ``safe_str`` of it.
 
 Names are read from the class (properties, slots, dataclass / pydantic / attrs fields) and, for classes that
@@ -43,7 +45,7 @@ from typing import Any, Final, TypeAlias
 
 from cp_observe._serialize import finite_float, safe_text, truncate, type_name
 
-__all__ = ["Context", "ExtractedContexts", "extract_contexts"]
+__all__ = ["NOT_CAPTURED", "Context", "ExtractedContexts", "extract_contexts"]
 
 _TEXT_NAMES: Final = ("page_content", "text", "content")
 _ID_KEYS: Final = ("id", "doc_id", "node_id", "_id")
@@ -138,8 +140,9 @@ def _result(contexts: tuple[Context, ...], total: int | None, dropped: int, trun
 def extract_contexts(value: object, *, max_items: int = 100, max_chars: int = 20_000) -> ExtractedContexts:
     """Return the retrieved contexts in ``value``, bounded, in rank order; never raises.
 
-    An iterator (a generator, say) is consumed, but never beyond ``max_items + 1`` items, and left open:
-    the decorators materialise generators before calling this, so the host still gets every item.
+    Host objects are only read: an iterator (a generator, say) reached directly or under a wrapper name is
+    never iterated; the result is then ``NOT_CAPTURED``. (The decorators hand a decorated generator's kept
+    items over as a list.)
 
     Args:
         value: what a retriever returned; see the module docstring for the shapes recognised.
@@ -170,6 +173,8 @@ def _extract(value: object, max_items: int, max_chars: int) -> ExtractedContexts
     kind = _MAPPING if cls is dict else _TEXT if cls is str or cls is list or cls is tuple else _plan(cls).kind
     if kind is _MAPPING:
         items = _unwrap(value, 0)  # type: ignore[arg-type]
+        if items is _ITERATOR:
+            return NOT_CAPTURED
         if items is not None:
             return _walk(items, len(items), max_items, max_chars)
     elif kind is _OBJECT:
@@ -179,9 +184,11 @@ def _extract(value: object, max_items: int, max_chars: int) -> ExtractedContexts
             inner = _read(value, attrs, plan, name)
             if type(inner) is list or type(inner) is tuple:
                 return _walk(inner, len(inner), max_items, max_chars)
+            if isinstance(inner, Iterator):
+                return NOT_CAPTURED
         if not (plan.document or (plan.use_dict and not _DOC_NAMES.isdisjoint(attrs))):  # maybe a collection
             if isinstance(value, Iterator):
-                return _walk(value, None, max_items, max_chars)
+                return NOT_CAPTURED
             if isinstance(value, Collection):
                 return _walk(value, _size(value), max_items, max_chars)
     cut = [0]
@@ -192,6 +199,9 @@ def _extract(value: object, max_items: int, max_chars: int) -> ExtractedContexts
 
 
 _EMPTY: Final = ExtractedContexts((), 0)
+#: The value is (or wraps) an iterator of the host's: not read, so nothing was captured.
+NOT_CAPTURED: Final = ExtractedContexts((), None)
+_ITERATOR: Final[Any] = object()  # _unwrap's answer for an iterator under a wrapper key
 
 
 def _walk(items: Iterable[Any], size: int | None, max_items: int, max_chars: int) -> ExtractedContexts:
@@ -271,6 +281,8 @@ def _unwrap(mapping: Mapping[Any, Any], depth: int) -> list[Any] | tuple[Any, ..
         inner = get(key)
         if type(inner) is list or type(inner) is tuple:
             return inner
+        if inner is not None and isinstance(inner, Iterator):
+            return _ITERATOR  # type: ignore[no-any-return]
     if depth >= 2 or _first(get, _TEXT_NAMES) is not None:
         return None
     for count, inner in enumerate(mapping.values()):  # {"hits": {"hits": ...}}, {"retriever": {"documents": ...}}
@@ -342,6 +354,7 @@ def _first(get: Any, keys: tuple[str, ...]) -> Any:
 
 def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, score: Score, nested: bool) -> Context:
     attrs = _instance_dict(obj) if plan.use_dict else _NO_ATTRS
+    own: Any = _MISSING
     if plan.node and not nested:  # a NodeWithScore: its node (read one level down only), its own score
         node = _read(obj, attrs, plan, "node")
         own = _read(obj, attrs, plan, "score")
@@ -368,8 +381,11 @@ def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, sc
         text = _first(meta.get, _TEXT_NAMES)
     if text is None:
         text = f"<unrepresentable {type_name(obj)}>" if failed else obj
-    if score is None and plan.scores:
-        score = _score(_first_attr(obj, attrs, plan, plan.scores))
+    if score is None and own is not _MISSING and own is not _FAILED and own is not None:
+        score = _score(own)  # "score" was read above: never read a property twice in one call
+    elif score is None and plan.scores:
+        names = plan.scores if own is _MISSING else tuple(name for name in plan.scores if name != "score")
+        score = _score(_first_attr(obj, attrs, plan, names))
     return _make(_text(text, max_chars, cut), _ident(_first_attr(obj, attrs, plan, plan.ids)), score, meta)
 
 

@@ -50,12 +50,12 @@ KIND_AGENT: Final = "AGENT"
 KIND_EVALUATOR: Final = "EVALUATOR"
 INPUT_VALUE: Final = "input.value"
 OUTPUT_VALUE: Final = "output.value"
+OUTPUT_MIME_TYPE: Final = "output.mime_type"  # issue 10: the answer rule parses JSON output values
 RETRIEVAL_DOCUMENTS: Final = "retrieval.documents"
 DOCUMENT_FIELDS: Final = ("id", "content", "score", "metadata")
 KIND_RERANKER: Final = "RERANKER"
 KIND_LLM: Final = "LLM"
 INPUT_MIME_TYPE: Final = "input.mime_type"
-OUTPUT_MIME_TYPE: Final = "output.mime_type"
 MIME_JSON: Final = "application/json"
 LLM_OUTPUT_MESSAGES: Final = "llm.output_messages"
 RERANKER_QUERY: Final = "reranker.query"
@@ -99,6 +99,8 @@ CP_TRUNCATED_CONTEXTS: Final = "context_precision.truncated_contexts"
 CP_JUDGE_CALLS: Final = "context_precision.judge.calls"
 CP_SCORE: Final = "context_precision.score"
 CP_PARTIAL: Final = "context_precision.partial"
+#: Issue 10: a callback the user gave (query, context_extractor, output, redact) raised: the skip reason.
+CP_USER_ERROR: Final = "context_precision.user_error"
 CP_ANSWER_SOURCE: Final = "context_precision.reference.source"
 # The judge's identity (issue 13). The OpenTelemetry GenAI evaluation attributes (gen_ai.evaluation.name,
 # .score.value, .score.label, .explanation) have no judge model, prompt version or kind, so these live in the

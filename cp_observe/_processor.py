@@ -199,6 +199,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         )
         self._flushing = threading.local()
         self._shutdown = False
+        self._evaluator.start()  # now, not on the first request: submit never waits for a thread to start
         if hasattr(os, "register_at_fork"):
             after_fork = weakref.WeakMethod(self._after_fork)
             os.register_at_fork(after_in_child=lambda: (m := after_fork()) and m())
@@ -265,8 +266,10 @@ class ContextPrecisionProcessor(SpanProcessor):
                 item_kind, target = "retriever", True
             elif role == ROLE_ANSWER:
                 item_kind = "agent"
-                # A decorated agent with a context_extractor is itself a target.
-                target = lookup is not None and lookup.get(n.CP_CONTEXT_COUNT) is not None
+                # An agent that reports contexts; or whose context_extractor raised (counted skipped/extractor_error).
+                target = lookup is not None and (
+                    lookup.get(n.CP_CONTEXT_COUNT) is not None or lookup.get(n.CP_USER_ERROR) == "extractor_error"
+                )
             else:
                 item_kind, target = "root", False
             payload = PAYLOADS.take((trace_id, context.span_id)) if marked and item_kind != "root" else None

@@ -142,22 +142,10 @@ def query_text(value: Any) -> str:
 
 
 def message_text(value: Any) -> str:
-    """The text of an output: a string, a message, messages (assistant contents joined), or an agent's result.
+    """The text of an output (or of an input message), by the one answer rule of ``cp_observe._answer``."""
+    from cp_observe._answer import answer_text
 
-    A mapping gives its ``content``, ``text``, ``answer``, ``output`` or ``response`` string, in that order.
-    """
-    from cp_observe._serialize import safe_str
-
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
-        assistants = [m for m in value if _role(m) == "assistant"]
-        chosen = assistants or list(value)
-        return "\n".join(message_text(m) for m in chosen)
-    if isinstance(value, Mapping):
-        # A message ({"role", "content"}) or an agent's result ({"answer": ..., "sources": ...}).
-        for key in ("content", "text", "answer", "output", "response"):
-            if isinstance(value.get(key), str):
-                return str(value[key])
-    return safe_str(value, 100_000)
+    return answer_text(value, 100_000) or ""
 
 
 def _role(message: Any) -> str | None:

@@ -21,7 +21,9 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-__all__ = ["MARKER_MAX", "finite_float", "metadata_json", "safe_str", "safe_text", "truncate", "type_name"]
+__all__ = [
+    "MARKER_MAX", "finite_float", "metadata_json", "object_text", "safe_str", "safe_text", "truncate", "type_name",
+]
 
 _ELLIPSIS: Final = "…"
 
@@ -99,6 +101,18 @@ def safe_str(value: object, limit: int) -> str:
     if type(value) is str and type(limit) is int and len(value) <= limit:
         return value
     return safe_text(value, limit)[0]
+
+
+def object_text(value: object, limit: int) -> str:
+    """``str(value)``, else ``repr(value)``, else ``"<unrepresentable TYPE>"``, cut to ``limit``; never raises.
+
+    Reads nothing of ``value`` but its ``__str__`` / ``__repr__``: for host objects whose other fields were
+    already looked at (the answer rule), so no property is read twice.
+    """
+    try:
+        return _text_of(value, _as_limit(limit))
+    except Exception:  # noqa: BLE001 - nothing may reach the host
+        return _unrepresentable(value)
 
 
 def safe_text(value: object, limit: int) -> tuple[str, bool]:

@@ -2,15 +2,17 @@
 
 Cost matters here: everything static about a call site (span name, kind attributes) is computed at
 decoration time; a call does one ``start_span``, one ``set_attributes`` after start, one after the call,
-and ``end``. Unsampled calls keep nothing in memory. Every function here swallows its own errors (and
-re-raises them under pytest): a bug in cp-observe must never reach the host's code.
+and ``end``. Unsampled calls keep nothing in memory. Every function here hands its own errors to the one
+boundary (``_internal.report_internal_error``): a bug in cp-observe never reaches the host's code. The user's
+callbacks (``query=``, ``context_extractor=``, ``output=``, ``redact``) run through ``_internal.call_user``:
+their failures are user errors, recorded as ``context_precision.user_error`` and never raised.
 """
 
 from __future__ import annotations
 
 import contextlib
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +22,9 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.trace import Span, Status, StatusCode
 
 from cp_observe import _names as n
-from cp_observe._extract import Context, extract_contexts
-from cp_observe._internal import report_internal_error
+from cp_observe._answer import answer_text
+from cp_observe._extract import NOT_CAPTURED, Context, extract_contexts
+from cp_observe._internal import USER_FAILED, call_user, report_internal_error, report_user_error
 from cp_observe._runtime import PAYLOADS, RUNTIME_HOLDER, Payload, Runtime
 from cp_observe._sampling import FORCED, is_forced
 from cp_observe._serialize import finite_float, metadata_json, safe_str, type_name
@@ -32,7 +35,6 @@ _JUDGE_TEXT_LIMIT = 20_000
 # Attribute keys of the first documents, spelled once (by _names) rather than formatted on every call.
 _DOC_KEYS = tuple({field: n.document_attribute(i, field) for field in n.DOCUMENT_FIELDS} for i in range(28))
 _UNREADABLE = object()
-_ANSWER_KEYS = ("answer", "output", "content", "text", "response")
 _get_value = otel_context.get_value
 _attach = otel_context.attach
 _detach = otel_context.detach
@@ -74,11 +76,11 @@ class Call:
 class State:
     """One call in flight: its span, the context to make current, and whether it is sampled."""
 
-    __slots__ = ("call", "ctx", "key", "query", "recording", "runtime", "sampled", "span")
+    __slots__ = ("call", "ctx", "key", "query", "recording", "runtime", "sampled", "span", "user_error")
 
     def __init__(
         self, call: Call, span: Span, runtime: Runtime, *, sampled: bool = False, key: tuple[int, int] | None = None,
-        query: str = "",
+        query: str = "", user_error: str | None = None,
     ) -> None:
         self.call = call
         self.span = span
@@ -86,8 +88,21 @@ class State:
         self.sampled = sampled
         self.key = key  # (trace id, span id) when the judge will want this call's content
         self.query = query
+        self.user_error = user_error  # the skip reason when a user callback raised
         self.recording = span.is_recording()
         self.ctx = _set_span_in_context(span)
+
+    @property
+    def keep(self) -> int:
+        """Items of a generator worth keeping: what can be recorded (capture on) or judged (a payload).
+
+        None when the span does not record, so unsampled and SDK-less calls hold nothing. (A property, read
+        once per generator, so plain calls do not pay for it.)
+        """
+        if not self.recording:
+            return 0
+        rt = self.runtime
+        return max(rt.max_contexts if rt.capture_content else 0, rt.max_judged_contexts if self.key else 0)
 
 
 def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | None:
@@ -109,6 +124,10 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
         attributes: dict[str, Any] = {n.CP_SAMPLED: sampled}
         key = None
         raw_query = call.query(args, kwargs) if sampled or rt.capture_content else None
+        user_error = None
+        if raw_query is USER_FAILED:  # the user's query= callable raised (already logged and counted)
+            raw_query, user_error = None, "query_error"
+            attributes[n.CP_USER_ERROR] = user_error
         # No query (None) is recorded as absent, never as the text "None".
         query = "" if raw_query is None else _text(raw_query, rt, _JUDGE_TEXT_LIMIT if sampled else rt.max_value_length)
         if rt.capture_content and raw_query is not None:
@@ -121,13 +140,18 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
         if not rt.capture_content:
             attributes[n.CP_CONTENT_CAPTURED] = False
         span.set_attributes(attributes)
-        return State(call, span, rt, sampled=sampled, key=key, query=query)
+        return State(call, span, rt, sampled=sampled, key=key, query=query, user_error=user_error)
     except Exception as exc:  # noqa: BLE001 - our failure: no span, the call runs untraced
         if span is not None:
             with contextlib.suppress(Exception):
                 span.end()
         report_internal_error("span start", exc)
         return None
+    except BaseException:  # KeyboardInterrupt in the user's query= callable: end our span and let it through
+        if span is not None:
+            with contextlib.suppress(Exception):
+                span.end()
+        raise
 
 
 def enter(state: State) -> object:
@@ -140,12 +164,19 @@ def leave(token: object) -> None:
     _detach(token)  # type: ignore[arg-type]
 
 
-def finish(state: State, result: Any, *, partial: bool = False) -> None:
-    """Record what the call returned and end its span."""
+def finish(state: State, result: Any, *, partial: bool = False, yielded: int | None = None) -> None:
+    """Record what the call returned and end its span.
+
+    Args:
+        state: the call.
+        result: the return value, or for a generator the first ``state.keep`` items it yielded.
+        partial: a generator closed (or collected) before its end.
+        yielded: for a generator, how many items it yielded in all.
+    """
     span = state.span
     try:
         if state.recording:
-            _record_result(state, result, partial)
+            _record_result(state, result, partial, yielded)
     except Exception as exc:  # noqa: BLE001 - our failure: the span still ends, the result is untouched
         if state.key is not None:
             PAYLOADS.take(state.key)  # may have been stored before the failure
@@ -197,22 +228,28 @@ def _end(span: Span) -> None:
         report_internal_error("span end", exc)
 
 
-def _record_result(state: State, result: Any, partial: bool) -> None:
+def _record_result(state: State, result: Any, partial: bool, yielded: int | None) -> None:
     call, rt = state.call, state.runtime
     attributes: dict[str, Any] = {}
     contexts: list[str] | None = None
+    user_error = state.user_error
     if call.scores_contexts:
-        raw = call.context_extractor(result) if call.context_extractor is not None else result
-        if call.context_extractor is None and not partial and isinstance(raw, Iterator):
-            # A function that *returns* an iterator hands over the host's own iterator: reading it here would
-            # empty it for the caller. Its contexts are not captured and it is not scored (skipped, no_content).
+        if call.context_extractor is not None:
+            raw = call_user("context_extractor", call.context_extractor, result)
+            if raw is USER_FAILED:
+                raw, user_error = _UNREADABLE, user_error or "extractor_error"
+        else:
+            raw = result
+        if yielded is None and type(raw) is not list and isinstance(raw, Iterator):  # list: the common case
+            # An iterator reached through the result (returned, or returned by the extractor) is the host's
+            # own: reading it would empty it for the caller. Not captured, not scored (skipped, no_content).
             raw = _UNREADABLE
         items: tuple[Context, ...] = ()
         redact = rt.redact
         if type(raw) is list and _plain_texts(raw, rt.max_judged_contexts):
             # The common case, a short list of strings: no Context objects, one pass.
             contexts = [_redacted(c, redact) for c in raw] if redact is not None else list(raw)
-            attributes[n.CP_CONTEXT_COUNT] = len(raw)
+            attributes[n.CP_CONTEXT_COUNT] = len(raw) if yielded is None else max(yielded, len(raw))
             if rt.capture_content:
                 limit = rt.max_value_length
                 for i in range(min(len(contexts), rt.max_contexts)):
@@ -220,39 +257,61 @@ def _record_result(state: State, result: Any, partial: bool) -> None:
             raw = _UNREADABLE
         elif raw is not _UNREADABLE:
             extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
-            items = extracted.contexts
-            contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
-            attributes[n.CP_CONTEXT_COUNT] = extracted.total if extracted.total is not None else len(items)
+            if extracted is not NOT_CAPTURED:
+                items = extracted.contexts
+                contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
+                count = extracted.total if extracted.total is not None else len(items)
+                if yielded is not None and type(raw) is list and yielded > len(raw):
+                    count += yielded - len(raw)  # items yielded beyond those kept, one context each
+                attributes[n.CP_CONTEXT_COUNT] = count
         if rt.capture_content and items and contexts is not None:
-            limit = rt.max_value_length
-            for i in range(min(len(items), rt.max_contexts)):
-                item, text = items[i], contexts[i]
-                keys = _DOC_KEYS[i]
-                attributes[keys["content"]] = _shown(text, limit)
-                if item.id is not None:
-                    attributes[keys["id"]] = _shown(_redacted(item.id, redact) if redact else item.id, limit)
-                if item.score is not None:
-                    score = finite_float(item.score)
-                    if score is not None:
-                        attributes[keys["score"]] = score
-                if item.metadata:
-                    meta = metadata_json(item.metadata, limit)
-                    if meta is not None:
-                        attributes[keys["metadata"]] = _shown(_redacted(meta, redact) if redact else meta, limit + 64)
+            _record_documents(rt, items, contexts, attributes)
     answer: str | None = None
     if call.kind == "agent":
-        raw_answer = call.output(result) if call.output is not None else _answer_of(result)
-        if raw_answer is not None:  # an agent that returned None gave no answer (judged on the query instead)
-            answer = _text(raw_answer, rt, _JUDGE_TEXT_LIMIT)
-            if rt.capture_content:
-                attributes[n.OUTPUT_VALUE] = _shown(answer, rt.max_value_length)
+        answer, answer_error = _record_answer(call, rt, result, attributes)
+        user_error = user_error or answer_error
     if partial:
         attributes[n.CP_PARTIAL] = True
+    if user_error is not None:
+        attributes[n.CP_USER_ERROR] = user_error
     if state.key is not None:
         PAYLOADS.put(state.key, Payload(query=state.query, contexts=contexts, answer=answer))
     span = state.span
     if attributes:
         span.set_attributes(attributes)
+
+
+def _record_documents(rt: Runtime, items: tuple[Context, ...], contexts: list[str], attributes: dict[str, Any]) -> None:
+    """The first ``max_contexts`` documents' content, id, score and metadata, as span attributes."""
+    limit, redact = rt.max_value_length, rt.redact
+    for i in range(min(len(items), rt.max_contexts)):
+        item, text = items[i], contexts[i]
+        keys = _DOC_KEYS[i]
+        attributes[keys["content"]] = _shown(text, limit)
+        if item.id is not None:
+            attributes[keys["id"]] = _shown(_redacted(item.id, redact) if redact else item.id, limit)
+        if item.score is not None:
+            score = finite_float(item.score)
+            if score is not None:
+                attributes[keys["score"]] = score
+        if item.metadata:
+            meta = metadata_json(item.metadata, limit)
+            if meta is not None:
+                attributes[keys["metadata"]] = _shown(_redacted(meta, redact) if redact else meta, limit + 64)
+
+
+def _record_answer(call: Call, rt: Runtime, result: Any, attributes: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The agent's answer by the one answer rule (``cp_observe._answer``), and the user error, if any."""
+    raw_answer = call_user("output", call.output, result) if call.output is not None else result
+    if raw_answer is USER_FAILED:
+        return None, "output_error"
+    text = answer_text(raw_answer, _JUDGE_TEXT_LIMIT)  # None: no answer, judged on the query instead
+    if text is None:
+        return None, None
+    answer = _redacted(text, rt.redact) if rt.redact is not None else text
+    if rt.capture_content:
+        attributes[n.OUTPUT_VALUE] = _shown(answer, rt.max_value_length)
+    return answer, None
 
 
 def _plain_texts(values: list[Any], max_items: int) -> bool:
@@ -277,19 +336,6 @@ def _shown(text: str, limit: int) -> str:
     return text
 
 
-def _answer_of(result: Any) -> Any:
-    if type(result) is str or result is None:
-        return result
-    for key in _ANSWER_KEYS:
-        try:
-            value = result.get(key) if isinstance(result, Mapping) else getattr(result, key, None)
-        except Exception:  # noqa: BLE001 - a result whose fields raise: fall back to the whole result
-            continue
-        if isinstance(value, str):
-            return value
-    return result
-
-
 def _text(value: Any, rt: Runtime, limit: int) -> str:
     text = value if type(value) is str and len(value) <= limit else safe_str(value, limit)
     redact = rt.redact
@@ -300,6 +346,6 @@ def _redacted(text: str, redact: Callable[[str], str]) -> str:
     try:
         out = redact(text)
     except Exception as exc:  # noqa: BLE001 - fail closed: a broken redactor must not let content through
-        report_internal_error("redaction hook", exc)
+        report_user_error("redact", exc)
         return "[redaction failed]"
     return out if isinstance(out, str) else "[redaction failed]"

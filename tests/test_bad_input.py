@@ -43,10 +43,10 @@ ANSWER = "Paris is the capital of France."
 @pytest.fixture(params=["default", "production"])
 def mode(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run the test with internal errors raising (the test default) and swallowed (production)."""
-    saved = _internal.RAISE_UNDER_TEST[0]
-    _internal.RAISE_UNDER_TEST[0] = request.param == "default"
+    saved = _internal.raise_internal_errors()
+    _internal.set_raise_internal_errors(request.param == "default")
     yield request.param
-    _internal.RAISE_UNDER_TEST[0] = saved
+    _internal.set_raise_internal_errors(saved)
 
 
 @pytest.fixture
@@ -686,8 +686,8 @@ def test_user_exception_that_cannot_be_printed_passes_through(
     otel: Otel, keyword_judge: KeywordJudge, raising: bool
 ) -> None:
     """A user exception whose __str__ raises reaches the host unchanged, and the span is an error."""
-    saved = _internal.RAISE_UNDER_TEST[0]
-    _internal.RAISE_UNDER_TEST[0] = raising
+    saved = _internal.raise_internal_errors()
+    _internal.set_raise_internal_errors(raising)
     try:
         _runtime.install(max_value_length=LIMIT)
         processor = otel.processor(keyword_judge)
@@ -704,7 +704,7 @@ def test_user_exception_that_cannot_be_printed_passes_through(
         assert span.status.status_code is StatusCode.ERROR
         assert assert_invariant(processor)["reasons"] == {"skipped:call_error": 1}
     finally:
-        _internal.RAISE_UNDER_TEST[0] = saved
+        _internal.set_raise_internal_errors(saved)
 
 
 def test_recorded_exception_is_bounded(otel: Otel, scored: cp_observe.ContextPrecisionProcessor) -> None:
@@ -726,7 +726,7 @@ def test_recorded_exception_is_bounded(otel: Otel, scored: cp_observe.ContextPre
 def test_raising_context_extractor_is_contained_in_production(
     otel: Otel, keyword_judge: KeywordJudge, production_errors: None
 ) -> None:
-    """In production a context_extractor that raises costs the call its scoring, never its result."""
+    """A context_extractor that raises is a user error: the call keeps its result, the target is skipped."""
     _runtime.install(max_value_length=LIMIT)
     processor = otel.processor(keyword_judge)
     result = {"answer": ANSWER}
@@ -737,11 +737,12 @@ def test_raising_context_extractor_is_contained_in_production(
 
     assert rag("capital?") is result
     stats = assert_invariant(processor)
-    assert stats["sampled"] == 0  # its contexts never got recorded: the agent is not a target
+    assert stats["reasons"] == {"skipped:extractor_error": 1}
     assert keyword_judge.calls == []
     [span] = otel.by_name("invoke_agent rag")
     assert_bounded(span)
-    assert span.attributes[n.CP_SAMPLED] is False
+    assert span.attributes[n.CP_USER_ERROR] == "extractor_error"
+    assert _internal.error_counts().get("user:context_extractor", 0) >= 1
 
 
 def test_lone_surrogates_survive_otlp_export(keyword_judge: KeywordJudge, caplog: pytest.LogCaptureFixture) -> None:

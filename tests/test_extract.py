@@ -489,18 +489,28 @@ def test_long_ids_are_cut() -> None:
     assert len(extract_contexts([{"text": "t", "id": "i" * 1000}]).contexts[0].id or "") <= 256 + MARKER_MAX
 
 
-@pytest.mark.parametrize(("max_items", "max_chars"), [(None, None), ("5", 1.5), (-1, -1)])
-def test_bad_bounds_do_not_raise(max_items: Any, max_chars: Any) -> None:
-    """Nonsense bounds fall back to sane ones instead of raising."""
-    result = extract_contexts(["abc"] * 3, max_items=max_items, max_chars=max_chars)
-    assert isinstance(result, ExtractedContexts)
+@pytest.mark.parametrize(
+    ("max_items", "max_chars", "bounds", "expected"),
+    [
+        (None, None, (100, 20_000), ExtractedContexts((Context("abc"),) * 3, 3, 0, 0)),
+        ("5", 1.5, (100, 20_000), ExtractedContexts((Context("abc"),) * 3, 3, 0, 0)),
+        (-1, -1, (0, 0), ExtractedContexts((), 3, 3, 0)),
+    ],
+)
+def test_bad_bounds_do_not_raise(
+    max_items: Any, max_chars: Any, bounds: tuple[int, int], expected: ExtractedContexts
+) -> None:
+    """Nonsense bounds fall back to sane ones instead of raising, and the fallback is what extraction uses."""
+    assert (_extract._bound(max_items, 100), _extract._bound(max_chars, 20_000)) == bounds
+    # extract_contexts swallows errors into an empty result, so only the exact contexts prove bounding worked.
+    assert extract_contexts(["abc"] * 3, max_items=max_items, max_chars=max_chars) == expected
 
 
 # --- generators -------------------------------------------------------------------------------------------------
 
 
-def test_generator_is_read_at_most_max_items_plus_one() -> None:
-    """A generator is consumed up to max_items + 1 items, and the total is then unknown."""
+def test_generator_is_never_read() -> None:
+    """A generator is the host's own: it is not iterated at all, and the result says nothing was captured."""
     pulled: list[int] = []
 
     def gen() -> Iterator[str]:
@@ -508,44 +518,59 @@ def test_generator_is_read_at_most_max_items_plus_one() -> None:
             pulled.append(i)
             yield str(i)
 
-    result = extract_contexts(gen(), max_items=3)
-    assert texts(result) == ["0", "1", "2"]
-    assert pulled == [0, 1, 2, 3]
-    assert (result.total, result.dropped) == (None, 1)
+    it = gen()
+    result = extract_contexts(it, max_items=3)
+    assert result is _extract.NOT_CAPTURED
+    assert (result.contexts, result.total) == ((), None)
+    assert pulled == []
+    assert next(it) == "0"
 
 
-def test_generator_left_open_after_abandoning() -> None:
-    """A generator abandoned half-way is not closed: its owner can read on."""
+def test_iterator_is_left_whole_for_its_owner() -> None:
+    """An iterator passed in is not consumed: its owner still reads every item."""
     it = iter(["a", "b", "c", "d"])
-    extract_contexts(it, max_items=1)
-    assert list(it) == ["c", "d"]
+    assert extract_contexts(it, max_items=1) is _extract.NOT_CAPTURED
+    assert list(it) == ["a", "b", "c", "d"]
 
 
-def test_short_generator_total_is_known() -> None:
-    """A generator read to its end gives an exact total."""
-    assert extract_contexts(iter(["a", "b"])).total == 2
+@pytest.mark.parametrize("holder", ["mapping", "attribute"])
+def test_iterator_under_a_wrapper_name_is_not_read(holder: str) -> None:
+    """An iterator reached through a wrapper key or attribute (``documents``) is not read either."""
+    it = iter(["a", "b"])
+    value: Any = {"documents": it} if holder == "mapping" else Plain(documents=it)
+    assert extract_contexts(value) is _extract.NOT_CAPTURED
+    assert list(it) == ["a", "b"]
 
 
-def test_generator_raising_half_way_keeps_what_was_read() -> None:
-    """A generator that raises mid-way keeps the items before, with an unknown total."""
-
-    def gen() -> Iterator[str]:
-        yield "a"
-        raise RuntimeError("source went away")
-
-    result = extract_contexts(gen())
-    assert texts(result) == ["a"]
-    assert result.total is None
-
-
-def test_endless_none_generator_terminates() -> None:
-    """An endless generator of None items stops after max_items + 1 reads."""
+def test_endless_generator_terminates() -> None:
+    """An endless generator is not read, so extraction returns at once."""
 
     def gen() -> Iterator[None]:
         while True:
             yield None
 
     assert extract_contexts(gen(), max_items=5) == ExtractedContexts((), None, 0, 0)
+
+
+def test_node_with_score_reads_score_once() -> None:
+    """Shape detection reads a NodeWithScore-like object's ``score`` property exactly once."""
+    reads: list[str] = []
+
+    class Scored:
+        node = None
+
+        @property
+        def score(self) -> float:
+            reads.append("score")
+            return 0.5
+
+        @property
+        def text(self) -> str:
+            return "body"
+
+    [context] = extract_contexts([Scored()]).contexts
+    assert (context.text, context.score) == ("body", 0.5)
+    assert reads == ["score"]
 
 
 # --- hostile input ----------------------------------------------------------------------------------------------
@@ -665,8 +690,8 @@ def test_never_raises_and_is_bounded(value: object, max_items: int, max_chars: i
 
 @settings(max_examples=100, deadline=None)
 @given(value=st.lists(json_like | odd, max_size=30), max_items=st.integers(0, 10))
-def test_generators_agree_with_lists(value: list[Any], max_items: int) -> None:
-    """A generator gives the same contexts as the list it yields."""
-    from_list = extract_contexts(value, max_items=max_items)
-    from_iter = extract_contexts(iter(value), max_items=max_items)
-    assert texts(from_iter) == texts(from_list)
+def test_iterators_are_never_consumed(value: list[Any], max_items: int) -> None:
+    """Whatever an iterator yields, extraction leaves every item for the caller."""
+    it = iter(value)
+    assert extract_contexts(it, max_items=max_items) is _extract.NOT_CAPTURED
+    assert list(it) == value

@@ -14,10 +14,13 @@ def test_full_queue_never_stalls_judging(otel: Otel) -> None:
     """Retrievals waiting for their agent cannot hold every slot: the agent's answer is always taken."""
     release = threading.Event()
 
+    references: list[str] = []
+
     class Gated:
         model = "gated"
 
         async def judge(self, query: str, reference: str, contexts: Any) -> Any:
+            references.append(reference)
             while not release.is_set():
                 await asyncio.sleep(0.005)
             return [cp_observe.Verdict(i, True) for i in range(len(contexts))]
@@ -45,3 +48,59 @@ def test_full_queue_never_stalls_judging(otel: Otel) -> None:
     assert stats["reasons"].get("skipped:no_reference", 0) == 0
     # Every scored retrieval was judged against the agent's answer, not left to time out on its query.
     assert set(stats["reasons"]) <= {"scored:ok", "dropped:queue_full"}
+    assert len(references) == stats["scored"]
+    assert set(references) == {"an answer"}  # the agent's answer (reference "output"), never the query
+
+
+def test_refused_targets_cost_the_caller_no_metrics_and_no_export(otel: Otel) -> None:
+    """A full queue: the caller only counts; metrics and the held span's export happen on the evaluator thread."""
+    import threading as _threading
+
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+
+    from cp_observe import _names as n
+
+    release = _threading.Event()
+    exported_on: list[tuple[str, str]] = []
+
+    class Recording(SpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            exported_on.append((span.name, _threading.current_thread().name))
+
+    class Gated:
+        model = "gated"
+
+        async def judge(self, query: str, reference: str, contexts: Any) -> Any:
+            while not release.is_set():
+                await asyncio.sleep(0.005)
+            return [cp_observe.Verdict(i, True) for i in range(len(contexts))]
+
+    processor = otel.processor(Gated(), queue_size=1, concurrency=1, export_processor=Recording(), hold_timeout_s=60)
+
+    @cp_observe.retriever(name="kb")
+    def search(query: str) -> list[str]:
+        return ["a context"]
+
+    for i in range(10):
+        search(f"q{i}")
+    stats = processor.stats()
+    assert stats["dropped"] >= 8  # refused at once, counted on the caller's thread
+    release.set()
+    assert processor.force_flush(20_000)
+    retrievals = [thread for name, thread in exported_on if name == "retrieval kb"]
+    assert len(retrievals) == 10
+    assert set(retrievals) == {"cp-observe-evaluator"}  # never exported on the request thread
+    dropped = sum(p.value for p in otel.metric_points(n.METRIC_EVALUATIONS)
+                  if p.attributes.get(n.OUTCOME) == n.OUTCOME_DROPPED)
+    assert dropped == processor.stats()["dropped"]
+
+
+def test_evaluator_thread_runs_before_the_first_span(otel: Otel, keyword_judge: Any) -> None:
+    """The evaluator thread starts with the processor: no request waits for it to start."""
+    import threading as _threading
+
+    before = {t.ident for t in _threading.enumerate() if t.name == "cp-observe-evaluator"}
+    otel.processor(keyword_judge)
+    started = [t for t in _threading.enumerate() if t.name == "cp-observe-evaluator" and t.ident not in before]
+    assert len(started) == 1
+    assert started[0].is_alive()

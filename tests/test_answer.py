@@ -1,0 +1,77 @@
+"""One answer rule: the hook, the offline scorer and output.value all judge against the same text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import cp_observe
+from cp_observe import _names as n
+from cp_observe._answer import answer_from_attribute, answer_text
+from cp_observe._scorer import message_text
+from tests.conftest import KeywordJudge, Otel
+
+
+class Reply:
+    """An agent result object with both ``content`` and ``answer``."""
+
+    def __init__(self) -> None:
+        self.content = "raw model message"
+        self.answer = "the final answer"
+
+
+OUTPUTS: list[tuple[str, Any, str | None]] = [
+    ("string", "Paris is the capital.", "Paris is the capital."),
+    ("answer_before_content", {"content": "raw model message", "answer": "the final answer"}, "the final answer"),
+    ("message", {"role": "assistant", "content": "Paris."}, "Paris."),
+    ("content_parts", {"content": [{"type": "text", "text": "Par"}, {"type": "image"}, "is"]}, "Par\nis"),
+    ("messages", [{"role": "user", "content": "q?"}, {"role": "assistant", "content": "A."}], "A."),
+    ("strings", ["one", "two"], "one\ntwo"),
+    ("object", Reply(), "the final answer"),
+    ("none", None, None),
+    ("blank", "   ", None),
+]
+
+
+@pytest.mark.parametrize(("label", "output", "expected"), OUTPUTS, ids=[o[0] for o in OUTPUTS])
+def test_rule(label: str, output: Any, expected: str | None) -> None:
+    """Each documented shape gives the documented text (``None``: no answer)."""
+    assert answer_text(output, 1_000) == expected
+
+
+@pytest.mark.parametrize(("label", "output", "expected"), OUTPUTS, ids=[o[0] for o in OUTPUTS])
+def test_hook_and_scorer_read_the_same_text(
+    otel: Otel, keyword_judge: KeywordJudge, label: str, output: Any, expected: str | None
+) -> None:
+    """The text ``@agent`` judges retrievals against is the text the offline scorer (and run_evals) uses."""
+    processor = otel.processor(keyword_judge)
+
+    @cp_observe.retriever(name="kb")
+    def search(q: str) -> list[str]:
+        return ["Paris is the capital of France."]
+
+    @cp_observe.agent(name="bot")
+    def ask(question: str) -> Any:
+        search(question)
+        return output
+
+    ask("capital?")
+    assert processor.force_flush(10_000)
+    [(query, reference, _)] = keyword_judge.calls
+    offline = message_text(output) if output is not None else ""
+    if expected is None:
+        assert reference == query  # no answer: judged against the query, as offline ("reference": "query")
+        assert not offline.strip()
+    else:
+        assert reference == offline == expected
+
+
+def test_json_output_value_is_read_by_the_same_rule() -> None:
+    """A JSON ``output.value`` (as other instrumentations record a result) is parsed, then read by the rule."""
+    value = json.dumps({"content": "raw model message", "answer": "the final answer"})
+    assert answer_from_attribute(value, "application/json", 1_000) == "the final answer"
+    assert answer_from_attribute(value, None, 1_000) == value
+    assert answer_from_attribute(None, "application/json", 1_000) is None
+    assert n.OUTPUT_MIME_TYPE == "output.mime_type"
