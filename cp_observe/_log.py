@@ -8,11 +8,12 @@ counts, names and error types rather than payloads.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
-__all__ = ["LOGGER_NAME", "logger"]
+__all__ = ["LOGGER_NAME", "log_to_stderr", "logger"]
 
 LOGGER_NAME = "cp_observe"
 _SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
@@ -74,3 +75,27 @@ class _LazyLogger:
 
 
 logger = _LazyLogger()
+
+
+def log_to_stderr() -> Callable[[], None]:
+    """Send the ``cp_observe`` logger's lines (rendered by structlog) to stderr, at WARNING until configured.
+
+    For the project's own programs (``serve``, ``replay``, the demo): a library leaves logging to its host, but
+    a program of ours must show its warnings (a backend that refuses metrics, a bad environment value).
+
+    Returns a function that puts the logger back as it was (handlers, level, propagation).
+    """
+    root = _stdlib_logger
+    level, propagate = root.level, root.propagate
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    root.propagate = False  # one line per event, whatever the root logger does
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        root.propagate = propagate
+
+    return restore

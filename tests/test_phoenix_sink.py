@@ -152,11 +152,14 @@ def _record_from(run: DemoRun, evaluation: dict[str, Any]) -> EvaluationRecord:
 
 
 def test_the_demo_scores_every_turn_and_says_nothing_about_refused_signals(demo: DemoRun) -> None:
-    """Every turn scored; Phoenix's 405 on /v1/metrics and /v1/logs produces no per-batch export error."""
+    """Every turn scored; Phoenix's 405 on /v1/metrics and /v1/logs is said once each, no per-batch error."""
     assert len(demo.evaluations) == TURNS
     assert f"sampled {TURNS}, scored {TURNS}, failed 0" in demo.process.stdout
     assert "Failed to export" not in demo.process.stderr
-    assert "405" not in demo.process.stderr
+    # Said once per signal, with the remedy, on the demo's stderr (not into a silent library logger).
+    assert demo.process.stderr.count("refuses metrics (HTTP 405)") == 1, demo.process.stderr
+    assert demo.process.stderr.count("refuses logs (HTTP 405)") == 1, demo.process.stderr
+    assert "METRICS_ENDPOINT" in demo.process.stderr
 
 
 def test_each_scored_retrieval_has_one_annotation_equal_to_its_evaluation(demo: DemoRun) -> None:

@@ -51,13 +51,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; returns the exit code."""
-    import cp_observe
-    from cp_observe.demo._corpus import CORPUS, QUESTIONS
-    from cp_observe.demo._rag import BM25Retriever, DegradedRetriever, ExtractiveAnswerer
+    from cp_observe._log import log_to_stderr
 
     if args.turns is not None and args.turns < 0:
         print("--turns must be >= 0", file=sys.stderr)
         return 2
+
+    restore_logging = log_to_stderr()  # the demo shows our warnings (a backend refusing metrics, say)
+    try:
+        return _run(args)
+    finally:
+        restore_logging()
+
+
+def _run(args: argparse.Namespace) -> int:
+    import cp_observe
+    from cp_observe.demo._corpus import CORPUS, QUESTIONS
+    from cp_observe.demo._rag import BM25Retriever, DegradedRetriever, ExtractiveAnswerer
+
     printer = _Printer()
     processor = cp_observe.configure(
         args.judge,

@@ -8,15 +8,15 @@ import signal
 import sys
 import threading
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from cp_observe._errors import ConfigurationError
-from cp_observe._log import LOGGER_NAME
+from cp_observe._log import LOGGER_NAME, log_to_stderr
 from cp_observe._names import ENV_PREFIX
 from cp_observe.serve._settings import SERVE_FIELDS, ServeSettings
 
-__all__ = ["add_arguments", "log_to_stderr", "main", "run"]
+__all__ = ["add_arguments", "main", "run"]
 
 _EPILOG = f"""\
 Every option falls back to its environment variable, then to its default (shown in brackets).
@@ -126,26 +126,6 @@ def _serve(args: argparse.Namespace) -> int:
         for sig, previous_handler in previous.items():
             signal.signal(sig, previous_handler)
 
-
-def log_to_stderr() -> Callable[[], None]:
-    """Send the ``cp_observe`` logger's lines (rendered by structlog) to stderr, at WARNING until configured.
-
-    Returns a function that puts the logger back as it was (handlers, level, propagation).
-    """
-    root = logging.getLogger(LOGGER_NAME)
-    level, propagate = root.level, root.propagate
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(logging.WARNING)
-    root.propagate = False  # one line per event, whatever the root logger does
-
-    def restore() -> None:
-        root.removeHandler(handler)
-        root.setLevel(level)
-        root.propagate = propagate
-
-    return restore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
