@@ -123,7 +123,7 @@ def test_llm_judge_identity_names_the_prompt_version() -> None:
     from cp_observe._llm_judge import LLMJudge
     from cp_observe._prompt import PROMPT_VERSION
 
-    assert judge_identity(LLMJudge("openai/judge")) == JudgeIdentity(n.JUDGE_KIND_LLM, PROMPT_VERSION)
+    assert judge_identity(LLMJudge("openai/judge")) == JudgeIdentity(n.JUDGE_KIND_LLM, PROMPT_VERSION, n.ANNOTATOR_LLM)
 
 
 def test_a_failing_judge_property_does_not_stop_the_evaluation() -> None:
