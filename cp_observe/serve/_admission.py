@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 
 from cp_observe import _names as n
-from cp_observe._conventions import role
-from cp_observe._processor import ContextPrecisionProcessor
-from cp_observe._sampling import FORCED
+from cp_observe._capture._conventions import role
+from cp_observe._config._sampling import FORCED
+from cp_observe._processing._processor import ContextPrecisionProcessor
 
 __all__ = ["Admission", "Decision", "Offer", "evaluator_queue_size"]
 
