@@ -203,7 +203,7 @@ def _flat(mapping: dict[Any, Any]) -> bool:
 # --- conversion ---------------------------------------------------------------------------------------------
 
 
-class _Budget:
+class _Allowance:
     """What one conversion may still spend: values visited and characters of text kept."""
 
     __slots__ = ("chars", "nodes")
@@ -223,7 +223,7 @@ def _convert(value: object, limit: int) -> tuple[str, bool]:
         return truncate(str.__str__(value), limit)
     text = _message_text(value, limit)
     if text is None:
-        plain = _plain(value, 0, _Budget(limit), limit, set())
+        plain = _plain(value, 0, _Allowance(limit), limit, set())
         if type(plain) is str:
             text = plain
         elif type(plain) is dict or type(plain) is list:
@@ -272,7 +272,7 @@ def _decode(data: bytes | bytearray | memoryview, limit: int) -> tuple[str, bool
     return kept.decode("utf-8", "replace") + _marker(size - len(kept), "bytes"), True
 
 
-def _cap(text: str, budget: _Budget) -> str:
+def _cap(text: str, budget: _Allowance) -> str:
     if len(text) <= budget.chars:
         budget.chars -= len(text)
         return text
@@ -289,7 +289,7 @@ def _key(key: object) -> str:
     return _text_of(key, _KEY_LIMIT)
 
 
-def _plain(value: object, depth: int, budget: _Budget, limit: int, active: set[int]) -> Any:
+def _plain(value: object, depth: int, budget: _Allowance, limit: int, active: set[int]) -> Any:
     """Return a JSON-safe copy of ``value``, bounded by depth, the budget and reference cycles."""
     budget.nodes -= 1
     if budget.nodes < 0:
@@ -316,7 +316,7 @@ def _plain(value: object, depth: int, budget: _Budget, limit: int, active: set[i
     return _plain_other(value, budget, limit)
 
 
-def _plain_container(value: object, depth: int, budget: _Budget, limit: int, active: set[int]) -> Any:
+def _plain_container(value: object, depth: int, budget: _Allowance, limit: int, active: set[int]) -> Any:
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for k, v in value.items():
@@ -334,7 +334,7 @@ def _plain_container(value: object, depth: int, budget: _Budget, limit: int, act
     return items
 
 
-def _plain_other(value: object, budget: _Budget, limit: int) -> Any:
+def _plain_other(value: object, budget: _Allowance, limit: int) -> Any:
     cls = type(value)
     if isinstance(value, str):
         return _cap(str.__str__(value), budget)
@@ -426,7 +426,7 @@ def _join(texts: Iterable[str | None], limit: int) -> str | None:
 
 
 def _metadata_json(mapping: Mapping[Any, Any], limit: int) -> str:
-    budget = _Budget(limit)
+    budget = _Allowance(limit)
     whole = _plain(mapping, 0, budget, limit, set())
     if type(whole) is dict:  # not a placeholder string for a mapping that could not be read
         encoded = _encode(whole)

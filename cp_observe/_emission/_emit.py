@@ -133,12 +133,13 @@ class Emitter:
         """Emit a successful evaluation."""
         labels = self.labels(target)
         label = n.LABEL_PASS if result.score >= self.threshold else n.LABEL_FAIL
+        explanation = self._explanation(result)  # built once: the span, the log record and the sinks share it
         attributes: dict[str, Any] = {
             n.OPENINFERENCE_SPAN_KIND: n.KIND_EVALUATOR,
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
             n.GEN_AI_EVALUATION_SCORE_VALUE: result.score,
             n.GEN_AI_EVALUATION_SCORE_LABEL: label,
-            n.GEN_AI_EVALUATION_EXPLANATION: self._explanation(result),
+            n.GEN_AI_EVALUATION_EXPLANATION: explanation,
             n.CP_AVERAGE_PRECISION: result.average_precision,
             n.CP_VERDICTS: [v.relevant for v in result.verdicts],
             n.CP_REFERENCE: target.reference,
@@ -149,7 +150,7 @@ class Emitter:
             n.OI_EVALUATION_NAME: n.EVALUATION_NAME,
             n.OI_EVALUATION_SCORE: result.score,
             n.OI_EVALUATION_LABEL: label,
-            n.OI_EVALUATION_EXPLANATION: self._explanation(result),
+            n.OI_EVALUATION_EXPLANATION: explanation,
             **labels,
         }
         if result.truncated:
@@ -159,7 +160,7 @@ class Emitter:
             attributes[n.CP_REASONS] = [v.reason[:_MAX_REASON] for v in result.verdicts]
         span = self._start_span(target, start_ns, attributes)
         span.end(end_time=end_ns)
-        self._log(target, label, result, model)
+        self._log(target, label, result, model, explanation)
         # Recorded in the evaluation span's context: the SDK's trace-based exemplar filter then attaches its
         # trace and span id, which lead from a score bucket to the evaluated trace. The judge's identity is a
         # label here (one value per deployed judge, so low cardinality), not on the outcome counters.
@@ -177,7 +178,7 @@ class Emitter:
         self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
                             cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED)
         if self.sinks:  # last: whatever a sink does, the span, event and metrics above are already out
-            self._to_sinks(target, span, label, result, model)
+            self._to_sinks(target, span, label, result, model, explanation=explanation)
 
     def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
                model: str) -> None:
@@ -212,7 +213,8 @@ class Emitter:
             start_time=start_ns,
         )
 
-    def _to_sinks(self, target: Target, span: Any, label: str, result: ScoreResult, model: str) -> None:
+    def _to_sinks(self, target: Target, span: Any, label: str, result: ScoreResult, model: str, *,
+                  explanation: str) -> None:
         """Offer the evaluation to every sink (a bounded append each; the sinks' threads do the sending)."""
         record = EvaluationRecord(
             trace_id=target.span_context.trace_id,
@@ -220,7 +222,7 @@ class Emitter:
             evaluation_span_id=span.get_span_context().span_id,
             score=result.score,
             label=label,
-            explanation=self._explanation(result),
+            explanation=explanation,
             average_precision=result.average_precision,
             verdicts=tuple(v.relevant for v in result.verdicts),
             reasons=tuple(v.reason[:_MAX_REASON] for v in result.verdicts) if self.capture_content else None,
@@ -243,12 +245,12 @@ class Emitter:
 
         return build_reason(result.verdicts, result.score, result.scale)
 
-    def _log(self, target: Target, label: str, result: ScoreResult, model: str) -> None:
+    def _log(self, target: Target, label: str, result: ScoreResult, model: str, explanation: str) -> None:
         attributes: dict[str, Any] = {
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
             n.GEN_AI_EVALUATION_SCORE_VALUE: result.score,
             n.GEN_AI_EVALUATION_SCORE_LABEL: label,
-            n.GEN_AI_EVALUATION_EXPLANATION: self._explanation(result),
+            n.GEN_AI_EVALUATION_EXPLANATION: explanation,
             n.CP_VERDICTS: [v.relevant for v in result.verdicts],
             n.CP_REFERENCE: target.reference,
             n.GEN_AI_DATA_SOURCE_ID: target.data_source,
