@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import cp_observe
+from cp_observe._config import _bounds, _runtime
 from cp_observe._config._settings import Settings
 from cp_observe._errors import ConfigurationError
 
@@ -57,3 +58,26 @@ def test_an_unknown_name_still_raises_configuration_error() -> None:
     """A misspelt setting is refused with ConfigurationError, before anything is set up."""
     with pytest.raises(ConfigurationError, match="sample_rat"):
         cp_observe.configure(sample_rat=0.5)  # type: ignore[arg-type]
+
+
+BOUNDS = {"sample_rate": _bounds.SAMPLE_RATE, "max_value_length": _bounds.MAX_VALUE_LENGTH,
+          "max_contexts": _bounds.MAX_CONTEXTS, "max_judged_contexts": _bounds.MAX_JUDGED_CONTEXTS}
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_settings_and_the_runtime_share_the_bounds(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An env value just outside a bound is ignored by both readers; the bound itself is taken by both."""
+    low, high = BOUNDS[name]
+    step = 0.5 if isinstance(low, float) else 1
+    variable = f"CP_OBSERVE_{name.upper()}"
+    default = getattr(_runtime.Runtime(), name, None)
+    for value in (low - step, high + step):
+        monkeypatch.setenv(variable, str(value))
+        assert getattr(Settings.resolve(), name) == Settings.model_fields[name].default
+        if default is not None:
+            assert getattr(_runtime.from_environment(), name) == default
+    for value in (low, high):
+        monkeypatch.setenv(variable, str(value))
+        assert getattr(Settings.resolve(), name) == value
+        if default is not None:
+            assert getattr(_runtime.from_environment(), name) == value

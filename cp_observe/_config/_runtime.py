@@ -60,18 +60,19 @@ def from_environment() -> Runtime:
     Content capture in particular obeys the environment even when a processor is wired by hand: turning it off
     with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false`` must hold everywhere.
     """
+    from cp_observe._config._bounds import MAX_CONTEXTS, MAX_JUDGED_CONTEXTS, MAX_VALUE_LENGTH, SAMPLE_RATE
     from cp_observe._config._envvars import capture_from_otel_env, env_bool, env_float, env_int
 
     defaults = Runtime()
     capture = env_bool("capture_content")
     if capture is None:
         capture = capture_from_otel_env(os.environ)
-    rate = env_float("sample_rate", 0.0, 1.0)
+    rate = env_float("sample_rate", *SAMPLE_RATE)
     return Runtime(
         capture_content=defaults.capture_content if capture is None else capture,
-        max_value_length=env_int("max_value_length", 16, 10**9) or defaults.max_value_length,
-        max_contexts=env_int("max_contexts", 1, 28) or defaults.max_contexts,
-        max_judged_contexts=env_int("max_judged_contexts", 1, 10**6) or defaults.max_judged_contexts,
+        max_value_length=env_int("max_value_length", *MAX_VALUE_LENGTH) or defaults.max_value_length,
+        max_contexts=env_int("max_contexts", *MAX_CONTEXTS) or defaults.max_contexts,
+        max_judged_contexts=env_int("max_judged_contexts", *MAX_JUDGED_CONTEXTS) or defaults.max_judged_contexts,
         sampler=TraceIdRatio(1.0 if rate is None else rate),
     )
 

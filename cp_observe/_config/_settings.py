@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, field_validator
 
+from cp_observe._config._bounds import MAX_CONTEXTS, MAX_JUDGED_CONTEXTS, MAX_VALUE_LENGTH, SAMPLE_RATE
 from cp_observe._config._envvars import capture_from_otel_env
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
@@ -30,15 +31,19 @@ class Settings(BaseModel):
     judge_api_key: SecretStr | None = Field(None, description="Key of the judge model (else the provider's env var).")
     judge_timeout_s: float = Field(30.0, gt=0, description="Seconds allowed for one judge HTTP call.")
     judge_max_retries: int = Field(3, ge=0, description="Transport retries per judge call.")
-    sample_rate: float = Field(1.0, ge=0, le=1, description="Share of traces whose retrievals are scored.")
+    sample_rate: float = Field(1.0, ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1],
+        description="Share of traces whose retrievals are scored.")
     max_evaluations_per_minute: float | None = Field(None, gt=0, description="Rate cap on evaluations.")
     daily_budget_usd: float | None = Field(None, ge=0, description="Stop scoring once today's judge cost reaches it.")
     threshold: float = Field(0.5, ge=0, le=1, description="Scores below it are labelled 'fail'.")
     capture_content: bool = Field(True, description="Record query, contexts and answer on spans.")
     capture_only: bool = Field(False, description="Mark and capture spans, but judge nothing in process.")
-    max_value_length: int = Field(4096, ge=16, description="Characters kept per recorded value.")
-    max_contexts: int = Field(20, ge=1, le=28, description="Retrieved documents recorded per span.")
-    max_judged_contexts: int = Field(50, ge=1, description="Contexts sent to the judge per retrieval.")
+    max_value_length: int = Field(4096, ge=MAX_VALUE_LENGTH[0], le=MAX_VALUE_LENGTH[1],
+        description="Characters kept per recorded value.")
+    max_contexts: int = Field(20, ge=MAX_CONTEXTS[0], le=MAX_CONTEXTS[1],
+        description="Retrieved documents recorded per span.")
+    max_judged_contexts: int = Field(50, ge=MAX_JUDGED_CONTEXTS[0], le=MAX_JUDGED_CONTEXTS[1],
+        description="Contexts sent to the judge per retrieval.")
     queue_size: int = Field(1000, ge=1, description="Evaluations waiting before new ones are dropped.")
     concurrency: int = Field(4, ge=1, description="Judge calls in flight at once.")
     turn_timeout_s: float = Field(60.0, gt=0, description="How long a retrieval waits for its agent's answer.")
