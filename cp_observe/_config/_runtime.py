@@ -21,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Tracer, TracerProvider
 
 from cp_observe._config._sampling import TraceIdRatio
+from cp_observe._fork import at_fork
 from cp_observe._log import logger
 
 __all__ = ["PAYLOADS", "RUNTIME", "Payload", "PayloadStore", "Runtime"]
@@ -169,7 +170,5 @@ class PayloadStore:
 
 
 PAYLOADS = PayloadStore()
-if hasattr(os, "register_at_fork"):
-    # A lock held by another thread at fork time would stay locked forever in the child.
-    os.register_at_fork(after_in_child=PAYLOADS.after_fork)
+at_fork(PAYLOADS.after_fork)  # a lock held by another thread at fork time would stay locked in the child
 RUNTIME = RUNTIME_HOLDER

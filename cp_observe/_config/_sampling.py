@@ -8,17 +8,18 @@ of a higher rate's traces (decisions nest), unlike ``random()`` sampling.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-__all__ = ["DailyBudget", "ForcedTraces", "RateLimiter", "TraceIdRatio", "force_evaluation"]
+from cp_observe._fork import at_fork
+
+__all__ = ["DailyBudget", "ForcedTraces", "RateLimiter", "TraceIdRatio", "force_evaluation", "sampling_reason"]
 
 _RANDOM_BITS = 56
 _MASK = (1 << _RANDOM_BITS) - 1
@@ -67,8 +68,7 @@ class ForcedTraces:
 
 #: Process-wide forced traces; ``force_evaluation()`` adds to it, every processor reads it.
 FORCED = ForcedTraces()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=FORCED.after_fork)
+at_fork(FORCED.after_fork)
 
 
 def is_forced(parent: otel_context.Context | None, trace_id: int) -> bool:
@@ -76,6 +76,17 @@ def is_forced(parent: otel_context.Context | None, trace_id: int) -> bool:
     if trace_id in FORCED:
         return True
     return bool(otel_context.get_value(_FORCE_KEY, parent))
+
+
+def sampling_reason(trace_id: int, sampler: Callable[[int], bool]) -> str | None:
+    """Why an ended span's trace is scored: ``"forced"``, ``"ratio"`` (the sampler chose it), or None (it is not).
+
+    The one rule for both paths: the in-process processor (``on_end``) and ``serve``'s admission, which must
+    count exactly the items ``on_end`` will queue.
+    """
+    if trace_id in FORCED:
+        return "forced"
+    return "ratio" if sampler(trace_id) else None
 
 
 @contextlib.contextmanager

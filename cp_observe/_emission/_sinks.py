@@ -19,11 +19,9 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
-import os
 import random
 import threading
 import time
-import weakref
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.metrics import get_meter_provider as global_meter_provider
 
 from cp_observe import _names as n
+from cp_observe._fork import at_fork_method
 from cp_observe._log import logger
 
 __all__ = ["Delivery", "EvaluationRecord", "Sink", "SinkRunner", "recorded_documents"]
@@ -160,9 +159,7 @@ class SinkRunner:
         self._dropped = meter.create_counter(n.SINK_METRIC_DROPPED, unit="{evaluation}",
                                              description="Evaluations never sent (queue full, shutdown), by reason.")
         self._reset()
-        if hasattr(os, "register_at_fork"):
-            after_fork = weakref.WeakMethod(self._reset)
-            os.register_at_fork(after_in_child=lambda: (m := after_fork()) and m())
+        at_fork_method(self._reset)
 
     def _reset(self) -> None:
         """Fresh state: at construction and in a forked child (the parent's thread does not exist there)."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import weakref
 from collections import OrderedDict
 from typing import Generic, TypeVar
+
+from cp_observe._fork import at_fork_method
 
 __all__ = ["LRUCache"]
 
@@ -28,9 +28,7 @@ class LRUCache(Generic[V]):
         self._max = max_entries
         self._data: OrderedDict[str, V] = OrderedDict()
         self._lock = threading.Lock()  # guards _data and the counters
-        if hasattr(os, "register_at_fork"):
-            after_fork = weakref.WeakMethod(self._after_fork)
-            os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
+        at_fork_method(self._after_fork)
         self.hits = 0
         self.misses = 0
         self.evictions = 0

@@ -9,6 +9,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from cp_observe._fork import at_fork
 from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
 
 __all__ = ["load_litellm"]
@@ -31,8 +32,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+at_fork(_after_fork_in_child)
 
 
 def _forget_half_imported() -> None:

@@ -8,7 +8,6 @@ raises. Everything else runs on the evaluator thread (see ``_evaluator``).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -31,9 +30,10 @@ from cp_observe._capture._conventions import (
 )
 from cp_observe._config import _runtime
 from cp_observe._config._runtime import PAYLOADS
-from cp_observe._config._sampling import FORCED, DailyBudget, RateLimiter, TraceIdRatio
+from cp_observe._config._sampling import DailyBudget, RateLimiter, TraceIdRatio, sampling_reason
 from cp_observe._emission._emit import Emitter
 from cp_observe._emission._sinks import Sink, SinkRunner
+from cp_observe._fork import at_fork_method
 from cp_observe._internal import report_internal_error
 from cp_observe._judging._circuit import CircuitBreaker
 from cp_observe._judging._judges import resolve_judge
@@ -46,6 +46,7 @@ __all__ = ["ContextPrecisionProcessor"]
 
 _SINK_SHUTDOWN_S = 5.0
 _role = role
+_sampling_reason = sampling_reason
 _plain_attributes = plain_attributes
 
 
@@ -200,9 +201,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         self._flushing = threading.local()
         self._shutdown = False
         self._evaluator.start()  # now, not on the first request: submit never waits for a thread to start
-        if hasattr(os, "register_at_fork"):
-            after_fork = weakref.WeakMethod(self._after_fork)
-            os.register_at_fork(after_in_child=lambda: (m := after_fork()) and m())
+        at_fork_method(self._after_fork)
 
     def _depth(self) -> int:
         return self._evaluator.depth()
@@ -257,8 +256,8 @@ class ContextPrecisionProcessor(SpanProcessor):
                     PAYLOADS.take((context.trace_id, context.span_id))
                 return False
             trace_id = context.trace_id
-            forced = trace_id in FORCED
-            if not (forced or self.sampler(trace_id)):
+            reason = _sampling_reason(trace_id, self.sampler)
+            if reason is None:
                 if marked:
                     PAYLOADS.take((trace_id, context.span_id))
                 return False
@@ -286,7 +285,7 @@ class ContextPrecisionProcessor(SpanProcessor):
                     attributes=attributes,
                     payload=payload,
                     target=target,
-                    sampling_reason="forced" if forced else "ratio",
+                    sampling_reason=reason,
                     span_name=span.name,
                     events=span.events if role == ROLE_RETRIEVER else (),
                     data_source=self._data_source,
