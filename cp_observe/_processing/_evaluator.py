@@ -21,7 +21,6 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -34,38 +33,16 @@ from cp_observe._errors import JudgeError, JudgeTransportError
 from cp_observe._judging._circuit import CircuitBreaker
 from cp_observe._judging._evaluate import evaluate, judge_model_name
 from cp_observe._log import logger
+from cp_observe._processing._accounting import Accounting
 from cp_observe._processing._assembly import Assembler, Fold, Item, Ready, Skip
+from cp_observe._processing._gates import refusal
 from cp_observe._types import Judge, ScoreResult
 
-__all__ = ["Evaluator", "Stats"]
+__all__ = ["Evaluator"]
 
 _TICK_S = 0.1
 _WAKE_BATCH = 64
 _SIGNAL_BOUND_FACTOR = 4
-
-
-@dataclass(slots=True)
-class Stats:
-    """Counts of evaluation targets. ``reasons`` counts ``(outcome, reason)`` pairs."""
-
-    sampled: int = 0
-    scored: int = 0
-    failed: int = 0
-    dropped: int = 0
-    skipped: int = 0
-    reasons: Counter[tuple[str, str]] = field(default_factory=Counter)
-
-    def as_dict(self, pending: int) -> dict[str, Any]:
-        """A snapshot, with the targets still in flight as ``pending``."""
-        return {
-            "sampled": self.sampled,
-            "scored": self.scored,
-            "failed": self.failed,
-            "dropped": self.dropped,
-            "skipped": self.skipped,
-            "pending": pending,
-            "reasons": {f"{o}:{r}": c for (o, r), c in sorted(self.reasons.items())},
-        }
 
 
 class Evaluator:
@@ -106,10 +83,10 @@ class Evaluator:
     def _reset(self) -> None:
         """Fresh state: at construction and in a forked child (the parent's thread does not exist there)."""
         self._queue: deque[Item] = deque()
-        self._lock = threading.Lock()  # guards stats, _thread start and _closed
+        self._lock = threading.Lock()  # guards _thread start, _closed and _refused
         self._count_lock = threading.Lock()  # guards _queued_targets and the target bound check
         self._queued_targets = 0
-        self.stats = Stats()
+        self.accounting = Accounting()
         self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces)
         self._ready: deque[Ready] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
@@ -176,10 +153,8 @@ class Evaluator:
     def _refuse(self, item: Item, reason: str) -> None:
         """Count a refused target on the caller's thread in O(1): no metric update, no export, no I/O."""
         key = (item.name, item.kind, item.sampling_reason, reason)
+        self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
         with self._lock:
-            self.stats.sampled += 1
-            self.stats.dropped += 1
-            self.stats.reasons[(n.OUTCOME_DROPPED, reason)] += 1
             self._refused[key] += 1
         if self.on_finished is not None:
             self._refused_items.append(item)  # released by the evaluator thread (or by shutdown)
@@ -204,10 +179,7 @@ class Evaluator:
 
     def _drop(self, item: Item, reason: str) -> None:
         labels = Emitter.labels(_target(item, "", item.sampling_reason))
-        with self._lock:
-            self.stats.sampled += 1
-            self.stats.dropped += 1
-            self.stats.reasons[(n.OUTCOME_DROPPED, reason)] += 1
+        self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
         self.emitter.count_sampled(labels)
         self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
         self._finished(item, None)
@@ -315,8 +287,7 @@ class Evaluator:
             self._queue.popleft()
             added = self._assembler.add(item, now)  # may find the span is not a retrieval of its own (counts)
             if item.target and item.counts:
-                with self._lock:
-                    self.stats.sampled += 1
+                self.accounting.sampled()
                 self.emitter.count_sampled(Emitter.labels(_target(item, "", item.sampling_reason)))
             outcomes.extend(added)
         outcomes.extend(self._assembler.flush() if flush else self._assembler.expire(now))
@@ -371,17 +342,13 @@ class Evaluator:
 
     def _finish_drop(self, item: Item, reason: str) -> None:
         labels = Emitter.labels(_target(item, "", item.sampling_reason))
-        with self._lock:
-            self.stats.dropped += 1
-            self.stats.reasons[(n.OUTCOME_DROPPED, reason)] += 1
+        self.accounting.outcome(n.OUTCOME_DROPPED, reason)
         self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
         self._finished(item, None)
 
     def _finish_skip(self, item: Item, reason: str) -> None:
         labels = Emitter.labels(_target(item, "", item.sampling_reason))
-        with self._lock:
-            self.stats.skipped += 1
-            self.stats.reasons[(n.OUTCOME_SKIPPED, reason)] += 1
+        self.accounting.outcome(n.OUTCOME_SKIPPED, reason)
         self.emitter.count(n.OUTCOME_SKIPPED, reason, labels)
         self._finished(item, None)
 
@@ -396,18 +363,9 @@ class Evaluator:
         if contexts is None:
             self._finish_skip(item, "no_content")
             return
-        if self.circuit.state == "open":
-            self._finish_skip(item, "circuit_open")
-            return
-        if not self.rate.allow():
-            self._finish_skip(item, "rate_limited")
-            return
-        if not self.budget.allow():
-            self._finish_skip(item, "budget_exhausted")
-            return
-        # Last, because in the half-open state this takes the single probe: a skip after it would keep it.
-        if not self.circuit.allow():
-            self._finish_skip(item, "circuit_open")
+        refused = refusal(self.circuit, self.rate, self.budget)
+        if refused is not None:
+            self._finish_skip(item, refused)
             return
         model = judge_model_name(self.judge)
         start_ns = time.time_ns()
@@ -431,9 +389,7 @@ class Evaluator:
             otel_context.detach(token)
             self.circuit.failure()
             reason = _failure_reason(exc)
-            with self._lock:
-                self.stats.failed += 1
-                self.stats.reasons[(n.OUTCOME_FAILED, reason)] += 1
+            self.accounting.outcome(n.OUTCOME_FAILED, reason)
             logger.info("evaluation failed", reason=reason, error_type=type(exc).__name__,
                         data_source=target.data_source)
             self._emit_safely(self.emitter.failed, target, exc, reason, start_ns=start_ns, end_ns=time.time_ns(),
@@ -443,9 +399,7 @@ class Evaluator:
         otel_context.detach(token)
         self.circuit.success()
         self.budget.spend(result.cost_usd)
-        with self._lock:
-            self.stats.scored += 1
-            self.stats.reasons[(n.OUTCOME_SCORED, "ok")] += 1
+        self.accounting.outcome(n.OUTCOME_SCORED, "ok")
         self._emit_safely(self.emitter.scored, target, result, start_ns=start_ns, end_ns=time.time_ns(),
                           model=result.judge_model)
         self._finished(item, result)

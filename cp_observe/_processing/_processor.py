@@ -347,8 +347,7 @@ class ContextPrecisionProcessor(SpanProcessor):
 
         Once nothing is pending, ``sampled == scored + failed + dropped + skipped``.
         """
-        with self._evaluator._lock:
-            return self._evaluator.stats.as_dict(self._evaluator.depth())
+        return self._evaluator.accounting.snapshot(self._evaluator.depth)
 
     def sink_stats(self) -> dict[str, dict[str, int]]:
         """Per sink: evaluations offered, sent, failed, dropped and pending."""
