@@ -158,8 +158,8 @@ def use_cp_provider(provider: Any, sample_rate: float) -> None:
     ``configure()`` is the public way, but it attaches a new processor each call; the benchmarks interleave
     variants with different providers in one process, so they swap the decorators' runtime directly.
     """
-    from cp_observe import _runtime
-    from cp_observe._sampling import TraceIdRatio
+    from cp_observe._config import _runtime
+    from cp_observe._config._sampling import TraceIdRatio
 
     _runtime.install(tracer_provider=provider, sampler=TraceIdRatio(sample_rate), configured=True)
 

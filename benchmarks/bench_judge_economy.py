@@ -33,8 +33,8 @@ from typing import Any
 import _common as c
 
 from cp_observe import LLMJudge
-from cp_observe._litellm import load_litellm
-from cp_observe._prompt import VERDICTS_SCHEMA, build_prompt
+from cp_observe._judging._litellm import load_litellm
+from cp_observe._judging._prompt import VERDICTS_SCHEMA, build_prompt
 from cp_observe.testing import JudgeServer
 
 MODEL = "openai/judge-test"

@@ -30,9 +30,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from cp_observe import _names as n
-from cp_observe._emit import Emitter, Target
-from cp_observe._phoenix import PhoenixSink
-from cp_observe._sinks import Delivery, EvaluationRecord, SinkRunner
+from cp_observe._emission._emit import Emitter, Target
+from cp_observe._emission._phoenix import PhoenixSink
+from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner
 from cp_observe._types import ScoreResult, Usage, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]

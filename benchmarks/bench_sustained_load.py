@@ -296,8 +296,9 @@ def _report(args: argparse.Namespace, *, seconds: float, baseline: Phase, loaded
 
 def _bounds(judge: LLMJudge, processor: ContextPrecisionProcessor, args: argparse.Namespace) -> list[list[Any]]:
     """Each bounded structure's fill at the end of the load, next to its bound."""
-    from cp_observe import _extract, _runtime
-    from cp_observe._sampling import FORCED
+    from cp_observe._capture import _extract
+    from cp_observe._config import _runtime
+    from cp_observe._config._sampling import FORCED
 
     cache = judge.cache
     evaluator = processor._evaluator

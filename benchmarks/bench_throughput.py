@@ -97,8 +97,8 @@ def run_raw(url: str, concurrency: int, waves: int) -> tuple[float, float]:
     Same prompt (cp_observe's, 5 contexts), same server, ``concurrency`` calls in flight through a semaphore:
     what the client library alone allows on this machine.
     """
-    from cp_observe._litellm import load_litellm
-    from cp_observe._prompt import build_prompt
+    from cp_observe._judging._litellm import load_litellm
+    from cp_observe._judging._prompt import build_prompt
 
     litellm = load_litellm()
 

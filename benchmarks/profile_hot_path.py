@@ -26,8 +26,8 @@ import bench_hot_path as hp
 
 import cp_observe
 from cp_observe import _names as n
-from cp_observe._extract import extract_contexts
-from cp_observe._runtime import PAYLOADS, Payload
+from cp_observe._capture._extract import extract_contexts
+from cp_observe._config._runtime import PAYLOADS, Payload
 
 
 def _thread_ns(fn: Callable[[], Any], calls: int) -> float:

@@ -44,36 +44,36 @@ __all__ = [
 __version__ = "0.1.0"
 
 _WHERE: dict[str, str] = {
-    "Budget": "_prompt",
+    "Budget": "_judging._prompt",
     "ConfigurationError": "_errors",
-    "ContextPrecisionOptions": "_scorer",
-    "ContextPrecisionProcessor": "_processor",
-    "ContextPrecisionScorer": "_scorer",
+    "ContextPrecisionOptions": "_offline._scorer",
+    "ContextPrecisionProcessor": "_processing._processor",
+    "ContextPrecisionScorer": "_offline._scorer",
     "CpObserveError": "_errors",
-    "Delivery": "_sinks",
-    "EvalItemResult": "_evals",
-    "EvalRunResult": "_evals",
-    "EvaluationRecord": "_sinks",
+    "Delivery": "_emission._sinks",
+    "EvalItemResult": "_offline._evals",
+    "EvalRunResult": "_offline._evals",
+    "EvaluationRecord": "_emission._sinks",
     "Judge": "_types",
     "JudgeError": "_errors",
     "JudgeTransportError": "_errors",
     "Judgement": "_types",
-    "LLMJudge": "_llm_judge",
-    "LexicalJudge": "_lexical",
-    "PhoenixSink": "_phoenix",
-    "Sink": "_sinks",
+    "LLMJudge": "_judging._llm_judge",
+    "LexicalJudge": "_judging._lexical",
+    "PhoenixSink": "_emission._phoenix",
+    "Sink": "_emission._sinks",
     "ScoreResult": "_types",
     "Usage": "_types",
     "Verdict": "_types",
-    "agent": "_decorators",
-    "arun_evals": "_evals",
-    "average_precision": "_map",
-    "configure": "_configure",
-    "context_precision_score": "_map",
-    "create_context_precision_scorer": "_scorer",
-    "force_evaluation": "_sampling",
-    "retriever": "_decorators",
-    "run_evals": "_evals",
+    "agent": "_capture._decorators",
+    "arun_evals": "_offline._evals",
+    "average_precision": "_judging._map",
+    "configure": "_wiring._configure",
+    "context_precision_score": "_judging._map",
+    "create_context_precision_scorer": "_offline._scorer",
+    "force_evaluation": "_config._sampling",
+    "retriever": "_capture._decorators",
+    "run_evals": "_offline._evals",
 }
 
 
@@ -91,17 +91,21 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from cp_observe._configure import configure
-    from cp_observe._decorators import agent, retriever
+    from cp_observe._capture._decorators import agent, retriever
+    from cp_observe._config._sampling import force_evaluation
+    from cp_observe._emission._phoenix import PhoenixSink
+    from cp_observe._emission._sinks import Delivery, EvaluationRecord, Sink
     from cp_observe._errors import ConfigurationError, CpObserveError, JudgeError, JudgeTransportError
-    from cp_observe._evals import EvalItemResult, EvalRunResult, arun_evals, run_evals
-    from cp_observe._lexical import LexicalJudge
-    from cp_observe._llm_judge import LLMJudge
-    from cp_observe._map import average_precision, context_precision_score
-    from cp_observe._phoenix import PhoenixSink
-    from cp_observe._processor import ContextPrecisionProcessor
-    from cp_observe._prompt import Budget
-    from cp_observe._sampling import force_evaluation
-    from cp_observe._scorer import ContextPrecisionOptions, ContextPrecisionScorer, create_context_precision_scorer
-    from cp_observe._sinks import Delivery, EvaluationRecord, Sink
+    from cp_observe._judging._lexical import LexicalJudge
+    from cp_observe._judging._llm_judge import LLMJudge
+    from cp_observe._judging._map import average_precision, context_precision_score
+    from cp_observe._judging._prompt import Budget
+    from cp_observe._offline._evals import EvalItemResult, EvalRunResult, arun_evals, run_evals
+    from cp_observe._offline._scorer import (
+        ContextPrecisionOptions,
+        ContextPrecisionScorer,
+        create_context_precision_scorer,
+    )
+    from cp_observe._processing._processor import ContextPrecisionProcessor
     from cp_observe._types import Judge, Judgement, ScoreResult, Usage, Verdict
+    from cp_observe._wiring._configure import configure

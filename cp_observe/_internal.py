@@ -15,7 +15,6 @@ test suite must see the production behaviour.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import traceback
@@ -23,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Final
 
+from cp_observe._fork import at_fork
 from cp_observe._log import logger
 
 __all__ = [
@@ -146,5 +146,4 @@ def _after_fork() -> None:
     _lock = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+at_fork(_after_fork)

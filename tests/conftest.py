@@ -20,9 +20,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from cp_observe import _configure, _internal, _runtime
-from cp_observe._sampling import FORCED
+from cp_observe import _internal
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import FORCED
 from cp_observe._types import Judgement, Usage, Verdict
+from cp_observe._wiring import _configure
 
 # Our own bugs fail this project's tests instead of becoming a log line. An explicit switch: cp-observe never
 # infers it from pytest being imported, so users' test suites see the production behaviour.

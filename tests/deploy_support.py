@@ -90,7 +90,7 @@ def library_instruments() -> tuple[Instrument, ...]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import SpanContext, TraceFlags
 
-    from cp_observe._emit import Emitter, Target
+    from cp_observe._emission._emit import Emitter, Target
     from cp_observe._types import ScoreResult, Usage, Verdict
 
     reader = InMemoryMetricReader()

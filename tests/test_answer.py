@@ -9,8 +9,8 @@ import pytest
 
 import cp_observe
 from cp_observe import _names as n
-from cp_observe._answer import answer_from_attribute, answer_text
-from cp_observe._scorer import message_text
+from cp_observe._capture._answer import answer_from_attribute, answer_text
+from cp_observe._offline._scorer import message_text
 from tests.conftest import KeywordJudge, Otel
 
 

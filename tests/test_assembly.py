@@ -7,8 +7,8 @@ from typing import Any
 from opentelemetry.trace import SpanContext
 
 from cp_observe import _names as n
-from cp_observe._assembly import Assembler, Item, Ready, Skip
-from cp_observe._runtime import Payload
+from cp_observe._config._runtime import Payload
+from cp_observe._processing._assembly import Assembler, Item, Ready, Skip
 
 
 def _item(kind: str, span_id: int, start: int, end: int, *, trace_id: int = 1, root: bool = False,

@@ -27,9 +27,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import StatusCode
 
 import cp_observe
-from cp_observe import _internal, _runtime
+from cp_observe import _internal
 from cp_observe import _names as n
-from cp_observe._serialize import MARKER_MAX
+from cp_observe._capture._serialize import MARKER_MAX
+from cp_observe._config import _runtime
 from tests.conftest import KeywordJudge, Otel
 from tests.otlp_receiver import OtlpReceiver, attributes_of
 

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import Event
 
 import cp_observe
 from cp_observe import _names as n
-from cp_observe._conventions import (
+from cp_observe._capture._conventions import (
     ROLE_ANSWER,
     ROLE_RETRIEVER,
     answer_of,
@@ -284,7 +284,7 @@ def test_bad_data_source_raises(otel: Otel, keyword_judge: KeywordJudge, bad: An
 
 def test_configure_data_source_setting() -> None:
     """configure() and serve read data_source as comma-separated attribute names, from the argument or variable."""
-    from cp_observe._settings import Settings
+    from cp_observe._config._settings import Settings
     from cp_observe.serve import ServeSettings
 
     assert Settings.resolve({"data_source": "a, b"}).data_source_attributes() == ("a", "b")

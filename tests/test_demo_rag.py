@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from cp_observe._extract import extract_contexts
-from cp_observe._lexical import LexicalJudge
-from cp_observe._map import context_precision_score
+from cp_observe._capture._extract import extract_contexts
+from cp_observe._judging._lexical import LexicalJudge
+from cp_observe._judging._map import context_precision_score
 from cp_observe.demo._corpus import CORPUS, QUESTIONS
 from cp_observe.demo._rag import BM25Retriever, DegradedRetriever, Document, ExtractiveAnswerer, ScoredDocument
 

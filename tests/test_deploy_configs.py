@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cp_observe import _names as names
-from cp_observe._settings import Settings
+from cp_observe._config._settings import Settings
 from tests.deploy_support import (
     COLLECTORS,
     COMPOSE_FILE,

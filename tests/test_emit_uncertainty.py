@@ -19,10 +19,10 @@ from prometheus_client.exposition import generate_latest as generate_text
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from cp_observe import _names as n
-from cp_observe._emit import Emitter, Target
-from cp_observe._exemplars import ExemplarPrometheusReader
-from cp_observe._identity import JudgeIdentity, judge_identity
-from cp_observe._lexical import LexicalJudge
+from cp_observe._emission._emit import Emitter, Target
+from cp_observe._emission._exemplars import ExemplarPrometheusReader
+from cp_observe._judging._identity import JudgeIdentity, judge_identity
+from cp_observe._judging._lexical import LexicalJudge
 from cp_observe._types import ScoreResult, Usage, Verdict
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -120,8 +120,8 @@ def test_judge_identity_on_span_event_and_metric(judge: Any, kind: str, prompt: 
 
 def test_llm_judge_identity_names_the_prompt_version() -> None:
     """cp-observe's LLM judge is kind llm with the shipped prompt version."""
-    from cp_observe._llm_judge import LLMJudge
-    from cp_observe._prompt import PROMPT_VERSION
+    from cp_observe._judging._llm_judge import LLMJudge
+    from cp_observe._judging._prompt import PROMPT_VERSION
 
     assert judge_identity(LLMJudge("openai/judge")) == JudgeIdentity(n.JUDGE_KIND_LLM, PROMPT_VERSION, n.ANNOTATOR_LLM)
 

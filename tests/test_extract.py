@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_observe import _extract
-from cp_observe._extract import Context, ExtractedContexts, extract_contexts
-from cp_observe._serialize import MARKER_MAX
+from cp_observe._capture import _extract
+from cp_observe._capture._extract import Context, ExtractedContexts, extract_contexts
+from cp_observe._capture._serialize import MARKER_MAX
 
 # --- stand-ins for the libraries' document types ---------------------------------------------------------------
 

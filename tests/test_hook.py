@@ -304,7 +304,7 @@ def test_sampling_is_by_trace_id_and_consistent(otel: Otel, keyword_judge: Keywo
 
 def test_capture_off_exports_no_content_but_still_scores(otel: Otel, keyword_judge: KeywordJudge) -> None:
     """With capture off, spans carry no query, contexts, answer or reasons; the judge still sees them."""
-    from cp_observe import _runtime
+    from cp_observe._config import _runtime
 
     _runtime.install(capture_content=False)
     processor = otel.processor(keyword_judge)
@@ -327,7 +327,7 @@ def test_capture_off_exports_no_content_but_still_scores(otel: Otel, keyword_jud
 
 def test_redaction_runs_before_recording_and_judging(otel: Otel, keyword_judge: KeywordJudge) -> None:
     """The redaction hook changes what is recorded and what the judge receives."""
-    from cp_observe import _runtime
+    from cp_observe._config import _runtime
 
     _runtime.install(redact=lambda text: text.replace("Paris", "[CITY]"))
     processor = otel.processor(keyword_judge)
@@ -499,7 +499,7 @@ def test_hold_mode_writes_the_score_onto_the_scored_span(keyword_judge: KeywordJ
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from cp_observe import _runtime
+    from cp_observe._config import _runtime
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -529,7 +529,7 @@ def test_hold_mode_releases_unenriched_when_time_is_up(keyword_judge: KeywordJud
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from cp_observe import _runtime
+    from cp_observe._config import _runtime
 
     gate = threading.Event()
 

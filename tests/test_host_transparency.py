@@ -34,9 +34,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import cp_observe
-from cp_observe import _internal, _runtime
+from cp_observe import _internal
 from cp_observe import _names as n
-from cp_observe._sampling import TraceIdRatio
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import TraceIdRatio
 from tests.conftest import KeywordJudge
 
 KINDS = ("sync", "async", "generator", "async_generator", "method", "classmethod", "staticmethod", "callable_object")
@@ -630,7 +631,7 @@ def test_half_consumed_generator_retains_almost_nothing(env: str) -> None:
 _FORK_TIMING = textwrap.dedent(
     """
     import os, sys, threading, time
-    from cp_observe import _litellm
+    from cp_observe._judging import _litellm
     assert "litellm" not in sys.modules
     importer = threading.Thread(target=_litellm.load_litellm, daemon=True)
     importer.start()

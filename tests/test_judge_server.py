@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from cp_observe._prompt import build_prompt
+from cp_observe._judging._prompt import build_prompt
 from cp_observe.testing import (
     JudgeServer,
     RecordedRequest,

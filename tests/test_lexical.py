@@ -38,8 +38,8 @@ from typing import Any
 
 import pytest
 
-from cp_observe._lexical import LexicalJudge
-from cp_observe._text import KANA_WEIGHT, term_weights, tokens
+from cp_observe._judging._lexical import LexicalJudge
+from cp_observe._judging._text import KANA_WEIGHT, term_weights, tokens
 from cp_observe._types import Judge, Judgement, Usage
 
 DATA = Path(__file__).parent / "data"

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 import cp_observe
 from cp_observe import _names as n
-from cp_observe import _runtime
+from cp_observe._config import _runtime
 from tests.phoenix_support import INSTALL_HINT, PHOENIX_EXECUTABLE, PhoenixServer, RecordingExporter, phoenix_server
 
 pytestmark = pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists(), reason=INSTALL_HINT)

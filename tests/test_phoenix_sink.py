@@ -37,9 +37,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
 
 from cp_observe import _names as n
-from cp_observe._phoenix import PhoenixSink
-from cp_observe._quiet_export import QuietLogExporter, QuietMetricExporter
-from cp_observe._sinks import Delivery, EvaluationRecord, SinkRunner
+from cp_observe._emission._phoenix import PhoenixSink
+from cp_observe._emission._quiet_export import QuietLogExporter, QuietMetricExporter
+from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner
 from cp_observe.testing import JudgeServer
 from tests.otlp_receiver import OtlpReceiver
 from tests.phoenix_support import INSTALL_HINT, PHOENIX_EXECUTABLE, PhoenixServer, phoenix_server

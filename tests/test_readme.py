@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cp_observe import _names as n
-from cp_observe._settings import Settings
+from cp_observe._config._settings import Settings
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 

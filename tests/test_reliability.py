@@ -35,9 +35,9 @@ from opentelemetry.trace import StatusCode
 
 import cp_observe
 from cp_observe import _names as n
-from cp_observe import _runtime
-from cp_observe._litellm import load_litellm
-from cp_observe._sampling import RateLimiter
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import RateLimiter
+from cp_observe._judging._litellm import load_litellm
 from cp_observe.testing import JudgeServer, delay, good, raw, reset, status
 from tests.conftest import KeywordJudge, Otel
 
@@ -707,7 +707,7 @@ def test_fork_while_a_thread_is_inside_the_payload_store(otel: Otel, keyword_jud
 _FORK_DURING_IMPORT = textwrap.dedent(
     """
     import os, signal, sys, threading, time
-    from cp_observe import _litellm
+    from cp_observe._judging import _litellm
     assert "litellm" not in sys.modules
     importer = threading.Thread(target=_litellm.load_litellm, daemon=True)  # the evaluator's first judge call
     importer.start()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cp_observe import _names as n
-from cp_observe._sampling import TraceIdRatio
+from cp_observe._config._sampling import TraceIdRatio
 from cp_observe.replay import ReplayOptions, TraceFile, replay
 from cp_observe.replay._progress import Progress
 from cp_observe.testing import JudgeServer

@@ -34,13 +34,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
 import cp_observe
-from cp_observe import _configure, _internal, _runtime
+from cp_observe import _internal
 from cp_observe import _names as n
-from cp_observe._litellm import load_litellm
-from cp_observe._prompt import parse_judge_prompt
-from cp_observe._sampling import FORCED
-from cp_observe._settings import Settings
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import FORCED
+from cp_observe._config._settings import Settings
+from cp_observe._judging._litellm import load_litellm
+from cp_observe._wiring import _configure
 from cp_observe.testing import JudgeServer, fixed, raw, status
+from cp_observe.testing._prompt_reader import parse_judge_prompt
 from tests.otlp_receiver import OtlpReceiver, attributes_of
 
 # --- fixtures -------------------------------------------------------------------------------------------------

@@ -14,7 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cp_observe._serialize import MARKER_MAX, finite_float, metadata_json, safe_str, safe_text, truncate, type_name
+from cp_observe._capture._serialize import (
+    MARKER_MAX,
+    finite_float,
+    metadata_json,
+    safe_str,
+    safe_text,
+    truncate,
+    type_name,
+)
 
 
 class Hostile:

@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from cp_observe import _names as n
-from cp_observe import _runtime
-from cp_observe._sampling import FORCED
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import FORCED
 from cp_observe.serve import spans_from_request
 from cp_observe.serve._otlp import BadRequest, decode_body
 from tests.conftest import KeywordJudge

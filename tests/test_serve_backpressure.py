@@ -20,8 +20,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from cp_observe import Judgement, Usage, Verdict, _runtime
-from cp_observe._sampling import FORCED
+from cp_observe import Judgement, Usage, Verdict
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import FORCED
 from tests.serve_support import GatedJudge, OtlpSink, get, post, retrieval_request, retrieval_spans, start_service
 
 

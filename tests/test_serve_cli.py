@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cp_observe import ConfigurationError, _runtime
+from cp_observe import ConfigurationError
+from cp_observe._config import _runtime
 from cp_observe.serve import ScorerService, ServeSettings
 from cp_observe.serve._cli import add_arguments, run
 from cp_observe.testing import JudgeServer

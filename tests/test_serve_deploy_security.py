@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cp_observe import _runtime
-from cp_observe._sampling import FORCED
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import FORCED
 from cp_observe.serve import ServeSettings
 from tests.conftest import KeywordJudge
 from tests.serve_support import OtlpSink, retrieval_request, start_service

@@ -24,8 +24,8 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from cp_observe import _runtime
-from cp_observe._sampling import FORCED
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import FORCED
 from tests.conftest import KeywordJudge
 from tests.serve_support import OtlpSink, get, retrieval_request, start_service, to_otlp_json
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from cp_observe import _runtime
-from cp_observe._sampling import FORCED
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import FORCED
 from cp_observe.serve._refusals import LOG_INTERVAL_S, REASONS, Refusals
 from tests.conftest import KeywordJudge
 from tests.serve_support import ROOT, OtlpSink, read_line, retrieval_request, start_service, subprocess_env

@@ -18,9 +18,9 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from cp_observe import _runtime
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import FORCED
 from cp_observe._errors import ConfigurationError
-from cp_observe._sampling import FORCED
 from cp_observe.serve import ScorerService, ServeSettings
 from cp_observe.serve._cli import add_arguments
 from tests.conftest import KeywordJudge

@@ -19,11 +19,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import cp_observe
 from cp_observe import _names as n
-from cp_observe._configure import sinks_from_settings
-from cp_observe._identity import judge_identity
-from cp_observe._phoenix import PhoenixSink, document_annotations, span_annotation
-from cp_observe._settings import Settings
-from cp_observe._sinks import Delivery, EvaluationRecord, SinkRunner, recorded_documents
+from cp_observe._config._settings import Settings
+from cp_observe._emission._phoenix import PhoenixSink, document_annotations, span_annotation
+from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner, recorded_documents
+from cp_observe._judging._identity import judge_identity
+from cp_observe._wiring._providers import sinks_from_settings
 from tests.conftest import KeywordJudge, Otel
 
 DOCS = ["Paris is the capital of France.", "Bananas are yellow.", "France is in Europe."]
@@ -242,7 +242,7 @@ def test_processor_offers_each_scored_evaluation_to_its_sinks(otel: Otel, keywor
 
 def test_with_capture_off_the_record_has_no_reasons_and_no_documents(otel: Otel, keyword_judge: KeywordJudge) -> None:
     """Capture off: no per-context reasons leave the process, and no document is recorded to annotate."""
-    from cp_observe import _runtime
+    from cp_observe._config import _runtime
 
     _runtime.install(tracer_provider=otel.tracer_provider, capture_content=False)
     sink = ScriptedSink()

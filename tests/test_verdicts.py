@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from cp_observe._judging._verdicts import align, coerce_verdicts, normalise_verdict, parse_reply
 from cp_observe._types import Verdict
-from cp_observe._verdicts import align, coerce_verdicts, normalise_verdict, parse_reply
 
 
 @pytest.mark.parametrize("text", ["yes", "Yes.", " YES ", "yes, it is relevant", "True", "y", "はい"])

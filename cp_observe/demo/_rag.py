@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from cp_observe._text import term_weights, tokens
+from cp_observe._judging._text import term_weights, tokens
 
 __all__ = ["BM25Retriever", "DegradedRetriever", "Document", "ExtractiveAnswerer", "ScoredDocument"]
 

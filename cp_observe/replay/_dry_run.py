@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from cp_observe._prompt import build_prompt
+from cp_observe._judging._prompt import build_prompt
 from cp_observe._types import Judgement, Usage, Verdict
 
 __all__ = ["COMPLETION_TOKENS_PER_CONTEXT", "DryRunJudge", "estimate_tokens", "token_prices"]
@@ -35,7 +35,7 @@ def token_prices(model: str) -> tuple[float, float] | None:
     """(input, output) US dollars per token from litellm's bundled cost map; ``(0, 0)`` for ``lexical``."""
     if model.strip().lower() == "lexical":
         return (0.0, 0.0)
-    from cp_observe._litellm import load_litellm
+    from cp_observe._judging._litellm import load_litellm
 
     litellm = load_litellm()
     entry: Any = litellm.model_cost.get(model) or litellm.model_cost.get(model.split("/", 1)[-1])

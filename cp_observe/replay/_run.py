@@ -32,11 +32,17 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from cp_observe import _names as n
-from cp_observe._configure import _judge_from, _log_exporter, _metric_readers, _span_exporter, processor_from_settings
+from cp_observe._config._settings import Settings
 from cp_observe._errors import ConfigurationError
-from cp_observe._evaluate import judge_model_name
-from cp_observe._settings import Settings
+from cp_observe._judging._evaluate import judge_model_name
 from cp_observe._types import Judge
+from cp_observe._wiring._providers import (
+    build_log_exporter,
+    build_metric_readers,
+    build_span_exporter,
+    judge_from_settings,
+    processor_from_settings,
+)
 from cp_observe.replay._dry_run import DryRunJudge, token_prices
 from cp_observe.replay._otlp_json import JsonLinesSpanExporter
 from cp_observe.replay._progress import Progress
@@ -131,7 +137,7 @@ def replay(sources: Sequence[Source], options: ReplayOptions | None = None, *, j
     """
     options = options or ReplayOptions()
     settings = options.settings()
-    real_judge = judge if judge is not None else (None if options.dry_run else _judge_from(settings))
+    real_judge = judge if judge is not None else (None if options.dry_run else judge_from_settings(settings))
     model = judge_model_name(real_judge) if real_judge is not None else settings.judge
     dry = DryRunJudge(model, token_prices(model)) if options.dry_run else None
     chosen: Judge = dry if dry is not None else real_judge  # type: ignore[assignment]
@@ -295,7 +301,7 @@ class _Pipeline:
             # unless content capture is off: then the file holds the evaluations only.
             self.scored_spans = self._file if settings.capture_content else None
         if otlp:
-            exporter = _span_exporter(settings)
+            exporter = build_span_exporter(settings)
             if exporter is None:
                 raise ConfigurationError("evaluations have nowhere to go: give --output FILE or --otlp-endpoint "
                                          "(or set OTEL_EXPORTER_OTLP_ENDPOINT), or use --dry-run")
@@ -304,10 +310,10 @@ class _Pipeline:
         self._owned.append(self.logger_provider)
         readers = []
         if otlp:
-            log_exporter = _log_exporter(settings)
+            log_exporter = build_log_exporter(settings)
             if log_exporter is not None:
                 self.logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
-            readers = _metric_readers(settings.model_copy(update={"metrics_port": None}))
+            readers = build_metric_readers(settings.model_copy(update={"metrics_port": None}))
         self.meter_provider = MeterProvider(resource=resource, metric_readers=readers)
         self._owned.append(self.meter_provider)
 

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 
 from cp_observe import _names as n
-from cp_observe._conventions import role
-from cp_observe._processor import ContextPrecisionProcessor
-from cp_observe._sampling import FORCED
+from cp_observe._capture._conventions import role
+from cp_observe._config._sampling import FORCED, sampling_reason
+from cp_observe._processing._processor import ContextPrecisionProcessor
 
 __all__ = ["Admission", "Decision", "Offer", "evaluator_queue_size"]
 
@@ -108,7 +108,7 @@ class Admission:
             parent = span.parent
             # The processor's own classification (one code path): retrievals and answers of every convention.
             interesting = parent is None or parent.is_remote or role(span.attributes, span) is not None
-            if interesting and (context.trace_id in FORCED or sampler(context.trace_id)):
+            if interesting and sampling_reason(context.trace_id, sampler) is not None:
                 count += 1
         return count
 

@@ -31,7 +31,7 @@ from cp_observe.serve._admission import Decision
 from cp_observe.serve._otlp import retry_metadata
 
 if TYPE_CHECKING:
-    from cp_observe.serve._service import ScorerService
+    from cp_observe.serve._backend import Backend
 
 __all__ = ["GrpcFrontDoor"]
 
@@ -48,7 +48,7 @@ _REFUSALS = {
 class _TraceService:
     """``TraceService/Export`` over raw bytes: authenticate, parse, admit; every refusal counted by reason."""
 
-    def __init__(self, service: ScorerService) -> None:
+    def __init__(self, service: Backend) -> None:
         self._service = service
 
     def export(self, raw: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
@@ -101,7 +101,7 @@ class _TraceService:
 class GrpcFrontDoor:
     """A gRPC server with the trace service, bound to ``host:port`` (port 0 picks a free one)."""
 
-    def __init__(self, service: ScorerService, host: str, port: int) -> None:
+    def __init__(self, service: Backend, host: str, port: int) -> None:
         limit = service.settings.max_request_bytes
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="cp-observe-serve-grpc"),

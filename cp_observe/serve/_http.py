@@ -42,7 +42,7 @@ from cp_observe.serve._otlp import (
 from cp_observe.serve._tls import peer_identity
 
 if TYPE_CHECKING:
-    from cp_observe.serve._service import ScorerService
+    from cp_observe.serve._backend import Backend
     from cp_observe.serve._tls import ServerTls
 
 __all__ = ["AdminServer", "OtlpHttpServer"]
@@ -64,7 +64,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     protocol = "http"  # the refusal counters' protocol label
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], service: ScorerService,
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], service: Backend,
                  tls: ServerTls | None, admin: bool) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.service = service
@@ -306,7 +306,7 @@ class _HttpServer:
     handler: type[BaseHTTPRequestHandler] = _Handler
     name = "http"
 
-    def __init__(self, service: ScorerService, host: str, port: int) -> None:
+    def __init__(self, service: Backend, host: str, port: int) -> None:
         admin = self.handler is _AdminHandler
         tls = service.tls if not admin or service.settings.admin_tls else None
         self._httpd = _Server((host, port), self.handler, service, tls, admin)

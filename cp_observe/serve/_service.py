@@ -19,7 +19,6 @@ import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -35,13 +34,20 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from prometheus_client import CollectorRegistry
 
 from cp_observe import _names as n
-from cp_observe._configure import _judge_from, _log_exporter, _metric_readers, _span_exporter, processor_from_settings
-from cp_observe._conventions import DataSource
+from cp_observe._capture._conventions import DataSource
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
 from cp_observe._types import Judge
-from cp_observe.serve._admission import Admission, Decision, Offer, evaluator_queue_size
+from cp_observe._wiring._providers import (
+    build_log_exporter,
+    build_metric_readers,
+    build_span_exporter,
+    judge_from_settings,
+    processor_from_settings,
+)
+from cp_observe.serve._admission import Admission, Decision, evaluator_queue_size
 from cp_observe.serve._auth import BearerTokens
+from cp_observe.serve._backend import Ingested
 from cp_observe.serve._convert import spans_from_request
 from cp_observe.serve._refusals import Refusals
 from cp_observe.serve._settings import ServeSettings
@@ -60,16 +66,6 @@ DEFAULT_SERVICE_NAME = "cp-observe-scorer"
 SERVE_METRIC_REQUESTS = n.SERVE_METRIC_REQUESTS
 SERVE_METRIC_SPANS = n.SERVE_METRIC_SPANS
 SERVE_METRIC_OCCUPANCY = n.SERVE_METRIC_OCCUPANCY
-
-
-@dataclass(frozen=True, slots=True)
-class Ingested:
-    """What became of one request: the admission decision, and spans refused as malformed (with why)."""
-
-    offer: Offer
-    spans: int
-    rejected: int
-    error: str
 
 
 class ScorerService:
@@ -98,12 +94,12 @@ class ScorerService:
     ) -> None:
         self.settings = s = settings if settings is not None else ServeSettings.resolve()
         self.tls, self.tokens = _security(s)  # first: bad TLS or token files leave nothing running
-        chosen = judge if judge is not None else _judge_from(s)
+        chosen = judge if judge is not None else judge_from_settings(s)
         self._owned: list[Any] = []  # providers created here: flushed and shut down by stop(), in this order
         resource = _resource(s.service_name)
         if tracer_provider is None:
             tracer_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
-            exporter = _span_exporter(s)
+            exporter = build_span_exporter(s)
             if exporter is not None:
                 tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
             else:
@@ -112,7 +108,7 @@ class ScorerService:
             self._owned.append(tracer_provider)
         if logger_provider is None:
             logger_provider = LoggerProvider(resource=resource)
-            log_exporter = _log_exporter(s)
+            log_exporter = build_log_exporter(s)
             if log_exporter is not None:
                 logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
             self._owned.append(logger_provider)
@@ -120,14 +116,14 @@ class ScorerService:
         if meter_provider is None:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
-            readers = _metric_readers(s.model_copy(update={"metrics_port": None}))
+            readers = build_metric_readers(s.model_copy(update={"metrics_port": None}))
             # Flush these only: a flushed Prometheus reader would serve that collection again at the next scrape.
-            self._metric_readers: list[Any] = list(readers)
+            self.metric_readers: list[Any] = list(readers)
             readers.append(PrometheusMetricReader(registry=self.registry))
             meter_provider = MeterProvider(resource=resource, metric_readers=readers)
             self._owned.append(meter_provider)  # last: its final export counts everything that happened
         else:
-            self._metric_readers = [meter_provider]
+            self.metric_readers = [meter_provider]
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self.logger_provider = logger_provider
@@ -287,7 +283,7 @@ class ScorerService:
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Judge everything accepted so far and flush the evaluation spans, events and metrics."""
         done = self.processor.force_flush(int(timeout_s * 1000))
-        for provider in (self.tracer_provider, self.logger_provider, *self._metric_readers):
+        for provider in (self.tracer_provider, self.logger_provider, *self.metric_readers):
             flush = getattr(provider, "force_flush", None)
             if callable(flush):
                 flush(int(timeout_s * 1000))

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr
 
-from cp_observe._settings import Settings
+from cp_observe._config._settings import Settings
 
 __all__ = ["SERVE_FIELDS", "ServeSettings"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Final
 
-from cp_observe._prompt import parse_judge_prompt
+from cp_observe.testing._prompt_reader import parse_judge_prompt
 
 __all__ = ["Behaviour", "Policy", "delay", "fixed", "good", "raw", "reset", "status", "word_overlap_policy"]
 
@@ -79,9 +79,10 @@ class Behaviour:
 def good() -> Behaviour:
     """Answer like a judge: one verdict per context, decided by the server's policy.
 
-    The prompt is read with ``cp_observe._prompt.parse_judge_prompt``. A prompt of another shape (another
-    strategy's) gets a ``"yes"`` for every distinct number N found as ``CONTEXT N`` (any case) in its user
-    messages, with ``context_index`` N in ascending order, or one ``"yes"`` with index 0 when none is found.
+    The prompt is read with ``parse_judge_prompt`` (``cp_observe.testing._prompt_reader``). A prompt of
+    another shape (another strategy's) gets a ``"yes"`` for every distinct number N found as ``CONTEXT N``
+    (any case) in its user messages, with ``context_index`` N in ascending order, or one ``"yes"`` with
+    index 0 when none is found.
     """
     return Behaviour("good", _answer_good)
 

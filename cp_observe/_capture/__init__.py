@@ -1,0 +1,1 @@
+"""Capture: decorators and span readers turn a host's calls into target spans with bounded content."""

@@ -1,0 +1,380 @@
+"""Readers of the tracing conventions: which spans are retrievals or answers, and what they carry.
+
+One table, used in process (``ContextPrecisionProcessor.on_end``) and by ``cp-observe serve`` alike:
+
+================================  =======================================  ====================================
+convention                        retrieval span                           what is read
+================================  =======================================  ====================================
+cp-observe decorators             ``openinference.span.kind=RETRIEVER``    payload in memory, else as OpenInference
+OpenInference RETRIEVER           ``openinference.span.kind=RETRIEVER``    ``input.value`` (JSON ``query``),
+                                                                           ``retrieval.documents.{i}.document.*``
+OpenInference RERANKER            ``openinference.span.kind=RERANKER``     ``reranker.query``,
+                                  (a target only when it reorders)         ``reranker.output_documents.{i}.*``
+OpenLLMetry                       ``gen_ai.operation.name``                ``traceloop.entity.input`` /
+                                  ``= vector_db_retrieve``                 ``traceloop.entity.output`` (JSON)
+OpenLLMetry vector DBs            ``db.system`` + ``db.query.result``      each event's ``db.query.result.*``
+                                  events
+GenAI conventions                 ``gen_ai.operation.name=retrieval``      ``gen_ai.retrieval.query.text``,
+                                                                           ``gen_ai.retrieval.documents`` (JSON)
+================================  =======================================  ====================================
+
+Answers (the reference a retrieval is judged against) come from the nearest span enclosing the retrieval
+in time that carries one: an agent (``AGENT``, ``gen_ai.operation.name=invoke_agent``, ``@cp_observe.agent``),
+an LLM call (``LLM``, ``gen_ai.operation.name=chat|text_completion|generate_content``) or the trace's local
+root (a chain or workflow root). Each is read per convention, first found wins: the decorator's payload,
+``gen_ai.output.messages``, ``llm.output_messages.{i}.message.content`` (last assistant message),
+``traceloop.entity.output`` (``outputs``), ``output.value`` (JSON results give their ``answer``/``response``/
+``output``/``text``/``content`` string).
+
+``role`` runs on the hot path (``on_end`` of every span): a few dictionary look-ups. Everything else runs on
+the evaluator thread. Every reader is bounded and never raises: a malformed value reads as absent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from cp_observe import _names as n
+from cp_observe._capture._answer import answer_from_attribute
+from cp_observe._capture._extract import extract_contexts
+
+__all__ = [
+    "ROLE_ANSWER",
+    "ROLE_RETRIEVER",
+    "DataSource",
+    "Retrieved",
+    "answer_of",
+    "convention_name",
+    "data_source_reader",
+    "is_decorated",
+    "plain_attributes",
+    "query_of",
+    "retrieved_of",
+    "role",
+]
+
+#: A user's data-source mapping: a callable of a span's attributes, or attribute names tried in order.
+DataSource = Callable[[Mapping[str, Any]], Any] | Sequence[str] | None
+
+ROLE_RETRIEVER: Final = "retriever"
+ROLE_ANSWER: Final = "answer"  # a span that may carry the answer retrievals inside it are judged against
+
+_MAX_JSON_CHARS: Final = 1 << 20  # JSON strings longer than this are not parsed (read as absent)
+_MAX_DOCUMENTS: Final = 1000
+_MAX_TEXT: Final = 20_000
+_MAX_ANSWER: Final = 100_000  # characters of an answer read off a span
+_MAX_MESSAGES: Final = 64
+
+_ROLE_OF_KIND: Final[Mapping[object, str]] = {
+    n.KIND_RETRIEVER: ROLE_RETRIEVER,
+    n.KIND_RERANKER: ROLE_RETRIEVER,
+    n.KIND_AGENT: ROLE_ANSWER,
+    n.KIND_LLM: ROLE_ANSWER,
+}
+_ROLE_OF_OPERATION: Final[Mapping[object, str]] = {
+    n.OPERATION_RETRIEVAL: ROLE_RETRIEVER,
+    n.OPERATION_VECTOR_DB_RETRIEVE: ROLE_RETRIEVER,
+    n.OPERATION_INVOKE_AGENT: ROLE_ANSWER,
+    n.OPERATION_CHAT: ROLE_ANSWER,
+    n.OPERATION_TEXT_COMPLETION: ROLE_ANSWER,
+    n.OPERATION_GENERATE_CONTENT: ROLE_ANSWER,
+}
+_QUERY_KEYS: Final = ("query", "query_str", "question", "input", "inputs", "text")
+_ANSWER_KEYS: Final = ("answer", "response", "output", "outputs", "result", "text", "content")
+_METHOD_OPERATIONS: Final = (n.OPERATION_RETRIEVAL + " ", n.OPERATION_VECTOR_DB_RETRIEVE + " ")
+
+
+def plain_attributes(span: Any) -> Mapping[str, Any] | None:
+    """An ended SDK span's attributes as the plain dict under them, for cheap look-ups; else its ``attributes``.
+
+    The SDK's ``BoundedAttributes`` answers a missing key by raising and catching ``KeyError`` (about 0.3 µs per
+    look-up), and most look-ups on the hot path miss. An ended span's attributes are immutable, so reading the
+    dict under them is safe; anything else (a span whose attributes are a plain dict, another SDK) falls back.
+    """
+    raw = getattr(span, "_attributes", None)
+    inner = getattr(raw, "_dict", None)
+    if type(inner) is dict:
+        return inner
+    if type(raw) is dict:
+        return raw
+    attributes: Mapping[str, Any] | None = span.attributes
+    return attributes
+
+
+def role(attributes: Mapping[str, Any] | None, span: Any) -> str | None:
+    """``ROLE_RETRIEVER``, ``ROLE_ANSWER`` or ``None``: the hot-path classification of one ended span.
+
+    ``span`` is read (its ``events``, which the SDK copies on every read) only for a span with ``db.system``.
+    """
+    if not attributes:
+        return None
+    kind = attributes.get(n.OPENINFERENCE_SPAN_KIND)
+    if kind is not None:
+        return _ROLE_OF_KIND.get(kind)
+    operation = attributes.get(n.GEN_AI_OPERATION_NAME)
+    if operation is not None:
+        return _ROLE_OF_OPERATION.get(operation)
+    if attributes.get(n.DB_SYSTEM) is not None and span.events:
+        return ROLE_RETRIEVER  # a vector-DB query; it is a retrieval if its events carry results
+    return None
+
+
+def is_decorated(attributes: Mapping[str, Any]) -> bool:
+    """True for spans of cp-observe's own decorators (they mark every span they start)."""
+    return n.CP_SAMPLED in attributes
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    """What one retrieval span carries, in rank order."""
+
+    texts: list[str]
+    ids: list[str | None]
+    scores: list[float | None]
+
+
+def retrieved_of(attributes: Mapping[str, Any], events: Sequence[Any] = ()) -> Retrieved | None:
+    """The documents a retrieval span carries, by convention; ``None`` when it carries none."""
+    try:
+        if attributes.get(n.OPENINFERENCE_SPAN_KIND) == n.KIND_RERANKER:
+            out = _indexed(attributes, n.RERANKER_OUTPUT_DOCUMENTS)
+            if out is None or not _reorders(attributes, out):
+                return None
+            return out
+        out = _indexed(attributes, n.RETRIEVAL_DOCUMENTS)
+        if out is not None:
+            return out
+        for key in (n.GEN_AI_RETRIEVAL_DOCUMENTS, n.TRACELOOP_ENTITY_OUTPUT):
+            value = attributes.get(key)
+            if value is not None:
+                out = _from_json(value)
+                if out is not None:
+                    return out
+        if events:
+            return _from_events(events)
+    except Exception:  # noqa: BLE001 - a malformed span reads as carrying nothing
+        return None
+    return None
+
+
+def query_of(attributes: Mapping[str, Any]) -> str | None:
+    """The query of a retrieval span, by convention."""
+    try:
+        for key in (n.GEN_AI_RETRIEVAL_QUERY_TEXT, n.RERANKER_QUERY, n.DB_QUERY_TEXT):
+            value = attributes.get(key)
+            if isinstance(value, str):
+                return value
+        entity = attributes.get(n.TRACELOOP_ENTITY_INPUT)
+        if isinstance(entity, str):
+            found = _first_text(_json(entity), _QUERY_KEYS)
+            if found is not None:
+                return found
+        value = attributes.get(n.INPUT_VALUE)
+        if value is None:
+            return None
+        text = str(value)
+        if attributes.get(n.INPUT_MIME_TYPE) == n.MIME_JSON or text[:1] == "{":
+            found = _first_text(_json(text), _QUERY_KEYS)
+            if found is not None:
+                return found
+        return text
+    except Exception:  # noqa: BLE001 - see retrieved_of
+        return None
+
+
+def answer_of(attributes: Mapping[str, Any]) -> str | None:
+    """The answer an agent, LLM, chain or workflow span carries, by convention; ``None`` if none."""
+    try:
+        value = attributes.get(n.GEN_AI_OUTPUT_MESSAGES)
+        if isinstance(value, str):
+            found = _messages_text(_json(value))
+            if found:
+                return found
+        found = _oi_output_message(attributes)
+        if found:
+            return found
+        value = attributes.get(n.TRACELOOP_ENTITY_OUTPUT)
+        if isinstance(value, str):
+            found = _first_text(_json(value), _ANSWER_KEYS)
+            if found:
+                return found
+        # output.value by the one answer rule the decorators, the scorer and run_evals use (_answer.py).
+        return answer_from_attribute(attributes.get(n.OUTPUT_VALUE), attributes.get(n.OUTPUT_MIME_TYPE), _MAX_ANSWER)
+    except Exception:  # noqa: BLE001 - see retrieved_of
+        return None
+
+
+def convention_name(span_name: str, attributes: Mapping[str, Any]) -> str | None:
+    """The retriever's name by convention: the entity name, else the span name without its method suffix.
+
+    ``VectorIndexRetriever.retrieve`` -> ``VectorIndexRetriever``; ``retrieval products`` -> ``products``;
+    ``chroma.query`` -> ``chroma``.
+    """
+    entity = attributes.get(n.TRACELOOP_ENTITY_NAME)
+    if isinstance(entity, str) and entity:
+        return entity
+    name = span_name
+    for prefix in _METHOD_OPERATIONS:
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    head, dot, method = name.rpartition(".")
+    if dot and head and method and (method[0].islower() or method[0] == "_") and method.replace("_", "").isalnum():
+        name = head
+    return name.strip() or None
+
+
+def data_source_reader(spec: DataSource) -> Callable[[Mapping[str, Any]], str | None] | None:
+    """A user's data-source mapping as one callable: a callable of the attributes, or attribute names tried in order.
+
+    The callable returning ``None`` (or raising) leaves the conventional name in place.
+    """
+    if spec is None:
+        return None
+    if callable(spec):
+        user = spec
+
+        def by_callable(attributes: Mapping[str, Any]) -> str | None:
+            try:
+                value = user(attributes)
+            except Exception:  # noqa: BLE001 - the user's mapping failing falls back to the conventional name
+                return None
+            return str(value) if value is not None and str(value) else None
+
+        return by_callable
+    keys = tuple(str(key) for key in spec)
+
+    def by_attributes(attributes: Mapping[str, Any]) -> str | None:
+        for key in keys:
+            value = attributes.get(key)
+            if value is not None and str(value):
+                return str(value)
+        return None
+
+    return by_attributes
+
+
+# --- helpers ---------------------------------------------------------------------------------------------------
+def _json(value: object) -> Any:
+    """A JSON string parsed, or ``None`` (too long, not a string, not JSON)."""
+    if not isinstance(value, str) or len(value) > _MAX_JSON_CHARS:
+        return None
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _indexed(attributes: Mapping[str, Any], prefix: str) -> Retrieved | None:
+    texts: list[str] = []
+    ids: list[str | None] = []
+    scores: list[float | None] = []
+    get = attributes.get
+    for i in range(_MAX_DOCUMENTS):
+        base = f"{prefix}.{i}.document."
+        content = get(base + "content")
+        if content is None:
+            break
+        texts.append(str(content)[:_MAX_TEXT])
+        ident = get(base + "id")
+        ids.append(None if ident is None else str(ident))
+        score = get(base + "score")
+        scores.append(float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None)
+    return Retrieved(texts, ids, scores) if texts else None
+
+
+def _reorders(attributes: Mapping[str, Any], output: Retrieved) -> bool:
+    """A reranker is a target only when its output order differs from its input (else it adds no ranking)."""
+    before = _indexed(attributes, n.RERANKER_INPUT_DOCUMENTS)
+    return before is None or before.texts[: len(output.texts)] != output.texts
+
+
+def _from_json(value: object) -> Retrieved | None:
+    parsed = _json(value) if isinstance(value, str) else value
+    if not parsed or not isinstance(parsed, (list, dict)):
+        return None
+    if (
+        isinstance(parsed, list)
+        and all(isinstance(item, dict) for item in parsed)
+        and not any(_has_text(item) for item in parsed)
+    ):
+        return None  # gen_ai.retrieval.documents with ids and scores only: nothing to judge
+    extracted = extract_contexts(parsed, max_items=_MAX_DOCUMENTS, max_chars=_MAX_TEXT)
+    if not extracted.contexts:
+        return None
+    if isinstance(parsed, dict) and not any(isinstance(v, list) for v in parsed.values()):
+        return None  # an object that wraps no list of documents is not a retrieval result
+    items = extracted.contexts
+    return Retrieved([c.text for c in items], [c.id for c in items], [c.score for c in items])
+
+
+def _has_text(item: Mapping[str, Any]) -> bool:
+    return any(isinstance(item.get(key), str) for key in ("content", "page_content", "text", "document"))
+
+
+def _from_events(events: Sequence[Any]) -> Retrieved | None:
+    texts: list[str] = []
+    ids: list[str | None] = []
+    scores: list[float | None] = []
+    for event in events[:_MAX_DOCUMENTS]:
+        if getattr(event, "name", None) != n.DB_QUERY_RESULT_EVENT:
+            continue
+        attributes = getattr(event, "attributes", None) or {}
+        document = attributes.get(n.DB_QUERY_RESULT_DOCUMENT)
+        if document is None:
+            continue
+        texts.append(str(document)[:_MAX_TEXT])
+        ident = attributes.get(n.DB_QUERY_RESULT_ID)
+        ids.append(None if ident is None else str(ident))
+        score = attributes.get(n.DB_QUERY_RESULT_SCORE)
+        scores.append(float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None)
+    return Retrieved(texts, ids, scores) if texts else None
+
+
+def _first_text(value: Any, keys: tuple[str, ...], depth: int = 0) -> str | None:
+    """A string itself, or the first string under ``keys`` (one mapping down at most)."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, dict) or depth > 1:
+        return None
+    for key in keys:
+        found = value.get(key)
+        if isinstance(found, str):
+            return found
+    for key in keys:
+        found = value.get(key)
+        if isinstance(found, dict):
+            text = _first_text(found, keys, depth + 1)
+            if text is not None:
+                return text
+    return None
+
+
+def _messages_text(messages: Any) -> str | None:
+    """GenAI ``gen_ai.output.messages``: the text parts of the last message."""
+    if not isinstance(messages, list) or not messages:
+        return None
+    last = messages[-1]
+    if not isinstance(last, dict):
+        return None
+    parts = last.get("parts")
+    if isinstance(parts, list):
+        texts = [p.get("content") for p in parts[:_MAX_MESSAGES] if isinstance(p, dict) and p.get("type") == "text"]
+        joined = "\n".join(t for t in texts if isinstance(t, str))
+        return joined or None
+    content = last.get("content")
+    return content if isinstance(content, str) and content else None
+
+
+def _oi_output_message(attributes: Mapping[str, Any]) -> str | None:
+    """OpenInference ``llm.output_messages.{i}.message.content``: the last one."""
+    found = None
+    for i in range(_MAX_MESSAGES):
+        content = attributes.get(f"{n.LLM_OUTPUT_MESSAGES}.{i}.message.content")
+        if content is None:
+            break
+        found = str(content)
+    return found or None

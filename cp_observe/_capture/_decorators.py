@@ -1,0 +1,339 @@
+"""``@retriever`` and ``@agent``: each call becomes a span with the query, ranked contexts and answer.
+
+The wrapper is built once, at decoration time, for the function's kind (sync, async, generator, async
+generator); the query's argument position is resolved then too, so a call costs a span start, two
+attribute batches and a span end. The user's code never runs inside our ``try``: its return value and
+exceptions pass through untouched, and so does the generator protocol. Our own failures end our span and
+become one log line and a count (``_internal``); a failing ``query=`` callable is a user error, recorded the
+same way under its own name, and the call runs without a query.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, overload
+
+from cp_observe._capture import _spans
+from cp_observe._capture._spans import Call
+from cp_observe._internal import USER_FAILED, report_user_error
+
+__all__ = ["agent", "retriever"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Kind = Literal["retriever", "agent"]
+QuerySpec = str | Callable[..., Any] | None
+
+
+@overload
+def retriever(func: F, /) -> F: ...
+@overload
+def retriever(
+    *,
+    name: str | None = None,
+    query: QuerySpec = None,
+    context_extractor: Callable[[Any], Any] | None = None,
+) -> Callable[[F], F]: ...
+def retriever(
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    query: QuerySpec = None,
+    context_extractor: Callable[[Any], Any] | None = None,
+) -> F | Callable[[F], F]:
+    """Trace a retrieval function: its query and the contexts it returns, in rank order.
+
+    Args:
+        func: the function (when used bare, as ``@retriever``).
+        name: the data source id and span name suffix (default: the function's qualified name).
+        query: the argument holding the query, by name, or a callable ``(*args, **kwargs) -> str``
+            (default: the first argument other than ``self``/``cls``).
+        context_extractor: ``(return value) -> contexts`` for shapes the default extraction does not know.
+
+    Raises:
+        ValueError: ``query`` names an argument the function does not have.
+    """
+    return _decorate("retriever", func, name=name, query=query, context_extractor=context_extractor, output=None)
+
+
+@overload
+def agent(func: F, /) -> F: ...
+@overload
+def agent(
+    *,
+    name: str | None = None,
+    query: QuerySpec = None,
+    output: Callable[[Any], Any] | None = None,
+    context_extractor: Callable[[Any], Any] | None = None,
+) -> Callable[[F], F]: ...
+def agent(
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    query: QuerySpec = None,
+    output: Callable[[Any], Any] | None = None,
+    context_extractor: Callable[[Any], Any] | None = None,
+) -> F | Callable[[F], F]:
+    """Trace an answering agent: its question and answer. Retrievals inside it are judged against the answer.
+
+    Args:
+        func: the function (when used bare, as ``@agent``).
+        name: the agent name (default: the function's qualified name).
+        query: the argument holding the question, by name, or a callable ``(*args, **kwargs) -> str``.
+        output: ``(return value) -> answer`` when the answer is not the return value itself or its
+            ``content``/``text``/``answer``/``output`` field.
+        context_extractor: ``(return value) -> contexts``: also score the agent itself on the contexts it
+            reports (for agents that retrieve without a decorated retriever).
+
+    Raises:
+        ValueError: ``query`` names an argument the function does not have.
+    """
+    return _decorate("agent", func, name=name, query=query, context_extractor=context_extractor, output=output)
+
+
+def _decorate(
+    kind: Kind,
+    func: F | None,
+    *,
+    name: str | None,
+    query: QuerySpec,
+    context_extractor: Callable[[Any], Any] | None,
+    output: Callable[[Any], Any] | None,
+) -> F | Callable[[F], F]:
+    for label, value in (("context_extractor", context_extractor), ("output", output)):
+        if value is not None and not callable(value):
+            raise ValueError(f"{label} must be callable")
+    if query is not None and not (isinstance(query, str) or callable(query)):
+        raise ValueError("query must be an argument name or a callable")
+
+    def decorator(target: F) -> F:
+        if isinstance(target, (staticmethod, classmethod)):
+            inner: Any = decorator(target.__func__)  # type: ignore[arg-type]
+            rewrapped: Any = type(target)(inner)
+            return rewrapped  # type: ignore[no-any-return]
+        if not callable(target):
+            raise TypeError(f"@{kind} needs a function, got {type(target).__name__}")
+        call = Call(
+            kind=kind,
+            name=name or str(getattr(target, "__qualname__", None) or getattr(target, "__name__", "call")),
+            query=_query_getter(target, query),
+            context_extractor=context_extractor,
+            output=output,
+        )
+        return _wrap(target, call)
+
+    if func is not None:
+        return decorator(func)
+    return decorator
+
+
+def _query_getter(func: Callable[..., Any], query: QuerySpec) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    """Resolve where the query is, once; the returned getter is a tuple index or a dict lookup."""
+    if callable(query) and not isinstance(query, str):
+        spec = query
+
+        def from_callable(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            try:
+                return spec(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the user's callback: a user error, never raised
+                report_user_error("query", exc)
+                return USER_FAILED
+
+        return from_callable
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if query is None:
+        candidates = [p for p in params if p.name not in ("self", "cls")]
+        if not candidates or candidates[0].kind in (candidates[0].VAR_POSITIONAL, candidates[0].VAR_KEYWORD):
+            return lambda args, kwargs: None
+        target = candidates[0]
+    else:
+        matches = [p for p in params if p.name == query]
+        if not matches:
+            if any(p.kind is p.VAR_KEYWORD for p in params):
+                return lambda args, kwargs: kwargs.get(query)
+            raise ValueError(f"query={query!r}: {getattr(func, '__qualname__', func)} has no argument named {query!r}")
+        target = matches[0]
+    name = target.name
+    default = None if target.default is target.empty else target.default
+    if target.kind is target.KEYWORD_ONLY:
+        return lambda args, kwargs: kwargs.get(name, default)
+    position = positional.index(target)
+    if position == 0 and params and params[0].name in ("self", "cls") and target is params[0]:
+        return lambda args, kwargs: None
+
+    def getter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if len(args) > position:
+            return args[position]
+        return kwargs.get(name, default)
+
+    return getter
+
+
+def _wrap(func: F, call: Call) -> F:
+    """Build the wrapper for the function's kind, once (a callable object: by its ``__call__``'s kind)."""
+    probe: Any = func
+    if not inspect.isfunction(func) and not inspect.ismethod(func):
+        probe = getattr(type(func), "__call__", func)  # noqa: B004 - the class's __call__, to read its kind
+    if inspect.isasyncgenfunction(probe):
+        return _wrap_async_generator(func, call)
+    if inspect.isgeneratorfunction(probe):
+        return _wrap_generator(func, call)
+    if inspect.iscoroutinefunction(probe):
+        return _wrap_coroutine(func, call)
+    return _wrap_function(func, call)
+
+
+# The generator wrappers drive the user's generator by hand, so every protocol step passes through unchanged:
+# ``send`` values, ``throw`` (the very exception object, ``GeneratorExit`` from ``close`` included, so the
+# user's ``finally`` and ``except`` clauses see what they would undecorated), the return value and
+# collection of an unfinished generator (collection closes the wrapper, which closes the user's generator).
+# The span ends exactly once: on exhaustion (ok), on close or collection (ok, ``context_precision.partial``),
+# or when the generator raises (error). Only the first ``State.keep`` items are kept, and only while the span
+# records: that is all that can be recorded or judged.
+
+
+def _wrap_async_generator(func: F, call: Call) -> F:
+    start, finish, fail, enter, leave = _spans.start, _spans.finish, _spans.fail, _spans.enter, _spans.leave
+
+    @functools.wraps(func)
+    async def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
+        generator = func(*args, **kwargs)
+        state = start(call, args, kwargs)
+        keep = state.keep if state is not None else 0
+        items: list[Any] = []
+        count = 0
+        value: Any = None
+        thrown: BaseException | None = None
+        closing = False
+        while True:
+            token = enter(state) if state is not None else None
+            try:
+                if thrown is None:
+                    item = await generator.asend(value)
+                else:
+                    item = await generator.athrow(thrown)
+            except StopAsyncIteration:
+                if state is not None:
+                    leave(token)
+                    finish(state, items, partial=closing, yielded=count)
+                return
+            except GeneratorExit:
+                if state is not None:
+                    leave(token)
+                    finish(state, items, partial=True, yielded=count)
+                raise
+            except BaseException as exc:
+                if state is not None:
+                    leave(token)
+                    fail(state, exc)
+                raise
+            if state is not None:
+                leave(token)
+            thrown = None
+            count += 1
+            if count <= keep:
+                items.append(item)
+            try:
+                value = yield item
+            except BaseException as exc:  # noqa: BLE001 - athrow / aclose: passed on to the user's generator as is
+                thrown, value = exc, None
+                closing = isinstance(exc, GeneratorExit)
+
+    return agen_wrapper  # type: ignore[return-value]
+
+
+def _wrap_generator(func: F, call: Call) -> F:
+    start, finish, fail, enter, leave = _spans.start, _spans.finish, _spans.fail, _spans.enter, _spans.leave
+
+    @functools.wraps(func)
+    def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
+        generator = func(*args, **kwargs)
+        state = start(call, args, kwargs)
+        if state is None:
+            return (yield from generator)
+        keep = state.keep
+        items: list[Any] = []
+        count = 0
+        send = generator.send
+        value: Any = None
+        thrown: BaseException | None = None
+        closing = False
+        while True:
+            token = enter(state)
+            try:
+                item = send(value) if thrown is None else generator.throw(thrown)
+            except StopIteration as stop:
+                leave(token)
+                finish(state, items, partial=closing, yielded=count)
+                return stop.value
+            except GeneratorExit:
+                leave(token)
+                finish(state, items, partial=True, yielded=count)
+                raise
+            except BaseException as exc:
+                leave(token)
+                fail(state, exc)
+                raise
+            leave(token)
+            thrown = None
+            count += 1
+            if count <= keep:
+                items.append(item)
+            try:
+                value = yield item
+            except BaseException as exc:  # noqa: BLE001 - throw / close: passed on to the user's generator as is
+                thrown, value = exc, None
+                closing = isinstance(exc, GeneratorExit)
+
+    return gen_wrapper  # type: ignore[return-value]
+
+
+def _wrap_coroutine(func: F, call: Call) -> F:
+    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+
+    @functools.wraps(func)
+    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        state = start(call, args, kwargs)
+        if state is None:
+            return await func(*args, **kwargs)
+        token = _spans.enter(state)
+        try:
+            result = await func(*args, **kwargs)
+        except BaseException as exc:
+            _spans.leave(token)
+            fail(state, exc)
+            raise
+        _spans.leave(token)
+        finish(state, result)
+        return result
+
+    return async_wrapper  # type: ignore[return-value]
+
+
+def _wrap_function(func: F, call: Call) -> F:
+    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        state = start(call, args, kwargs)
+        if state is None:
+            return func(*args, **kwargs)
+        token = _spans.enter(state)
+        try:
+            result = func(*args, **kwargs)
+        except BaseException as exc:
+            _spans.leave(token)
+            fail(state, exc)
+            raise
+        _spans.leave(token)
+        finish(state, result)
+        return result
+
+    return wrapper  # type: ignore[return-value]

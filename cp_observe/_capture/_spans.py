@@ -1,0 +1,351 @@
+"""The decorators' hot path: start a target span, record content per the capture settings, end it.
+
+Cost matters here: everything static about a call site (span name, kind attributes) is computed at
+decoration time; a call does one ``start_span``, one ``set_attributes`` after start, one after the call,
+and ``end``. Unsampled calls keep nothing in memory. Every function here hands its own errors to the one
+boundary (``_internal.report_internal_error``): a bug in cp-observe never reaches the host's code. The user's
+callbacks (``query=``, ``context_extractor=``, ``output=``, ``redact``) run through ``_internal.call_user``:
+their failures are user errors, recorded as ``context_precision.user_error`` and never raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
+from opentelemetry.trace import Span, Status, StatusCode
+
+from cp_observe import _names as n
+from cp_observe._capture._answer import answer_text
+from cp_observe._capture._extract import NOT_CAPTURED, Context, extract_contexts
+from cp_observe._capture._serialize import finite_float, metadata_json, safe_str, type_name
+from cp_observe._config._runtime import PAYLOADS, RUNTIME_HOLDER, Payload, Runtime
+from cp_observe._config._sampling import FORCED, is_forced
+from cp_observe._internal import USER_FAILED, call_user, report_internal_error, report_user_error
+
+__all__ = ["Call", "State", "enter", "fail", "finish", "leave", "start"]
+
+_JUDGE_TEXT_LIMIT = 20_000
+# Attribute keys of the first documents, spelled once (by _names) rather than formatted on every call.
+_DOC_KEYS = tuple({field: n.document_attribute(i, field) for field in n.DOCUMENT_FIELDS} for i in range(28))
+_UNREADABLE = object()
+_get_value = otel_context.get_value
+_attach = otel_context.attach
+_detach = otel_context.detach
+_set_span_in_context = trace.set_span_in_context
+
+
+@dataclass(slots=True)
+class Call:
+    """What a decorated function's spans have in common, computed once at decoration time."""
+
+    kind: str
+    name: str
+    query: Callable[[tuple[Any, ...], dict[str, Any]], Any]
+    context_extractor: Callable[[Any], Any] | None = None
+    output: Callable[[Any], Any] | None = None
+    span_name: str = ""
+    start_attributes: dict[str, Any] = field(default_factory=dict)
+    scores_contexts: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind == "retriever":
+            self.span_name = f"{n.RETRIEVAL_SPAN_PREFIX} {self.name}"
+            self.start_attributes = {
+                n.GEN_AI_OPERATION_NAME: n.OPERATION_RETRIEVAL,
+                n.GEN_AI_DATA_SOURCE_ID: self.name,
+                n.OPENINFERENCE_SPAN_KIND: n.KIND_RETRIEVER,
+            }
+            self.scores_contexts = True
+        else:
+            self.span_name = f"{n.AGENT_SPAN_PREFIX} {self.name}"
+            self.start_attributes = {
+                n.GEN_AI_OPERATION_NAME: n.OPERATION_INVOKE_AGENT,
+                n.GEN_AI_AGENT_NAME: self.name,
+                n.OPENINFERENCE_SPAN_KIND: n.KIND_AGENT,
+            }
+            self.scores_contexts = self.context_extractor is not None
+
+
+class State:
+    """One call in flight: its span, the context to make current, and whether it is sampled."""
+
+    __slots__ = ("call", "ctx", "key", "query", "recording", "runtime", "sampled", "span", "user_error")
+
+    def __init__(
+        self, call: Call, span: Span, runtime: Runtime, *, sampled: bool = False, key: tuple[int, int] | None = None,
+        query: str = "", user_error: str | None = None,
+    ) -> None:
+        self.call = call
+        self.span = span
+        self.runtime = runtime
+        self.sampled = sampled
+        self.key = key  # (trace id, span id) when the judge will want this call's content
+        self.query = query
+        self.user_error = user_error  # the skip reason when a user callback raised
+        self.recording = span.is_recording()
+        self.ctx = _set_span_in_context(span)
+
+    @property
+    def keep(self) -> int:
+        """Items of a generator worth keeping: what can be recorded (capture on) or judged (a payload).
+
+        None when the span does not record, so unsampled and SDK-less calls hold nothing. (A property, read
+        once per generator, so plain calls do not pay for it.)
+        """
+        if not self.recording:
+            return 0
+        rt = self.runtime
+        return max(rt.max_contexts if rt.capture_content else 0, rt.max_judged_contexts if self.key else 0)
+
+
+def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | None:
+    """Start the span of one call; ``None`` means run the function untraced."""
+    if _get_value(_SUPPRESS_INSTRUMENTATION_KEY):
+        return None
+    span: Span | None = None
+    try:
+        rt = RUNTIME_HOLDER[0]
+        span = rt.tracer.start_span(call.span_name, attributes=call.start_attributes)
+        if not span.is_recording():
+            return State(call, span, rt)
+        span_context = span.get_span_context()
+        trace_id = span_context.trace_id
+        sampled = rt.sampler(trace_id)
+        if not sampled and is_forced(None, trace_id):
+            FORCED.add(trace_id)  # so the processor, which sees only the ended span, agrees
+            sampled = True
+        attributes: dict[str, Any] = {n.CP_SAMPLED: sampled}
+        key = None
+        raw_query = call.query(args, kwargs) if sampled or rt.capture_content else None
+        user_error = None
+        if raw_query is USER_FAILED:  # the user's query= callable raised (already logged and counted)
+            raw_query, user_error = None, "query_error"
+            attributes[n.CP_USER_ERROR] = user_error
+        # No query (None) is recorded as absent, never as the text "None".
+        query = "" if raw_query is None else _text(raw_query, rt, _JUDGE_TEXT_LIMIT if sampled else rt.max_value_length)
+        if rt.capture_content and raw_query is not None:
+            shown = _shown(query, rt.max_value_length)
+            attributes[n.INPUT_VALUE] = shown
+            if call.kind == "retriever":
+                attributes[n.GEN_AI_RETRIEVAL_QUERY_TEXT] = shown
+        if sampled and rt.keep_payloads:
+            key = (trace_id, span_context.span_id)  # the payload itself is stored once, when the call ends
+        if not rt.capture_content:
+            attributes[n.CP_CONTENT_CAPTURED] = False
+        span.set_attributes(attributes)
+        return State(call, span, rt, sampled=sampled, key=key, query=query, user_error=user_error)
+    except Exception as exc:  # noqa: BLE001 - our failure: no span, the call runs untraced
+        if span is not None:
+            with contextlib.suppress(Exception):
+                span.end()
+        report_internal_error("span start", exc)
+        return None
+    except BaseException:  # KeyboardInterrupt in the user's query= callable: end our span and let it through
+        if span is not None:
+            with contextlib.suppress(Exception):
+                span.end()
+        raise
+
+
+def enter(state: State) -> object:
+    """Make the call's span current; returns the token for ``leave``."""
+    return _attach(state.ctx)
+
+
+def leave(token: object) -> None:
+    """Restore the context that was current before ``enter``."""
+    _detach(token)  # type: ignore[arg-type]
+
+
+def finish(state: State, result: Any, *, partial: bool = False, yielded: int | None = None) -> None:
+    """Record what the call returned and end its span.
+
+    Args:
+        state: the call.
+        result: the return value, or for a generator the first ``state.keep`` items it yielded.
+        partial: a generator closed (or collected) before its end.
+        yielded: for a generator, how many items it yielded in all.
+    """
+    span = state.span
+    try:
+        if state.recording:
+            _record_result(state, result, partial, yielded)
+    except Exception as exc:  # noqa: BLE001 - our failure: the span still ends, the result is untouched
+        if state.key is not None:
+            PAYLOADS.take(state.key)  # may have been stored before the failure
+        with contextlib.suppress(Exception):
+            span.set_attribute(n.CP_SAMPLED, False)
+        _end(span)
+        report_internal_error("span finish", exc)
+        return
+    _end(span)
+
+
+def fail(state: State, exc: BaseException) -> None:
+    """The call raised: mark the span as an error (it will not be scored) and end it."""
+    span = state.span
+    try:
+        if state.recording:
+            span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+            if isinstance(exc, Exception) and state.runtime.capture_content:
+                _record_exception(span, exc, state.runtime.max_value_length)
+    except Exception as error:  # noqa: BLE001 - our failure must not replace the user's exception
+        _end(span)
+        report_internal_error("span fail", error)
+        return
+    _end(span)
+
+
+def _record_exception(span: Span, exc: BaseException, limit: int) -> None:
+    """The SDK's ``record_exception``, bounded, and safe with exceptions whose ``str`` raises."""
+    try:
+        stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # noqa: BLE001 - formatting calls str(exc), which may raise
+        stack = f"{type_name(exc)} (traceback unavailable)"
+    span.add_event(
+        "exception",
+        {
+            "exception.type": type_name(exc),
+            "exception.message": _shown(safe_str(exc, limit), limit),
+            "exception.stacktrace": _shown(stack[-limit:], limit),
+            "exception.escaped": True,
+        },
+    )
+
+
+def _end(span: Span) -> None:
+    try:
+        span.end()
+    except Exception as exc:  # noqa: BLE001 - an exporter raising inside end() must not reach the host
+        report_internal_error("span end", exc)
+
+
+def _record_result(state: State, result: Any, partial: bool, yielded: int | None) -> None:
+    call, rt = state.call, state.runtime
+    attributes: dict[str, Any] = {}
+    contexts: list[str] | None = None
+    user_error = state.user_error
+    if call.scores_contexts:
+        if call.context_extractor is not None:
+            raw = call_user("context_extractor", call.context_extractor, result)
+            if raw is USER_FAILED:
+                raw, user_error = _UNREADABLE, user_error or "extractor_error"
+        else:
+            raw = result
+        if yielded is None and type(raw) is not list and isinstance(raw, Iterator):  # list: the common case
+            # An iterator reached through the result (returned, or returned by the extractor) is the host's
+            # own: reading it would empty it for the caller. Not captured, not scored (skipped, no_content).
+            raw = _UNREADABLE
+        items: tuple[Context, ...] = ()
+        redact = rt.redact
+        if type(raw) is list and _plain_texts(raw, rt.max_judged_contexts):
+            # The common case, a short list of strings: no Context objects, one pass.
+            contexts = [_redacted(c, redact) for c in raw] if redact is not None else list(raw)
+            attributes[n.CP_CONTEXT_COUNT] = len(raw) if yielded is None else max(yielded, len(raw))
+            if rt.capture_content:
+                limit = rt.max_value_length
+                for i in range(min(len(contexts), rt.max_contexts)):
+                    attributes[_DOC_KEYS[i]["content"]] = _shown(contexts[i], limit)
+            raw = _UNREADABLE
+        elif raw is not _UNREADABLE:
+            extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
+            if extracted is not NOT_CAPTURED:
+                items = extracted.contexts
+                contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
+                count = extracted.total if extracted.total is not None else len(items)
+                if yielded is not None and type(raw) is list and yielded > len(raw):
+                    count += yielded - len(raw)  # items yielded beyond those kept, one context each
+                attributes[n.CP_CONTEXT_COUNT] = count
+        if rt.capture_content and items and contexts is not None:
+            _record_documents(rt, items, contexts, attributes)
+    answer: str | None = None
+    if call.kind == "agent":
+        answer, answer_error = _record_answer(call, rt, result, attributes)
+        user_error = user_error or answer_error
+    if partial:
+        attributes[n.CP_PARTIAL] = True
+    if user_error is not None:
+        attributes[n.CP_USER_ERROR] = user_error
+    if state.key is not None:
+        PAYLOADS.put(state.key, Payload(query=state.query, contexts=contexts, answer=answer))
+    span = state.span
+    if attributes:
+        span.set_attributes(attributes)
+
+
+def _record_documents(rt: Runtime, items: tuple[Context, ...], contexts: list[str], attributes: dict[str, Any]) -> None:
+    """The first ``max_contexts`` documents' content, id, score and metadata, as span attributes."""
+    limit, redact = rt.max_value_length, rt.redact
+    for i in range(min(len(items), rt.max_contexts)):
+        item, text = items[i], contexts[i]
+        keys = _DOC_KEYS[i]
+        attributes[keys["content"]] = _shown(text, limit)
+        if item.id is not None:
+            attributes[keys["id"]] = _shown(_redacted(item.id, redact) if redact else item.id, limit)
+        if item.score is not None:
+            score = finite_float(item.score)
+            if score is not None:
+                attributes[keys["score"]] = score
+        if item.metadata:
+            meta = metadata_json(item.metadata, limit)
+            if meta is not None:
+                attributes[keys["metadata"]] = _shown(_redacted(meta, redact) if redact else meta, limit + 64)
+
+
+def _record_answer(call: Call, rt: Runtime, result: Any, attributes: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The agent's answer by the one answer rule (``cp_observe._capture._answer``), and the user error, if any."""
+    raw_answer = call_user("output", call.output, result) if call.output is not None else result
+    if raw_answer is USER_FAILED:
+        return None, "output_error"
+    text = answer_text(raw_answer, _JUDGE_TEXT_LIMIT)  # None: no answer, judged on the query instead
+    if text is None:
+        return None, None
+    answer = _redacted(text, rt.redact) if rt.redact is not None else text
+    if rt.capture_content:
+        attributes[n.OUTPUT_VALUE] = _shown(answer, rt.max_value_length)
+    return answer, None
+
+
+def _plain_texts(values: list[Any], max_items: int) -> bool:
+    if len(values) > max_items:
+        return False
+    for value in values:  # noqa: SIM110 - a plain loop is measurably faster than all() over a generator here
+        if type(value) is not str or len(value) > _JUDGE_TEXT_LIMIT:
+            return False
+    return True
+
+
+def _shown(text: str, limit: int) -> str:
+    """The text as recorded on a span: bounded, and encodable (a lone surrogate would fail the OTLP export)."""
+    if len(text) > limit:
+        text = safe_str(text, limit)
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _text(value: Any, rt: Runtime, limit: int) -> str:
+    text = value if type(value) is str and len(value) <= limit else safe_str(value, limit)
+    redact = rt.redact
+    return _redacted(text, redact) if redact is not None else text
+
+
+def _redacted(text: str, redact: Callable[[str], str]) -> str:
+    try:
+        out = redact(text)
+    except Exception as exc:  # noqa: BLE001 - fail closed: a broken redactor must not let content through
+        report_user_error("redact", exc)
+        return "[redaction failed]"
+    return out if isinstance(out, str) else "[redaction failed]"

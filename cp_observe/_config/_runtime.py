@@ -1,0 +1,174 @@
+"""Process-wide state the decorators read on every call, and the bounded store of judge payloads.
+
+The decorators run on the request path, so what they need is one attribute read away: the capture
+settings, the redaction hook, the sampler and the tracer. ``configure()`` (or a processor) installs them.
+
+Payloads: a sampled call's query, contexts and answer are kept in memory for the in-process judge,
+keyed by (trace id, span id), until the processor takes them when the span ends. This is how scoring
+works with content capture off: the content never touches a span. The store is bounded; when full, the
+oldest entry is evicted and counted (its span is then scored from its attributes, or skipped).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Tracer, TracerProvider
+
+from cp_observe._config._sampling import TraceIdRatio
+from cp_observe._fork import at_fork
+from cp_observe._log import logger
+
+__all__ = ["PAYLOADS", "RUNTIME", "Payload", "PayloadStore", "Runtime"]
+
+Redactor = Callable[[str], str]
+
+
+@dataclass(slots=True)
+class Payload:
+    """What the judge needs from one call, kept in memory (never exported when capture is off)."""
+
+    query: str
+    contexts: list[str] | None = None
+    answer: str | None = None
+
+
+@dataclass(slots=True)
+class Runtime:
+    """Settings the decorators read per call. Replaced wholesale, never mutated field by field."""
+
+    capture_content: bool = True
+    redact: Redactor | None = None
+    max_value_length: int = 4096
+    max_contexts: int = 20
+    max_judged_contexts: int = 50
+    sampler: TraceIdRatio = field(default_factory=lambda: TraceIdRatio(1.0))
+    tracer_provider: TracerProvider | None = None
+    tracer: Tracer = field(default_factory=lambda: trace.get_tracer("cp_observe"))
+    configured: bool = False
+    #: False in capture-only mode: no in-process judge will ever take a payload.
+    keep_payloads: bool = True
+
+
+def from_environment() -> Runtime:
+    """The settings before any ``configure()``: the ``CP_OBSERVE_*`` and ``OTEL_*`` variables, else defaults.
+
+    Content capture in particular obeys the environment even when a processor is wired by hand: turning it off
+    with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false`` must hold everywhere.
+    """
+    from cp_observe._config._bounds import MAX_CONTEXTS, MAX_JUDGED_CONTEXTS, MAX_VALUE_LENGTH, SAMPLE_RATE
+    from cp_observe._config._envvars import capture_from_otel_env, env_bool, env_float, env_int
+
+    defaults = Runtime()
+    capture = env_bool("capture_content")
+    if capture is None:
+        capture = capture_from_otel_env(os.environ)
+    rate = env_float("sample_rate", *SAMPLE_RATE)
+    return Runtime(
+        capture_content=defaults.capture_content if capture is None else capture,
+        max_value_length=env_int("max_value_length", *MAX_VALUE_LENGTH) or defaults.max_value_length,
+        max_contexts=env_int("max_contexts", *MAX_CONTEXTS) or defaults.max_contexts,
+        max_judged_contexts=env_int("max_judged_contexts", *MAX_JUDGED_CONTEXTS) or defaults.max_judged_contexts,
+        sampler=TraceIdRatio(1.0 if rate is None else rate),
+    )
+
+
+RUNTIME_HOLDER: list[Runtime] = [from_environment()]
+
+
+def runtime() -> Runtime:
+    """The current runtime settings."""
+    return RUNTIME_HOLDER[0]
+
+
+def install(**changes: object) -> Runtime:
+    """Replace the runtime settings with ``changes`` applied; returns the new settings."""
+    from dataclasses import replace
+
+    current = RUNTIME_HOLDER[0]
+    updated = replace(current, **changes)  # type: ignore[arg-type]
+    if "tracer_provider" in changes:
+        provider: Any = changes["tracer_provider"]
+        updated.tracer = provider.get_tracer("cp_observe") if provider is not None else trace.get_tracer("cp_observe")
+    RUNTIME_HOLDER[0] = updated
+    return updated
+
+
+_LIVE_SAMPLERS: dict[int, TraceIdRatio] = {}  # live processors' samplers, by id(processor)
+_LIVE_LOCK = threading.Lock()  # guards _LIVE_SAMPLERS
+
+
+def register_sampler(owner: int, sampler: TraceIdRatio | None) -> None:
+    """Record (or with ``None`` forget) a live processor's sampler and re-derive the decorators' marks.
+
+    Without ``configure()``, calls are marked sampled at the highest rate of the live processors: decisions
+    nest (low bits of the trace id), so each processor's own share is a subset of what was marked, and a
+    processor added for another provider never starves this one.
+    """
+    with _LIVE_LOCK:
+        if sampler is None:
+            _LIVE_SAMPLERS.pop(owner, None)
+        else:
+            _LIVE_SAMPLERS[owner] = sampler
+        if RUNTIME_HOLDER[0].configured:
+            return
+        best = max(_LIVE_SAMPLERS.values(), key=lambda s: s.rate, default=None)
+        install(sampler=best if best is not None else from_environment().sampler)
+
+
+class PayloadStore:
+    """At most ``max_entries`` payloads by (trace id, span id); the oldest is evicted first and counted."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._data: dict[tuple[int, int], Payload] = {}
+        self._max = max_entries
+        self._lock = threading.Lock()  # serialises eviction and guards evicted
+        self.evicted = 0
+
+    def put(self, key: tuple[int, int], payload: Payload) -> None:
+        """Keep ``payload`` until ``take(key)``.
+
+        A single dict store is atomic under the GIL, so the request path takes no lock; only eviction, rare,
+        does (it iterates the dict).
+        """
+        self._data[key] = payload
+        if len(self._data) > self._max:
+            self._evict()
+
+    def _evict(self) -> None:
+        with self._lock:
+            while len(self._data) > self._max:
+                try:
+                    del self._data[next(iter(self._data))]
+                except (KeyError, RuntimeError, StopIteration):  # taken or changed meanwhile: look again
+                    continue
+                self.evicted += 1
+                if self.evicted in (1, 100, 10_000):
+                    logger.warning("payload store full; oldest payloads evicted", evicted=self.evicted)
+
+    def take(self, key: tuple[int, int]) -> Payload | None:
+        """Remove and return the payload, or ``None`` (``dict.pop`` is atomic: no lock)."""
+        return self._data.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._data.clear()
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock and no payloads (the parent's calls are not the child's)."""
+        self._lock = threading.Lock()
+        self._data = {}
+
+
+PAYLOADS = PayloadStore()
+at_fork(PAYLOADS.after_fork)  # a lock held by another thread at fork time would stay locked in the child
+RUNTIME = RUNTIME_HOLDER

@@ -1,0 +1,1 @@
+"""Emission: one evaluation out as a span, a log record, metrics, exemplars and sink deliveries."""

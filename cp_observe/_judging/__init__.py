@@ -1,0 +1,1 @@
+"""Judging: the MAP core, the prompt, verdict parsing, the LLM and lexical judges and their cache."""

@@ -1,0 +1,409 @@
+"""``LLMJudge``: one litellm call judges every context; misaligned replies are repaired or refused.
+
+Flow for one judgement of ``n`` contexts:
+
+1. Verdicts already in the bounded cache are reused; only the others go to the model.
+2. One call asks for ``{"verdicts": [{"context_index", "verdict", "reason"}]}`` with structured output
+   (``json_schema``), falling back to ``json_object`` and then to plain text when the server refuses it.
+3. A reply whose indices are missing, repeated, out of range or shifted gets one corrective retry.
+4. Whatever is still missing is judged one context per call; if that fails too, ``JudgeError``.
+
+Transport failures (timeouts, connection errors, 429 and 5xx) are retried with exponential backoff,
+honouring ``Retry-After``. The API key is only ever passed to litellm; it is scrubbed from every message
+this module raises or logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import os
+import random
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cp_observe._errors import JudgeError, JudgeTransportError
+from cp_observe._judging._cache import LRUCache
+from cp_observe._judging._digest import content_digest
+from cp_observe._judging._litellm import load_litellm
+from cp_observe._judging._prompt import PROMPT_VERSION, VERDICTS_SCHEMA, Budget, build_prompt, corrective_message
+from cp_observe._judging._verdicts import Alignment, align, parse_reply
+from cp_observe._log import logger
+from cp_observe._types import Judgement, Usage, Verdict
+
+__all__ = ["LLMJudge"]
+
+StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
+_MODES: tuple[StructuredOutput, ...] = ("json_schema", "json_object", "none")
+_RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+_MAX_RETRY_AFTER_S = 60.0
+_FALLBACK_CONCURRENCY = 4
+_SECRET_VARIABLE = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET)$", re.IGNORECASE)
+# Key-shaped tokens (OpenAI/Anthropic "sk-...", Bearer tokens) are scrubbed even when we do not know the key.
+_KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{6,}|Bearer\s+[A-Za-z0-9._\-]{8,})")
+
+
+@dataclass(slots=True)
+class _Reply:
+    text: str
+    usage: Usage
+    cost_usd: float | None
+
+
+class LLMJudge:
+    """A judge backed by any model litellm can call (OpenAI, Anthropic, Ollama, vLLM, llama.cpp, ...).
+
+    Args:
+        model: a litellm model string, e.g. ``"openai/gpt-4o-mini"`` or ``"ollama/llama3.1"``.
+        api_base: the endpoint, for self-hosted or proxied models.
+        api_key: the key; when omitted litellm reads the provider's usual environment variable.
+        timeout: seconds allowed for one HTTP call.
+        max_retries: transport retries per call (429, 5xx, timeouts, connection errors).
+        structured_output: ``"auto"`` tries ``json_schema``, then ``json_object``, then plain text, and
+            remembers what the server accepted; or force one of those modes.
+        reason_language: the language the judge writes its per-context reasons in (e.g. ``"Japanese"``).
+        llm_reason: also ask the model for an overall reason (one more call); by default the reason is
+            built from the verdicts, which is exact and free.
+        cache_size: how many per-context verdicts to keep (LRU); 0 disables the cache.
+        budget: character budgets for the prompt; long contexts are cut and the cut is recorded.
+        backoff_base: first retry delay in seconds, doubled per attempt with jitter.
+        backoff_max: the longest delay between retries in seconds.
+        **litellm_kwargs: passed to ``litellm.acompletion`` unchanged (``temperature`` stays 0 unless given).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        structured_output: StructuredOutput = "auto",
+        reason_language: str | None = None,
+        llm_reason: bool = False,
+        cache_size: int = 10_000,
+        budget: Budget | None = None,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        **litellm_kwargs: Any,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("model must be a non-empty litellm model string")
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0 seconds")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        if structured_output not in ("auto", *_MODES):
+            raise ValueError(f"structured_output must be one of auto, {', '.join(_MODES)}")
+        self._model = model
+        self._api_base = api_base
+        self._api_key = api_key
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self._modes: list[StructuredOutput] = list(_MODES) if structured_output == "auto" else [structured_output]
+        self.reason_language = reason_language
+        self.llm_reason = llm_reason
+        self.budget = budget or Budget()
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._kwargs = litellm_kwargs
+        self._cache: LRUCache[Verdict] = LRUCache(cache_size)
+
+    def __repr__(self) -> str:
+        # Never show the key.
+        return f"LLMJudge(model={self._model!r}, api_base={self._api_base!r}, timeout={self.timeout})"
+
+    @property
+    def model(self) -> str:
+        """The litellm model string."""
+        return self._model
+
+    @property
+    def cache(self) -> LRUCache[Verdict]:
+        """The verdict cache (its ``hits``/``misses``/``evictions`` counters are useful in benchmarks)."""
+        return self._cache
+
+    async def judge(self, query: str, reference: str, contexts: Sequence[str]) -> Judgement:
+        """Return one verdict per context, in rank order.
+
+        Raises:
+            JudgeError: no aligned verdict could be obtained for every context.
+            JudgeTransportError: the endpoint kept failing after the retries.
+        """
+        n = len(contexts)
+        language = self.reason_language or ""
+        keys = [content_digest(self._model, PROMPT_VERSION, language, query, reference, c) for c in contexts]
+        found: dict[int, Verdict] = {}
+        for i, key in enumerate(keys):
+            hit = self._cache.get(key)
+            if hit is not None:
+                found[i] = Verdict(i, hit.relevant, hit.reason)
+        todo = [i for i in range(n) if i not in found]
+        usage, cost = Usage(), 0.0
+        truncated: tuple[int, ...] = ()
+        cost_known = True
+        if todo:
+            sub = [contexts[i] for i in todo]
+            verdicts, usage, cost_or_none, sub_truncated = await self._judge_uncached(query, reference, sub)
+            cost_known = cost_or_none is not None
+            cost = cost_or_none or 0.0
+            truncated = tuple(todo[i] for i in sub_truncated)
+            for local, verdict in enumerate(verdicts):
+                index = todo[local]
+                found[index] = Verdict(index, verdict.relevant, verdict.reason)
+                self._cache.put(keys[index], found[index])
+        ordered = tuple(found[i] for i in range(n))
+        reason = None
+        if self.llm_reason and n:
+            reason, extra = await self._write_reason(query, reference, ordered)
+            usage = usage + extra.usage
+            if extra.cost is None:
+                cost_known = False
+            else:
+                cost += extra.cost
+        return Judgement(
+            verdicts=ordered,
+            model=self._model,
+            usage=usage,
+            cost_usd=cost if cost_known else None,
+            truncated=truncated,
+            cached=n - len(todo),
+            reason=reason,
+        )
+
+    async def _judge_uncached(
+        self, query: str, reference: str, contexts: Sequence[str]
+    ) -> tuple[list[Verdict], Usage, float | None, tuple[int, ...]]:
+        n = len(contexts)
+        prompt = build_prompt(query, reference, contexts, budget=self.budget, reason_language=self.reason_language)
+        spent = _Spend()
+        reply = await self._complete(prompt.messages, spent)
+        alignment = _align_text(reply.text, n)
+        if len(alignment.verdicts) < n:
+            logger.debug("judge reply misaligned; asking once more", model=self._model, problems=alignment.problems[:5])
+            retry_messages = [
+                *prompt.messages,
+                {"role": "assistant", "content": reply.text[:8000]},
+                corrective_message(n, alignment.indices),
+            ]
+            retry = await self._complete(retry_messages, spent)
+            second = _align_text(retry.text, n)
+            if second.trustworthy and len(second.verdicts) >= len(alignment.verdicts):
+                alignment = second
+            elif not alignment.trustworthy:
+                alignment = Alignment()
+        missing = alignment.missing(n)
+        if missing:
+            logger.debug("judging contexts one by one", model=self._model, count=len(missing))
+            semaphore = asyncio.Semaphore(_FALLBACK_CONCURRENCY)
+
+            async def one(i: int) -> tuple[int, Verdict | None]:
+                async with semaphore:
+                    return i, await self._judge_single(query, reference, contexts[i], spent)
+
+            for i, verdict in await asyncio.gather(*(one(i) for i in missing)):
+                if verdict is None:
+                    raise JudgeError(
+                        f"judge {self._model} gave no usable verdict for context {i} of {n} "
+                        f"after a corrective retry and a per-context call",
+                        calls=spent.usage.calls,
+                    )
+                alignment.verdicts[i] = Verdict(i, verdict.relevant, verdict.reason)
+        verdicts = [alignment.verdicts[i] for i in range(n)]
+        return verdicts, spent.usage, spent.cost, prompt.truncated
+
+    async def _judge_single(self, query: str, reference: str, context: str, spent: _Spend) -> Verdict | None:
+        prompt = build_prompt(query, reference, [context], budget=self.budget, reason_language=self.reason_language)
+        reply = await self._complete(prompt.messages, spent)
+        entries = parse_reply(reply.text) or []
+        usable = [e for e in entries if e.relevant is not None]
+        if len(usable) != 1:
+            return None
+        return Verdict(0, bool(usable[0].relevant), usable[0].reason)
+
+    async def _write_reason(self, query: str, reference: str, verdicts: Sequence[Verdict]) -> tuple[str, _Spend]:
+        spent = _Spend()
+        summary = "\n".join(
+            f"- context {v.index + 1}: {'relevant' if v.relevant else 'not relevant'} ({v.reason[:300]})"
+            for v in verdicts
+        )
+        language = f" Write it in {self.reason_language}." if self.reason_language else ""
+        messages = [
+            {
+                "role": "system",
+                "content": "Explain in two sentences why the retrieval got this context precision score, "
+                "given the per-context verdicts. Reply with plain text." + language,
+            },
+            {"role": "user", "content": f"Question: {query[:2000]}\nVerdicts in rank order:\n{summary}"},
+        ]
+        reply = await self._complete(messages, spent, structured=False)
+        return reply.text.strip()[:2000], spent
+
+    async def _complete(self, messages: list[dict[str, str]], spent: _Spend, *, structured: bool = True) -> _Reply:
+        """One logical call: transport retries with backoff, structured-output fallback."""
+        litellm = load_litellm()
+        attempt = 0
+        while True:
+            mode: StructuredOutput = self._modes[0] if structured else "none"
+            kwargs: dict[str, Any] = {"temperature": 0, **self._kwargs}
+            if mode == "json_schema":
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "context_precision_verdicts", "schema": VERDICTS_SCHEMA, "strict": True},
+                }
+            elif mode == "json_object":
+                kwargs["response_format"] = {"type": "json_object"}
+            started = time.monotonic()
+            try:
+                response = await asyncio.wait_for(
+                    litellm.acompletion(
+                        model=self._model,
+                        messages=messages,
+                        api_base=self._api_base,
+                        api_key=self._api_key,
+                        timeout=self.timeout,
+                        max_retries=0,
+                        **kwargs,
+                    ),
+                    timeout=self.timeout + 5.0,
+                )
+            except Exception as exc:  # noqa: BLE001 - classified below; nothing escapes unclassified
+                spent.usage = spent.usage + Usage(calls=1)
+                if structured and _refuses_response_format(exc, mode) and len(self._modes) > 1:
+                    logger.info("judge refused structured output; falling back", model=self._model, mode=mode)
+                    self._modes.pop(0)
+                    continue
+                if attempt < self.max_retries and _retryable(exc):
+                    delay = self._delay(attempt, exc)
+                    attempt += 1
+                    logger.debug("judge call failed; retrying", model=self._model, attempt=attempt, delay_s=delay,
+                                 error=self._scrub(type(exc).__name__))
+                    await asyncio.sleep(delay)
+                    continue
+                message = self._scrub(f"{type(exc).__name__}: {exc}")[:500]
+                failure: JudgeError = (
+                    JudgeTransportError(
+                        f"judge {self._model} failed after {attempt + 1} attempts: {message}", calls=spent.usage.calls
+                    )
+                    if _retryable(exc)
+                    else JudgeError(f"judge {self._model} call failed: {message}", calls=spent.usage.calls)
+                )
+                break
+            reply = _reply_of(litellm, response)
+            spent.add(reply)
+            logger.debug("judge call", model=self._model, seconds=round(time.monotonic() - started, 3))
+            return reply
+        # Raised outside the except block, so the unscrubbed litellm error is not kept as __context__.
+        raise failure
+
+    def _delay(self, attempt: int, exc: BaseException) -> float:
+        retry_after = _retry_after(exc)
+        if retry_after is not None:
+            return min(retry_after, _MAX_RETRY_AFTER_S)
+        return float(min(self.backoff_max, self.backoff_base * 2**attempt) * random.uniform(0.5, 1.0))
+
+    def _scrub(self, text: str) -> str:
+        """Remove every key litellm might have used: ours, and the provider variables' (the documented fallback)."""
+        keys = [self._api_key] if self._api_key else []
+        keys.extend(value for name, value in os.environ.items() if _SECRET_VARIABLE.search(name) and value)
+        for key in keys:
+            if key is None or len(key) < 8:
+                continue
+            text = text.replace(key, "***")
+            # Providers echo keys partly masked ("sk-abc...wxyz"); drop the recognisable ends too.
+            if len(key) >= 12:
+                text = text.replace(key[:8], "***").replace(key[-4:], "***")
+        return _KEY_LIKE.sub("***", text)
+
+
+@dataclass(slots=True)
+class _Spend:
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = 0.0
+
+    def add(self, reply: _Reply) -> None:
+        self.usage = self.usage + reply.usage
+        if self.cost is not None and reply.cost_usd is not None:
+            self.cost += reply.cost_usd
+        else:
+            self.cost = None
+
+
+def _align_text(text: str, n: int) -> Alignment:
+    entries = parse_reply(text)
+    if entries is None:
+        alignment = Alignment(trustworthy=False)
+        alignment.problems.append("no JSON in the reply")
+        return alignment
+    return align(entries, n)
+
+
+def _reply_of(litellm: Any, response: Any) -> _Reply:
+    try:
+        text = response.choices[0].message.content or ""
+    except (AttributeError, IndexError, TypeError):
+        text = ""
+    usage = getattr(response, "usage", None)
+    prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+    completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+    try:
+        cost: float | None = float(litellm.completion_cost(completion_response=response))
+    except Exception:  # noqa: BLE001 - litellm raises for models it has no price for; cost is then unknown
+        cost = None
+    return _Reply(text if isinstance(text, str) else str(text), Usage(1, prompt_tokens, completion_tokens), cost)
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return True
+    name = type(exc).__name__
+    if name in {"Timeout", "APIConnectionError", "RateLimitError", "InternalServerError", "ServiceUnavailableError",
+                "BadGatewayError"}:
+        return True
+    status = _status(exc)
+    return status in _RETRYABLE_STATUS
+
+
+def _refuses_response_format(exc: BaseException, mode: StructuredOutput) -> bool:
+    if mode == "none":
+        return False
+    status = _status(exc)
+    # 400/422/501 are the usual refusals; llama-cpp-python's server wraps its validation error in a 500.
+    if status not in (400, 422, 500, 501) and type(exc).__name__ not in {
+        "BadRequestError", "UnsupportedParamsError", "InternalServerError"
+    }:
+        return False
+    text = str(exc).lower()
+    return any(word in text for word in ("response_format", "json_schema", "json schema", "response format",
+                                         "structured output", "json_object"))
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    headers: Any = getattr(exc, "litellm_response_headers", None) or getattr(exc, "headers", None)
+    if not headers:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        value = headers.get("retry-after") or headers.get("Retry-After")
+    except Exception:  # noqa: BLE001 - odd header containers; no Retry-After then
+        return None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(str(value)) if str(value).strip() else None
+        if parsed is None:
+            return None
+        return max(0.0, parsed.timestamp() - time.time())

@@ -1,0 +1,163 @@
+"""The scorer API, shaped like the reference scorer: ``create_context_precision_scorer(model, options).run()``."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from cp_observe._judging._evaluate import evaluate
+from cp_observe._judging._judges import resolve_judge
+from cp_observe._judging._map import validate_scale
+from cp_observe._types import Judge, Reference, ScoreResult
+
+__all__ = [
+    "ContextPrecisionOptions",
+    "ContextPrecisionScorer",
+    "create_context_precision_scorer",
+    "message_text",
+    "query_text",
+]
+
+T = TypeVar("T")
+ContextExtractor = Callable[[Any, Any], Sequence[Any]]
+
+
+class ContextPrecisionOptions(BaseModel):
+    """Options of the scorer; camelCase names of the reference scorer are accepted too.
+
+    Attributes:
+        context: the retrieved contexts in rank order (fixed for every run).
+        context_extractor: ``(input, output) -> contexts``, called on each run; wins over ``context``.
+        scale: the score's upper bound (default 1).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", populate_by_name=True, frozen=True)
+
+    context: list[Any] | None = None
+    context_extractor: ContextExtractor | None = Field(default=None, alias="contextExtractor")
+    scale: float = 1.0
+
+    @field_validator("scale")
+    @classmethod
+    def _check_scale(cls, value: float) -> float:
+        return validate_scale(value)
+
+
+class ContextPrecisionScorer:
+    """Scores how well relevant contexts are ranked, with an LLM (or offline) judge.
+
+    Create it with ``create_context_precision_scorer``. ``run`` and ``arun`` take the same ``input`` and
+    ``output`` as the reference scorer: the input holds the query, the output is the answer the contexts
+    are judged against (the query is used when there is no answer; ``ScoreResult.reference`` says which).
+    """
+
+    id = "context-precision-scorer"
+    name = "Context Precision"
+
+    def __init__(self, judge: Judge, options: ContextPrecisionOptions, *, scorer_id: str | None = None) -> None:
+        self.judge = judge
+        self.options = options
+        if scorer_id:
+            self.id = scorer_id
+
+    async def arun(self, *, input: Any, output: Any = None) -> ScoreResult:
+        """Score one input/output pair.
+
+        Raises:
+            JudgeError: the judge could not give one aligned verdict per context.
+        """
+        from cp_observe._capture._extract import extract_contexts
+
+        query = query_text(input)
+        answer = message_text(output) if output is not None else ""
+        if self.options.context_extractor is not None:
+            raw_contexts: Any = self.options.context_extractor(input, output)
+        else:
+            raw_contexts = self.options.context
+        contexts = [c.text for c in extract_contexts(raw_contexts, max_items=10_000).contexts]
+        reference: Reference = "output" if answer.strip() else "query"
+        return await evaluate(
+            self.judge,
+            query=query,
+            reference_text=answer if reference == "output" else query,
+            reference=reference,
+            contexts=contexts,
+            scale=self.options.scale,
+        )
+
+    def run(self, *, input: Any, output: Any = None) -> ScoreResult:
+        """Synchronous ``arun``; works inside a running event loop too (it then runs on a helper thread)."""
+        result: ScoreResult = run_sync(self.arun(input=input, output=output))
+        return result
+
+
+def create_context_precision_scorer(
+    model: str | Judge,
+    options: ContextPrecisionOptions | Mapping[str, Any] | None = None,
+    *,
+    scorer_id: str | None = None,
+) -> ContextPrecisionScorer:
+    """Create a context precision scorer.
+
+    Args:
+        model: a litellm model string (``"openai/gpt-4o-mini"``), ``"lexical"`` for the offline judge, or
+            any object implementing the ``Judge`` protocol.
+        options: ``context`` or ``context_extractor`` (one is required; the extractor wins when both are
+            given) and ``scale``, as a mapping or ``ContextPrecisionOptions``.
+        scorer_id: the key of this scorer in ``run_evals`` results (default ``"context-precision-scorer"``).
+
+    Raises:
+        ValueError: neither context nor extractor, an empty context list, a bad scale or model.
+    """
+    if options is None:
+        raise ValueError("options must give context or context_extractor")
+    opts = options if isinstance(options, ContextPrecisionOptions) else ContextPrecisionOptions.model_validate(options)
+    if opts.context_extractor is None:
+        if opts.context is None:
+            raise ValueError("options must give context or context_extractor")
+        if len(opts.context) == 0:
+            raise ValueError("options.context is empty: give at least one context, or a context_extractor")
+    elif not callable(opts.context_extractor):
+        raise ValueError("context_extractor must be callable as (input, output) -> contexts")
+    return ContextPrecisionScorer(resolve_judge(model), opts, scorer_id=scorer_id)
+
+
+def query_text(value: Any) -> str:
+    """The query of a scorer input: a string, chat messages (the last user message), or a mapping of them."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        for key in ("inputMessages", "input_messages", "messages", "input", "query", "question"):
+            if key in value:
+                return query_text(value[key])
+        return message_text(value)
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+        users = [m for m in value if _role(m) == "user"]
+        return message_text(users[-1] if users else (value[-1] if value else ""))
+    return message_text(value)
+
+
+def message_text(value: Any) -> str:
+    """The text of an output (or of an input message), by the one answer rule of ``cp_observe._capture._answer``."""
+    from cp_observe._capture._answer import answer_text
+
+    return answer_text(value, 100_000) or ""
+
+
+def _role(message: Any) -> str | None:
+    role = message.get("role") if isinstance(message, Mapping) else getattr(message, "role", None)
+    return role if isinstance(role, str) else None
+
+
+def run_sync(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, even when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cp-observe-run") as pool:
+        return pool.submit(asyncio.run, coro).result()

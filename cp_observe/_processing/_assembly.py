@@ -1,0 +1,339 @@
+"""Turn assembly: decide what each sampled retrieval is judged against, and judge each retrieval once.
+
+The reference: a retrieval is judged against the answer of the nearest span of its trace that encloses it in
+time and carries an answer (an agent, an LLM call, or the local root: a chain or workflow root; each read per
+convention, see ``_conventions``). So retrievals wait (per trace, bounded, with a deadline) for such a span.
+A retrieval with none is judged against its own query when its local root span ends or its deadline passes.
+An agent decorated with a ``context_extractor`` is itself a target, judged against its answer.
+
+One retrieval, one evaluation: spans that describe the same retrieval (an instrumented retriever inside a
+decorated one, OpenLLMetry's retriever span beside a decorated function's span, an outer span over an inner
+one) are matched by what they carry: the same documents, in the same trace, overlapping in time. The group is
+counted and judged once, under the preferred span (a decorated one, else one naming its data source). A
+retrieval span that carries no documents is not a retrieval to score: it is not counted at all.
+
+Only the evaluator thread touches an ``Assembler``; it needs no lock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.trace import SpanContext
+
+from cp_observe import _names as n
+from cp_observe._capture._conventions import answer_of, convention_name, is_decorated, query_of, retrieved_of
+from cp_observe._config._runtime import Payload
+
+__all__ = ["Assembler", "Fold", "Item", "Ready", "Skip"]
+
+_MAX_RETRIEVALS_PER_TRACE = 64
+_MAX_DOCUMENTS_FROM_ATTRIBUTES = 1000
+_MAX_REMEMBERED_ANSWER = 4_000
+_FINGERPRINT_CHARS = 256  # documents compared on their first characters (spans may truncate them differently)
+_UNSET: Any = object()
+
+
+@dataclass(slots=True)
+class Item:
+    """One ended span handed over by ``on_end``: a target, an agent's answer, or a local root's end."""
+
+    kind: str  # "retriever", "agent" (any span that may carry an answer) or "root"
+    span_context: SpanContext
+    start_ns: int
+    end_ns: int
+    error: bool
+    local_root: bool
+    attributes: Any  # the span's immutable attribute mapping
+    payload: Payload | None
+    target: bool
+    sampling_reason: str
+    span_name: str = ""
+    events: Sequence[Any] = ()
+    data_source: Callable[[Mapping[str, Any]], str | None] | None = None
+    #: False once assembly found this span describes a retrieval already counted (or none): not counted sampled.
+    counts: bool = True
+    _name: str | None = None
+    _contexts: Any = _UNSET
+
+    @property
+    def name(self) -> str:
+        """A retriever's data source (user mapping, data source id, convention, ``unknown``); an agent's name."""
+        if self._name is not None:
+            return self._name
+        attributes = self.attributes or {}
+        if self.kind != "retriever":
+            value = attributes.get(n.GEN_AI_AGENT_NAME)
+            self._name = str(value) if value is not None else "unknown"
+            return self._name
+        name = self.data_source(attributes) if self.data_source is not None else None
+        if name is None:
+            value = attributes.get(n.GEN_AI_DATA_SOURCE_ID)
+            name = str(value) if value is not None and str(value) else None
+        if name is None:
+            name = convention_name(self.span_name, attributes)
+        self._name = name or "unknown"
+        return self._name
+
+    @property
+    def decorated(self) -> bool:
+        """A span of cp-observe's own decorators."""
+        return self.payload is not None or (self.attributes is not None and is_decorated(self.attributes))
+
+    def query(self) -> str | None:
+        """The query: from memory when sampled here, else from the span's attributes (per convention)."""
+        if self.payload is not None:
+            return self.payload.query
+        return query_of(self.attributes or {})
+
+    def contexts(self) -> list[str] | None:
+        """The contexts in rank order: from memory, else from the span per convention; ``None`` if it has none."""
+        if self.payload is not None and self.payload.contexts is not None:
+            return self.payload.contexts
+        if self._contexts is _UNSET:
+            attributes = self.attributes or {}
+            found = retrieved_of(attributes, self.events)
+            contexts: list[str] | None = found.texts if found is not None else None
+            if contexts is None and attributes.get(n.CP_CONTEXT_COUNT) == 0:
+                contexts = []
+            if len(contexts or ()) > _MAX_DOCUMENTS_FROM_ATTRIBUTES:
+                contexts = contexts[:_MAX_DOCUMENTS_FROM_ATTRIBUTES] if contexts is not None else None
+            self._contexts = contexts
+        return self._contexts  # type: ignore[no-any-return]
+
+    def answer(self) -> str | None:
+        """The answer this span carries: from memory, else per convention."""
+        if self.payload is not None and self.payload.answer is not None:
+            return self.payload.answer
+        return answer_of(self.attributes or {})
+
+    def fingerprint(self) -> tuple[str, ...] | None:
+        """What identifies the retrieval across the spans describing it: its documents' leading characters."""
+        contexts = self.contexts()
+        return tuple(c[:_FINGERPRINT_CHARS] for c in contexts) if contexts else None
+
+    def preference(self) -> int:
+        """Which span of a group describing one retrieval names and carries it (higher wins)."""
+        attributes = self.attributes or {}
+        return 2 if self.decorated else 1 if attributes.get(n.GEN_AI_DATA_SOURCE_ID) is not None else 0
+
+
+@dataclass(slots=True)
+class Ready:
+    """A target ready to judge against ``reference_text`` (``reference`` says whether answer or query)."""
+
+    item: Item
+    reference_text: str
+    reference: str
+    agent_name: str | None = None
+
+
+@dataclass(slots=True)
+class Skip:
+    """A sampled target that will not be judged, and why."""
+
+    item: Item
+    reason: str
+
+
+@dataclass(slots=True)
+class Fold:
+    """A span that is not judged on its own: it describes a retrieval counted under another span, or none."""
+
+    item: Item
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    start_ns: int
+    end_ns: int
+    text: str
+    agent_name: str | None
+
+
+@dataclass(slots=True)
+class _Seen:
+    fingerprint: tuple[str, ...]
+    item: Item
+
+
+@dataclass(slots=True)
+class _Turn:
+    deadline: float
+    retrievals: list[Item] = field(default_factory=list)
+
+
+class Assembler:
+    """Pairs retrievals with their agent's answer; bounded in traces and retrievals per trace."""
+
+    def __init__(self, *, turn_timeout_s: float, max_pending_traces: int) -> None:
+        self.turn_timeout_s = turn_timeout_s
+        self.max_pending_traces = max_pending_traces
+        self._turns: OrderedDict[int, _Turn] = OrderedDict()
+        # Agents that already ended, per trace: a retrieval arriving after its agent (spans reordered on the
+        # way to `cp-observe serve`, say) still gets the answer. Bounded like _turns, expired the same way.
+        self._answers: OrderedDict[int, tuple[float, list[_Answer]]] = OrderedDict()
+        # Retrievals counted per trace, to recognise other spans describing them. Bounded like _answers.
+        self._seen: OrderedDict[int, tuple[float, list[_Seen]]] = OrderedDict()
+        self.pending = 0  # retrievals waiting for an answer
+
+    def add(self, item: Item, now: float) -> list[Ready | Skip | Fold]:
+        """Take one ended span; return what became ready (or skipped, or folded) because of it.
+
+        Sets ``item.counts = False`` when the span is not a retrieval of its own (a twin, or no documents).
+        """
+        out: list[Ready | Skip | Fold] = []
+        trace_id = item.span_context.trace_id
+        if item.kind == "retriever" and item.target and self._folded(item, now, out):
+            pass
+        elif item.kind == "retriever" and item.target:
+            answered = None if item.error else self._late_answer(item)
+            if item.error:
+                out.append(Skip(item, "call_error"))
+            elif answered is not None:
+                out.append(Ready(item, answered.text, n.REFERENCE_OUTPUT, answered.agent_name))
+            else:
+                turn = self._turns.get(trace_id)
+                if turn is None:
+                    turn = self._turns[trace_id] = _Turn(deadline=now + self.turn_timeout_s)
+                    while len(self._turns) > self.max_pending_traces:
+                        _, oldest = self._turns.popitem(last=False)
+                        out.extend(self._against_query(oldest.retrievals))
+                if len(turn.retrievals) >= _MAX_RETRIEVALS_PER_TRACE:
+                    out.extend(self._against_query([item], count=False))
+                else:
+                    turn.retrievals.append(item)
+                    self.pending += 1
+        elif item.kind == "agent":
+            out.extend(self._agent_ended(item, now))
+        if item.local_root:
+            if item.kind == "root" and not item.error:
+                out.extend(self._answered_by(item, now))  # a chain or workflow root carrying the answer
+            turn = self._turns.pop(trace_id, None)
+            if turn is not None:
+                out.extend(self._against_query(turn.retrievals))
+        return out
+
+    def _folded(self, item: Item, now: float, out: list[Ready | Skip | Fold]) -> bool:
+        """True when ``item`` is not a retrieval of its own; twins are merged (the preferred span is kept)."""
+        if item.payload is None and not item.decorated and item.contexts() is None:
+            item.counts = False
+            out.append(Fold(item))
+            return True
+        fingerprint = item.fingerprint()
+        if fingerprint is None:
+            return False
+        trace_id = item.span_context.trace_id
+        entry = self._seen.get(trace_id)
+        if entry is None:
+            entry = self._seen[trace_id] = (now + self.turn_timeout_s, [])
+            while len(self._seen) > self.max_pending_traces:
+                self._seen.popitem(last=False)
+        for seen in entry[1]:
+            twin = seen.item
+            if seen.fingerprint != fingerprint or twin.start_ns > item.end_ns or item.start_ns > twin.end_ns:
+                continue
+            item.counts = False
+            turn = self._turns.get(trace_id)
+            if turn is not None and twin in turn.retrievals and item.preference() > twin.preference():
+                turn.retrievals[turn.retrievals.index(twin)] = item  # the preferred span takes the twin's place
+                seen.item = item
+                out.append(Fold(twin))
+                return True
+            out.append(Fold(item))
+            return True
+        if len(entry[1]) < _MAX_RETRIEVALS_PER_TRACE:
+            entry[1].append(_Seen(fingerprint, item))
+        return False
+
+    def expire(self, now: float) -> list[Ready | Skip | Fold]:
+        """Judge against their queries the retrievals whose agent did not answer in time."""
+        while self._answers and next(iter(self._answers.values()))[0] <= now:
+            self._answers.popitem(last=False)
+        while self._seen and next(iter(self._seen.values()))[0] <= now:
+            self._seen.popitem(last=False)
+        out: list[Ready | Skip | Fold] = []
+        while self._turns:
+            trace_id, turn = next(iter(self._turns.items()))
+            if turn.deadline > now:
+                break
+            del self._turns[trace_id]
+            out.extend(self._against_query(turn.retrievals))
+        return out
+
+    def flush(self) -> list[Ready | Skip | Fold]:
+        """Release every waiting retrieval, judged against its query (flush and shutdown)."""
+        out: list[Ready | Skip | Fold] = []
+        for turn in self._turns.values():
+            out.extend(self._against_query(turn.retrievals))
+        self._turns.clear()
+        return out
+
+    def _late_answer(self, item: Item) -> _Answer | None:
+        entry = self._answers.get(item.span_context.trace_id)
+        if entry is None:
+            return None
+        inside = [a for a in entry[1] if a.start_ns <= item.start_ns and item.end_ns <= a.end_ns]
+        return min(inside, key=lambda a: a.end_ns - a.start_ns) if inside else None  # the innermost agent
+
+    def _remember(self, agent: Item, answer: str, agent_name: str | None, now: float) -> None:
+        trace_id = agent.span_context.trace_id
+        entry = self._answers.get(trace_id)
+        if entry is None:
+            entry = self._answers[trace_id] = (now + self.turn_timeout_s, [])
+            while len(self._answers) > self.max_pending_traces:
+                self._answers.popitem(last=False)
+        if len(entry[1]) < _MAX_RETRIEVALS_PER_TRACE:
+            # The judge sees at most Budget.reference characters of it; keep no more than that in memory.
+            entry[1].append(_Answer(agent.start_ns, agent.end_ns, answer[:_MAX_REMEMBERED_ANSWER], agent_name))
+
+    def _answered_by(self, carrier: Item, now: float) -> list[Ready | Skip | Fold]:
+        """Give ``carrier``'s answer to the waiting retrievals it encloses (it is the nearest: inner spans end first).
+
+        A span without an answer claims nothing: its retrievals wait for an enclosing span that has one.
+        """
+        answer = None if carrier.error else carrier.answer()
+        if not answer or not answer.strip():
+            return []
+        value = carrier.attributes.get(n.GEN_AI_AGENT_NAME) if carrier.attributes else None
+        agent_name = str(value) if value is not None else None
+        self._remember(carrier, answer, agent_name, now)
+        trace_id = carrier.span_context.trace_id
+        turn = self._turns.get(trace_id)
+        if turn is None:
+            return []
+        inside = [r for r in turn.retrievals if carrier.start_ns <= r.start_ns and r.end_ns <= carrier.end_ns]
+        if not inside:
+            return []
+        turn.retrievals = [r for r in turn.retrievals if r not in inside]
+        if not turn.retrievals:
+            del self._turns[trace_id]
+        self.pending -= len(inside)
+        return [Ready(r, answer, n.REFERENCE_OUTPUT, agent_name) for r in inside]
+
+    def _agent_ended(self, agent: Item, now: float) -> list[Ready | Skip | Fold]:
+        out: list[Ready | Skip | Fold] = list(self._answered_by(agent, now))
+        if agent.target:
+            answer = None if agent.error else agent.answer()
+            if agent.error:
+                out.append(Skip(agent, "call_error"))
+            elif answer and answer.strip():
+                out.append(Ready(agent, answer, n.REFERENCE_OUTPUT, agent.name))
+            else:
+                out.extend(self._against_query([agent], count=False))
+        return out
+
+    def _against_query(self, items: list[Item], *, count: bool = True) -> list[Ready | Skip | Fold]:
+        out: list[Ready | Skip | Fold] = []
+        for item in items:
+            if count:
+                self.pending -= 1
+            query = item.query()
+            if query is None or not query.strip():
+                out.append(Skip(item, "no_reference"))
+            else:
+                out.append(Ready(item, query, n.REFERENCE_QUERY))
+        return out

@@ -1,0 +1,450 @@
+"""The evaluator: a bounded queue feeding one daemon thread that runs an asyncio loop of judge calls.
+
+``submit`` is what ``on_end`` calls: an append to a deque, and a wake-up of the loop only when it is not
+already awake. It never waits: the thread starts when the evaluator is created (after a fork, on the
+next submit, without waiting for it), and a full queue costs a counter increment under a lock; the
+metrics of a refused target and the release of its held span are done by the evaluator thread on its
+next tick, never on the caller's. Everything else happens on the thread named ``cp-observe-evaluator``:
+turn assembly, the rate cap, the budget, the circuit breaker, at most ``concurrency`` judge calls at once (with
+instrumentation suppressed, so the judge's own HTTP calls are not traced or scored), and emission.
+
+Accounting: each target is counted sampled exactly once and ends in exactly one of scored, failed,
+dropped or skipped, so ``sampled == scored + failed + dropped + skipped`` once nothing is pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
+
+from cp_observe import _names as n
+from cp_observe._config._sampling import DailyBudget, RateLimiter
+from cp_observe._emission._emit import Emitter, Target
+from cp_observe._errors import JudgeError, JudgeTransportError
+from cp_observe._judging._circuit import CircuitBreaker
+from cp_observe._judging._evaluate import evaluate, judge_model_name
+from cp_observe._log import logger
+from cp_observe._processing._accounting import Accounting
+from cp_observe._processing._assembly import Assembler, Fold, Item, Ready, Skip
+from cp_observe._processing._gates import refusal
+from cp_observe._types import Judge, ScoreResult
+
+__all__ = ["Evaluator"]
+
+_TICK_S = 0.1
+_WAKE_BATCH = 64
+_SIGNAL_BOUND_FACTOR = 4
+
+
+class Evaluator:
+    """Owns the queue, the thread, its loop and the accounting."""
+
+    def __init__(
+        self,
+        *,
+        judge: Judge,
+        emitter: Emitter,
+        queue_size: int,
+        concurrency: int,
+        turn_timeout_s: float,
+        max_pending_traces: int,
+        rate: RateLimiter,
+        budget: DailyBudget,
+        circuit: CircuitBreaker,
+        max_judged_contexts: int,
+        evaluation_timeout_s: float,
+        on_finished: Callable[[Item, ScoreResult | None], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
+        self.judge = judge
+        self.on_finished = on_finished
+        self.on_tick = on_tick
+        self.emitter = emitter
+        self.queue_size = queue_size
+        self.concurrency = concurrency
+        self.rate = rate
+        self.budget = budget
+        self.circuit = circuit
+        self.max_judged_contexts = max_judged_contexts
+        self.evaluation_timeout_s = evaluation_timeout_s
+        self._turn_timeout_s = turn_timeout_s
+        self._max_pending_traces = max_pending_traces
+        self._reset()
+
+    def _reset(self) -> None:
+        """Fresh state: at construction and in a forked child (the parent's thread does not exist there)."""
+        self._queue: deque[Item] = deque()
+        self._lock = threading.Lock()  # guards _thread start, _closed and _refused
+        self._count_lock = threading.Lock()  # guards _queued_targets and the target bound check
+        self._queued_targets = 0
+        self.accounting = Accounting()
+        self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces)
+        self._ready: deque[Ready] = deque()
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._load = 0  # written by the evaluator thread only: targets assembled, ready or running
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._wake_pending = False
+        self._started = threading.Event()
+        self._closed = False
+        self._idle_waiters: list[concurrent.futures.Future[None]] = []
+        # Refused targets, accounted in stats at once; their metrics (by labels) and, in hold mode, the release
+        # of their held spans wait for the evaluator thread. Both bounded: the keys by the data sources and
+        # agents, the items by the held-span bound (only held spans' items are kept).
+        self._refused: Counter[tuple[str, str, str, str]] = Counter()  # (name, kind, sampling, reason); _lock
+        self._refused_items: deque[Item] = deque()
+
+    def after_fork(self) -> None:
+        """Called in a forked child: start over with an empty queue and no thread (started on the next submit)."""
+        self._reset()
+
+    def start(self) -> None:
+        """Start the evaluator thread now (at creation), so no request ever waits for it."""
+        self._start_thread()
+
+    # --- producer side (any thread; on_end) ----------------------------------------------------------------
+    def depth(self) -> int:
+        """Targets queued, waiting for an answer, ready or being judged."""
+        return self._queued_targets + self._load
+
+    def submit(self, item: Item) -> bool:
+        """Queue an ended span; False (and counted dropped, for a target) when the queue is full or closed.
+
+        Targets count against ``queue_size``. An agent's answer or a root's end is tiny and is what releases
+        the retrievals waiting for it, so it is taken even when targets are refused (up to a hard bound):
+        refusing it would leave those retrievals holding every slot until their turn timeout.
+        """
+        queued = len(self._queue)
+        if item.target:
+            with self._count_lock:
+                full = self._closed or self._queued_targets + self._load >= self.queue_size
+                if not full:
+                    self._queued_targets += 1
+                    self._queue.append(item)
+            if full:
+                self._refuse(item, "shutdown" if self._closed else "queue_full")
+                return False
+        elif self._closed or queued >= _SIGNAL_BOUND_FACTOR * self.queue_size:
+            return False
+        else:
+            self._queue.append(item)
+        if self._thread is None:
+            self._start_thread()
+        # The loop wakes by itself every _TICK_S and drains everything; an explicit wake-up is a syscall (and a
+        # GIL hand-off) on the request path, so it is sent only when a batch has built up.
+        if queued + 1 >= _WAKE_BATCH and not self._wake_pending and self._loop is not None:
+            self._wake_pending = True
+            try:
+                self._loop.call_soon_threadsafe(self._set_wake)
+            except RuntimeError:  # the loop closed between the check and the call
+                self._wake_pending = False
+        return True
+
+    def _refuse(self, item: Item, reason: str) -> None:
+        """Count a refused target on the caller's thread in O(1): no metric update, no export, no I/O."""
+        key = (item.name, item.kind, item.sampling_reason, reason)
+        self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
+        with self._lock:
+            self._refused[key] += 1
+        if self.on_finished is not None:
+            self._refused_items.append(item)  # released by the evaluator thread (or by shutdown)
+
+    def _emit_refused(self) -> None:
+        """On the evaluator thread (or at shutdown): the metrics and releases that ``_refuse`` deferred."""
+        with self._lock:
+            refused, self._refused = self._refused, Counter()
+        for (name, kind, _, reason), count in refused.items():
+            # What Emitter.labels(_target(item, ...)) gives: an agent target is labelled with its own name.
+            labels = {n.GEN_AI_DATA_SOURCE_ID: name, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME}
+            if kind != "retriever":
+                labels[n.GEN_AI_AGENT_NAME] = name
+            try:
+                for _ in range(count):
+                    self.emitter.count_sampled(labels)
+                    self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+            except Exception as exc:  # noqa: BLE001 - a failing meter must not stop the evaluator
+                logger.warning("counting refused targets failed", error_type=type(exc).__name__)
+        while self._refused_items:
+            self._finished(self._refused_items.popleft(), None)
+
+    def _drop(self, item: Item, reason: str) -> None:
+        labels = Emitter.labels(_target(item, "", item.sampling_reason))
+        self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
+        self.emitter.count_sampled(labels)
+        self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+        self._finished(item, None)
+
+    def _finished(self, item: Item, result: ScoreResult | None) -> None:
+        if self.on_finished is not None:
+            try:
+                self.on_finished(item, result)
+            except Exception as exc:  # noqa: BLE001 - a failing export must not stop the accounting
+                logger.warning("releasing a held span failed", error_type=type(exc).__name__)
+
+    def _start_thread(self) -> None:
+        with self._lock:
+            if self._thread is not None or self._closed:
+                return
+            self._thread = threading.Thread(target=self._run_thread, name="cp-observe-evaluator", daemon=True)
+            self._thread.start()
+        # No wait for the thread to be running: the loop wakes on its own every _TICK_S and drains the queue.
+
+    # --- flush and shutdown (any thread) ----------------------------------------------------------------------
+    def flush(self, timeout_s: float) -> bool:
+        """Judge everything queued or waiting (waiting retrievals against their queries); True if done in time."""
+        if self._thread is not None and self._loop is None:
+            self._started.wait(max(0.0, timeout_s))  # created a moment ago: its loop is being set up
+        loop = self._loop
+        if loop is None or self._thread is None:
+            self._emit_refused()
+            return True
+        waiter: concurrent.futures.Future[None] = concurrent.futures.Future()
+        try:
+            loop.call_soon_threadsafe(self._flush_now, waiter)
+        except RuntimeError:
+            return True
+        try:
+            waiter.result(timeout=max(0.0, timeout_s))
+        except concurrent.futures.TimeoutError:
+            return False
+        return True
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Stop taking work, drain within ``timeout_s``, count what could not finish as dropped (shutdown)."""
+        with self._lock:
+            self._closed = True
+        deadline = time.monotonic() + timeout_s
+        self.flush(timeout_s)
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None:
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            try:
+                loop.call_soon_threadsafe(self._stop_now, done)
+                done.result(timeout=max(0.1, deadline - time.monotonic()))
+            except (RuntimeError, concurrent.futures.TimeoutError):
+                pass
+            thread.join(max(0.1, deadline - time.monotonic()))
+        # Whatever the thread did not take is counted here (the thread has stopped or is abandoned).
+        self._emit_refused()
+        while self._queue:
+            item = self._queue.popleft()
+            if item.target:
+                with self._count_lock:
+                    self._queued_targets -= 1
+                self._drop(item, "shutdown")
+
+    # --- the evaluator thread ------------------------------------------------------------------------------
+    def _run_thread(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._wake = asyncio.Event()
+        self._started.set()
+        try:
+            loop.run_until_complete(self._main())
+        except Exception as exc:  # noqa: BLE001 - never let the thread die loudly into the host's stderr
+            logger.error("cp-observe evaluator stopped", error_type=type(exc).__name__)
+        finally:
+            _close_loop(loop)
+
+    def _set_wake(self) -> None:
+        self._wake_pending = False
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _main(self) -> None:
+        assert self._wake is not None
+        self._running = True
+        while self._running:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=_TICK_S)
+            self._wake.clear()
+            self._step()
+        if self._inflight:
+            # Let cancelled judgements run their handlers so each is counted exactly once.
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+
+    def _step(self, *, flush: bool = False) -> None:
+        if self._refused or self._refused_items:
+            self._emit_refused()
+        now = time.monotonic()
+        outcomes: list[Ready | Skip | Fold] = []
+        while self._queue:
+            item = self._queue[0]
+            if item.target:
+                with self._count_lock:
+                    self._load += 1  # counted before it leaves the queue, so depth() never reads low
+                    self._queued_targets -= 1
+            self._queue.popleft()
+            added = self._assembler.add(item, now)  # may find the span is not a retrieval of its own (counts)
+            if item.target and item.counts:
+                self.accounting.sampled()
+                self.emitter.count_sampled(Emitter.labels(_target(item, "", item.sampling_reason)))
+            outcomes.extend(added)
+        outcomes.extend(self._assembler.flush() if flush else self._assembler.expire(now))
+        if self.on_tick is not None:
+            try:
+                self.on_tick()
+            except Exception as exc:  # noqa: BLE001 - see _finished
+                logger.warning("expiring held spans failed", error_type=type(exc).__name__)
+        for outcome in outcomes:
+            if isinstance(outcome, Skip):
+                self._finish_skip(outcome.item, outcome.reason)
+            elif isinstance(outcome, Fold):
+                self._finished(outcome.item, None)  # judged (and counted) under another span, or not at all
+            else:
+                self._ready.append(outcome)
+        while self._ready and len(self._inflight) < self.concurrency:
+            task = asyncio.get_running_loop().create_task(self._evaluate(self._ready.popleft()))
+            self._inflight.add(task)
+            task.add_done_callback(self._task_done)
+        self._load = self._assembler.pending + len(self._ready) + len(self._inflight)
+        self._notify_idle()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._step()
+
+    def _flush_now(self, waiter: concurrent.futures.Future[None]) -> None:
+        self._idle_waiters.append(waiter)
+        self._step(flush=True)
+
+    def _notify_idle(self) -> None:
+        busy = self._queue or self._ready or self._inflight or self._assembler.pending
+        if self._idle_waiters and not busy:
+            for waiter in self._idle_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._idle_waiters.clear()
+
+    def _stop_now(self, done: concurrent.futures.Future[None]) -> None:
+        for task in list(self._inflight):
+            task.cancel()
+        for ready in self._ready:
+            self._finish_drop(ready.item, "shutdown")
+        self._ready.clear()
+        for outcome in self._assembler.flush():
+            if not isinstance(outcome, Fold):
+                self._finish_drop(outcome.item, "shutdown")
+        self._running = False
+        if self._wake is not None:
+            self._wake.set()
+        done.set_result(None)
+
+    def _finish_drop(self, item: Item, reason: str) -> None:
+        labels = Emitter.labels(_target(item, "", item.sampling_reason))
+        self.accounting.outcome(n.OUTCOME_DROPPED, reason)
+        self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+        self._finished(item, None)
+
+    def _finish_skip(self, item: Item, reason: str) -> None:
+        labels = Emitter.labels(_target(item, "", item.sampling_reason))
+        self.accounting.outcome(n.OUTCOME_SKIPPED, reason)
+        self.emitter.count(n.OUTCOME_SKIPPED, reason, labels)
+        self._finished(item, None)
+
+    async def _evaluate(self, ready: Ready) -> None:
+        item = ready.item
+        target = _target(item, ready.reference, item.sampling_reason, ready.agent_name)
+        user_error = item.attributes.get(n.CP_USER_ERROR) if item.attributes else None
+        if isinstance(user_error, str) and user_error:  # a callback the user gave raised: nothing sound to judge
+            self._finish_skip(item, user_error[:64])
+            return
+        contexts = item.contexts()
+        if contexts is None:
+            self._finish_skip(item, "no_content")
+            return
+        refused = refusal(self.circuit, self.rate, self.budget)
+        if refused is not None:
+            self._finish_skip(item, refused)
+            return
+        model = judge_model_name(self.judge)
+        start_ns = time.time_ns()
+        token = otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            result = await asyncio.wait_for(
+                evaluate(
+                    self.judge,
+                    query=item.query() or "",
+                    reference_text=ready.reference_text,
+                    reference=ready.reference,  # type: ignore[arg-type]
+                    contexts=contexts[: self.max_judged_contexts],
+                ),
+                timeout=self.evaluation_timeout_s,
+            )
+        except asyncio.CancelledError:
+            otel_context.detach(token)
+            self._finish_drop(item, "shutdown")
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failing judge is an outcome, never an exception in the host
+            otel_context.detach(token)
+            self.circuit.failure()
+            reason = _failure_reason(exc)
+            self.accounting.outcome(n.OUTCOME_FAILED, reason)
+            logger.info("evaluation failed", reason=reason, error_type=type(exc).__name__,
+                        data_source=target.data_source)
+            self._emit_safely(self.emitter.failed, target, exc, reason, start_ns=start_ns, end_ns=time.time_ns(),
+                              model=model)
+            self._finished(item, None)
+            return
+        otel_context.detach(token)
+        self.circuit.success()
+        self.budget.spend(result.cost_usd)
+        self.accounting.outcome(n.OUTCOME_SCORED, "ok")
+        self._emit_safely(self.emitter.scored, target, result, start_ns=start_ns, end_ns=time.time_ns(),
+                          model=result.judge_model)
+        self._finished(item, result)
+
+    @staticmethod
+    def _emit_safely(emit: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            emit(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - an exporter or meter failing must not kill the evaluator
+            logger.warning("emitting an evaluation failed", error_type=type(exc).__name__)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the loop as ``asyncio.run`` does: cancel what is left (litellm leaves a logging worker), then close."""
+    try:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    except Exception as exc:  # noqa: BLE001 - closing must not fail the thread's exit
+        logger.debug("closing the evaluator loop", error_type=type(exc).__name__)
+    finally:
+        loop.close()
+
+
+def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | None = None) -> Target:
+    name = item.name
+    return Target(
+        span_context=item.span_context,
+        data_source=name,
+        agent_name=agent_name if item.kind == "retriever" else name,
+        reference=reference,
+        sampling_reason=sampling_reason,
+        attributes=item.attributes,
+    )
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timeout"
+    if isinstance(exc, JudgeTransportError):
+        return "judge_unavailable"
+    if isinstance(exc, JudgeError):
+        return "judge_error"
+    return "judge_exception"

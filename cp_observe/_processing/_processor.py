@@ -1,0 +1,359 @@
+"""``ContextPrecisionProcessor``: the OpenTelemetry span processor that scores sampled retrievals.
+
+``on_end`` is the only part on the request path. For a span that is neither a retrieval, an agent nor a
+local root it returns after two dictionary lookups; for one in an unsampled trace after a bit mask; for
+a sampled one it takes the in-memory payload and appends to a bounded queue. It never blocks and never
+raises. Everything else runs on the evaluator thread (see ``_evaluator``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode, TracerProvider
+
+from cp_observe import _names as n
+from cp_observe._capture._conventions import (
+    ROLE_ANSWER,
+    ROLE_RETRIEVER,
+    DataSource,
+    data_source_reader,
+    plain_attributes,
+    role,
+)
+from cp_observe._config import _runtime
+from cp_observe._config._runtime import PAYLOADS
+from cp_observe._config._sampling import DailyBudget, RateLimiter, TraceIdRatio, sampling_reason
+from cp_observe._emission._emit import Emitter
+from cp_observe._emission._sinks import Sink, SinkRunner
+from cp_observe._fork import at_fork_method
+from cp_observe._internal import report_internal_error
+from cp_observe._judging._circuit import CircuitBreaker
+from cp_observe._judging._judges import resolve_judge
+from cp_observe._processing._assembly import Item
+from cp_observe._processing._evaluator import Evaluator
+from cp_observe._processing._hold import HeldSpans
+from cp_observe._types import Judge, ScoreResult
+
+__all__ = ["ContextPrecisionProcessor"]
+
+_SINK_SHUTDOWN_S = 5.0
+_role = role
+_sampling_reason = sampling_reason
+_plain_attributes = plain_attributes
+
+
+def _decorators_have_no_provider(runtime: _runtime.Runtime) -> bool:
+    """True before configure(), with no provider installed and no SDK provider set globally."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+
+    return (
+        not runtime.configured
+        and runtime.tracer_provider is None
+        and not isinstance(trace.get_tracer_provider(), SdkTracerProvider)
+    )
+
+
+def _millis_left(deadline: float) -> int:
+    return max(0, int((deadline - time.monotonic()) * 1000))
+
+
+class ContextPrecisionProcessor(SpanProcessor):
+    """Scores a sampled share of retrievals in the background and emits spans, events and metrics.
+
+    Add it to your tracer provider: ``provider.add_span_processor(ContextPrecisionProcessor(judge))``.
+
+    Args:
+        judge: a ``Judge`` (``LLMJudge``, ``LexicalJudge`` or your own) or a model string for ``LLMJudge``
+            (``"lexical"`` for the offline judge).
+        sample_rate: share of traces scored, decided by trace id (consistent across processes).
+        max_evaluations_per_minute: rate cap; beyond it targets are skipped (``rate_limited``).
+        daily_budget_usd: stop judging once today's known judge cost reaches it (``budget_exhausted``).
+        threshold: scores below it get ``gen_ai.evaluation.score.label = fail``.
+        tracer_provider: where evaluation spans go (default: the global provider).
+        meter_provider: where metrics go (default: the global provider).
+        logger_provider: where ``gen_ai.evaluation.result`` events go (default: the global provider).
+        capture_content: export the judge's per-context reasons (they may quote content).
+        queue_size: targets waiting or being judged before new ones are dropped (counted).
+        concurrency: judge calls in flight at once.
+        turn_timeout_s: how long a retrieval waits for its agent's answer before it is judged on its query.
+        max_pending_traces: traces held for turn assembly at once (the oldest is judged on its query).
+        max_judged_contexts: contexts sent to the judge per target.
+        evaluation_timeout_s: the longest one evaluation (all its judge calls) may take.
+        circuit_failures: consecutive judge failures that stop judge calls for ``circuit_cooldown_s``.
+        circuit_cooldown_s: seconds before a stopped judge is probed again.
+        shutdown_timeout_s: how long ``shutdown`` drains before counting the rest as dropped.
+        export_processor: opt-in enrichment: give the processor that exports your spans (e.g. a
+            ``BatchSpanProcessor``) here *instead of* adding it to the provider. Every span then passes through
+            this processor; sampled target spans are held back until judged and exported with
+            ``context_precision.score`` on them, or unenriched after ``hold_timeout_s``. Never lost.
+        hold_timeout_s: the longest a span is held for its score.
+        max_held_spans: the most spans held at once; beyond it spans are exported at once, unenriched.
+        sinks: evaluation sinks (e.g. ``PhoenixSink``) each scored evaluation is also sent to, beside
+            OpenTelemetry; each gets its own bounded queue and thread (``sink_queue_size``, ``sink_batch_size``,
+            ``sink_max_retries``) and is counted as ``context_precision.sink.{sent,failed,dropped}``.
+        data_source: names the data source of a retrieval, overriding the conventions: a callable of the span's
+            attributes returning a name (``None`` keeps the conventional name), or attribute names tried in order.
+    """
+
+    def __init__(
+        self,
+        judge: Judge | str,
+        *,
+        sample_rate: float = 1.0,
+        max_evaluations_per_minute: float | None = None,
+        daily_budget_usd: float | None = None,
+        threshold: float = 0.5,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        logger_provider: Any | None = None,
+        capture_content: bool | None = None,
+        queue_size: int = 1000,
+        concurrency: int = 4,
+        turn_timeout_s: float = 60.0,
+        max_pending_traces: int = 1000,
+        max_judged_contexts: int = 50,
+        evaluation_timeout_s: float = 300.0,
+        circuit_failures: int = 5,
+        circuit_cooldown_s: float = 30.0,
+        shutdown_timeout_s: float = 30.0,
+        export_processor: SpanProcessor | None = None,
+        hold_timeout_s: float = 30.0,
+        max_held_spans: int = 2000,
+        sinks: Sequence[Sink] = (),
+        sink_queue_size: int = 1000,
+        sink_batch_size: int = 100,
+        sink_max_retries: int = 5,
+        data_source: DataSource = None,
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError("threshold must be within [0, 1]")
+        for label, value in (("queue_size", queue_size), ("concurrency", concurrency),
+                             ("max_pending_traces", max_pending_traces), ("max_judged_contexts", max_judged_contexts),
+                             ("circuit_failures", circuit_failures)):
+            if int(value) < 1:
+                raise ValueError(f"{label} must be >= 1")
+        for label, seconds in (("turn_timeout_s", turn_timeout_s), ("evaluation_timeout_s", evaluation_timeout_s),
+                               ("circuit_cooldown_s", circuit_cooldown_s), ("shutdown_timeout_s", shutdown_timeout_s)):
+            if seconds <= 0:
+                raise ValueError(f"{label} must be > 0")
+        if data_source is not None and not callable(data_source) and (
+            isinstance(data_source, (str, Mapping)) or not all(isinstance(key, str) for key in data_source)
+        ):
+            raise ValueError("data_source must be a callable (attributes) -> name or a list of attribute names")
+        self._data_source = data_source_reader(data_source)
+        self.judge = resolve_judge(judge) if isinstance(judge, str) else judge
+        if not hasattr(self.judge, "judge"):
+            raise ValueError("judge must implement the Judge protocol (an async judge(query, reference, contexts))")
+        self.sampler = TraceIdRatio(sample_rate)
+        runtime = _runtime.runtime()
+        if capture_content is None:
+            capture_content = runtime.capture_content
+        _runtime.register_sampler(id(self), self.sampler)
+        if tracer_provider is not None and _decorators_have_no_provider(runtime):
+            # Nothing else tells the decorators where to record: follow the provider this processor serves.
+            _runtime.install(tracer_provider=tracer_provider)
+        weakref.finalize(self, _runtime.register_sampler, id(self), None)
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self._sinks = tuple(
+            SinkRunner(sink, meter_provider=meter_provider, queue_size=sink_queue_size, batch_size=sink_batch_size,
+                       max_retries=sink_max_retries)
+            for sink in sinks
+        )
+        self._emitter = Emitter(
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            logger_provider=logger_provider,
+            threshold=threshold,
+            capture_content=capture_content,
+            queue_depth=self._depth,
+            judge=self.judge,
+            sinks=self._sinks,
+        )
+        self._hold = (
+            HeldSpans(export_processor, timeout_s=hold_timeout_s, max_spans=max_held_spans, threshold=threshold)
+            if export_processor is not None
+            else None
+        )
+        self._evaluator = Evaluator(
+            judge=self.judge,
+            emitter=self._emitter,
+            queue_size=queue_size,
+            concurrency=concurrency,
+            turn_timeout_s=turn_timeout_s,
+            max_pending_traces=max_pending_traces,
+            rate=RateLimiter(max_evaluations_per_minute),
+            budget=DailyBudget(daily_budget_usd),
+            circuit=CircuitBreaker(circuit_failures, circuit_cooldown_s),
+            max_judged_contexts=max_judged_contexts,
+            evaluation_timeout_s=evaluation_timeout_s,
+            on_finished=self._release if self._hold is not None else None,
+            on_tick=self._hold.expire if self._hold is not None else None,
+        )
+        self._flushing = threading.local()
+        self._shutdown = False
+        self._evaluator.start()  # now, not on the first request: submit never waits for a thread to start
+        at_fork_method(self._after_fork)
+
+    def _depth(self) -> int:
+        return self._evaluator.depth()
+
+    def _after_fork(self) -> None:
+        self._evaluator.after_fork()
+
+    def _release(self, item: Item, result: ScoreResult | None) -> None:
+        if self._hold is not None and item.target:
+            self._hold.release((item.span_context.trace_id, item.span_context.span_id), result)
+
+    # --- SpanProcessor -------------------------------------------------------------------------------------
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Nothing to do at start (the decorators mark spans); in hold mode, pass the span on."""
+        if self._hold is not None:
+            try:
+                self._hold.downstream.on_start(span, parent_context)
+            except Exception as exc:  # noqa: BLE001 - the export processor failing must not reach the host
+                report_internal_error("on_start", exc)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Hand a sampled retrieval, agent or local root to the evaluator; O(1), never raises."""
+        if self._hold is None:
+            self._on_end(span)
+            return
+        held = False
+        try:
+            held = self._on_end(span, hold=True)
+        finally:
+            if not held:
+                try:
+                    self._hold.downstream.on_end(span)
+                except Exception as exc:  # noqa: BLE001 - see on_start
+                    report_internal_error("export on_end", exc)
+
+    def _on_end(self, span: ReadableSpan, *, hold: bool = False) -> bool:
+        """Returns True when the span is held for enrichment (the caller then does not export it now)."""
+        try:
+            lookup = _plain_attributes(span)
+            role = _role(lookup, span)
+            parent = span.parent
+            local_root = parent is None or parent.is_remote
+            if role is None and not local_root:
+                return False
+            context = span.context
+            if context is None:
+                return False
+            attributes = span.attributes
+            marked = lookup.get(n.CP_SAMPLED) is True if lookup else False  # only these have a payload
+            if self._shutdown:
+                if marked:
+                    PAYLOADS.take((context.trace_id, context.span_id))
+                return False
+            trace_id = context.trace_id
+            reason = _sampling_reason(trace_id, self.sampler)
+            if reason is None:
+                if marked:
+                    PAYLOADS.take((trace_id, context.span_id))
+                return False
+            if role == ROLE_RETRIEVER:
+                item_kind, target = "retriever", True
+            elif role == ROLE_ANSWER:
+                item_kind = "agent"
+                # An agent that reports contexts; or whose context_extractor raised (counted skipped/extractor_error).
+                target = lookup is not None and (
+                    lookup.get(n.CP_CONTEXT_COUNT) is not None or lookup.get(n.CP_USER_ERROR) == "extractor_error"
+                )
+            else:
+                item_kind, target = "root", False
+            payload = PAYLOADS.take((trace_id, context.span_id)) if marked and item_kind != "root" else None
+            held = hold and target and self._hold is not None and self._hold.hold(span)
+            # A target the queue refuses is counted dropped and, in hold mode, released (exported) right there.
+            self._evaluator.submit(
+                Item(
+                    kind=item_kind,
+                    span_context=context,
+                    start_ns=span.start_time or 0,
+                    end_ns=span.end_time or 0,
+                    error=span.status.status_code is StatusCode.ERROR,
+                    local_root=local_root,
+                    attributes=attributes,
+                    payload=payload,
+                    target=target,
+                    sampling_reason=reason,
+                    span_name=span.name,
+                    events=span.events if role == ROLE_RETRIEVER else (),
+                    data_source=self._data_source,
+                )
+            )
+            return held
+        except Exception as exc:  # noqa: BLE001 - on_end must never raise into the SDK or the host
+            report_internal_error("on_end", exc)
+            return False
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Judge everything queued, emit the evaluations, and flush the provider they went to."""
+        if getattr(self._flushing, "active", False):
+            return True  # re-entered through the provider's own force_flush below
+        self._flushing.active = True
+        deadline = time.monotonic() + timeout_millis / 1000
+        try:
+            done = self._evaluator.flush(timeout_millis / 1000)
+            if self._hold is not None:
+                self._hold.release_all()
+                self._hold.downstream.force_flush(_millis_left(deadline))
+            provider = self._emitter.tracer_provider
+            flush = getattr(provider, "force_flush", None)
+            left = _millis_left(deadline)
+            if callable(flush) and left > 0:
+                done = bool(flush(left)) and done
+            for sink in self._sinks:  # after the provider: the spans the annotations name are exported first
+                # Each queued evaluation is tried once; retries keep their backoff on the sink's thread.
+                done = sink.flush(_millis_left(deadline) / 1000, retries=False) and done
+            return done
+        finally:
+            self._flushing.active = False
+
+    def shutdown(self) -> None:
+        """Drain within ``shutdown_timeout_s``; what could not finish is counted as dropped (shutdown)."""
+        if self._shutdown:
+            return
+        _runtime.register_sampler(id(self), None)
+        self._evaluator.shutdown(self.shutdown_timeout_s)  # targets ending meanwhile are counted dropped
+        self._shutdown = True
+        if self._hold is not None:
+            self._hold.release_all()
+            self._hold.downstream.shutdown()
+        for sink in self._sinks:
+            sink.shutdown(min(self.shutdown_timeout_s, _SINK_SHUTDOWN_S))
+
+    # --- introspection ---------------------------------------------------------------------------------------
+    @property
+    def queue_size(self) -> int:
+        """Targets that may wait or run at once before new ones are dropped."""
+        return self._evaluator.queue_size
+
+    def depth(self) -> int:
+        """Targets queued, waiting for their agent's answer, ready or being judged (never reads low)."""
+        return self._evaluator.depth()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of targets: sampled, scored, failed, dropped, skipped, pending, and reasons.
+
+        Once nothing is pending, ``sampled == scored + failed + dropped + skipped``.
+        """
+        return self._evaluator.accounting.snapshot(self._evaluator.depth)
+
+    def sink_stats(self) -> dict[str, dict[str, int]]:
+        """Per sink: evaluations offered, sent, failed, dropped and pending."""
+        return {sink.name: sink.stats() for sink in self._sinks}
+
+    @property
+    def circuit_state(self) -> str:
+        """``closed``, ``open`` or ``half_open``."""
+        return self._evaluator.circuit.state

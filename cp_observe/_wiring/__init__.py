@@ -1,0 +1,1 @@
+"""Wiring: ``configure()`` assembles the stages into the host's OpenTelemetry providers."""

@@ -1,0 +1,229 @@
+"""``configure()``: one call that wires the hook into the application's OpenTelemetry set-up.
+
+If the application already has SDK providers (global or passed in), the processor joins them. If not,
+providers are created with OTLP exporters configured from the standard ``OTEL_*`` variables (or
+``otlp_endpoint``), and optionally a Prometheus endpoint on ``metrics_port``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+from opentelemetry import _logs, metrics, trace
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from cp_observe._config import _runtime
+from cp_observe._config._sampling import TraceIdRatio
+from cp_observe._config._settings import Settings
+from cp_observe._emission._sinks import Sink
+from cp_observe._errors import ConfigurationError
+from cp_observe._log import logger
+from cp_observe._processing._processor import ContextPrecisionProcessor
+from cp_observe._types import Judge
+from cp_observe._wiring._providers import (
+    build_log_exporter,
+    build_metric_readers,
+    build_span_exporter,
+    judge_from_settings,
+    processor_from_settings,
+    sinks_from_settings,
+)
+
+__all__ = ["configure"]
+
+_CURRENT: list[ContextPrecisionProcessor | None] = [None]
+
+
+def configure(  # noqa: D417  # the settings are documented once, in README's table (tests check it)
+    judge: Judge | str | None = None,
+    *,
+    redact: Callable[[str], str] | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    logger_provider: LoggerProvider | None = None,
+    sinks: Sequence[Sink] | None = None,
+    data_source: Callable[[Mapping[str, Any]], Any] | Sequence[str] | str | None = None,
+    judge_api_base: str | None = None,
+    judge_api_key: str | None = None,
+    judge_timeout_s: float | None = None,
+    judge_max_retries: int | None = None,
+    sample_rate: float | None = None,
+    max_evaluations_per_minute: float | None = None,
+    daily_budget_usd: float | None = None,
+    threshold: float | None = None,
+    capture_content: bool | None = None,
+    capture_only: bool | None = None,
+    max_value_length: int | None = None,
+    max_contexts: int | None = None,
+    max_judged_contexts: int | None = None,
+    queue_size: int | None = None,
+    concurrency: int | None = None,
+    turn_timeout_s: float | None = None,
+    max_pending_traces: int | None = None,
+    hold_spans: bool | None = None,
+    hold_timeout_s: float | None = None,
+    max_held_spans: int | None = None,
+    circuit_failures: int | None = None,
+    circuit_cooldown_s: float | None = None,
+    service_name: str | None = None,
+    otlp_endpoint: str | None = None,
+    metrics_port: int | None = None,
+    phoenix_url: str | None = None,
+    phoenix_api_key: str | None = None,
+    sink_queue_size: int | None = None,
+    sink_batch_size: int | None = None,
+    sink_max_retries: int | None = None,
+    sink_timeout_s: float | None = None,
+    **unknown: NoReturn,
+) -> ContextPrecisionProcessor | None:
+    """Set up context-precision scoring for this process; returns the processor (``None`` in capture-only mode).
+
+    Args:
+        judge: a ``Judge``, a litellm model string, or ``"lexical"``; default ``CP_OBSERVE_JUDGE`` or
+            ``"lexical"``.
+        redact: ``(text) -> text`` applied to every query, context and answer before it is recorded or
+            sent to the judge.
+        tracer_provider: the provider to attach to (default: the global SDK provider, else a new one).
+        meter_provider: where metrics go (default: the global SDK provider, else a new one).
+        logger_provider: where evaluation events go (default: the global SDK provider, else a new one).
+        sinks: more evaluation sinks, beside the one ``phoenix_url`` sets up (each scored evaluation is also
+            sent to them, asynchronously; see ``Sink``).
+        data_source: names each retrieval's data source ahead of the conventions: a callable of the span's
+            attributes returning a name (``None`` keeps the conventional name), or attribute names tried in
+            order (a list, or a comma-separated string; default ``CP_OBSERVE_DATA_SOURCE``).
+        judge_api_base ... sink_timeout_s: the settings, documented once, in the README's Settings table
+            (``Settings`` holds their bounds); each one left ``None`` falls back to ``CP_OBSERVE_<NAME>``,
+            then the default.
+        **unknown: nothing; a name that is not a setting raises ``ConfigurationError`` (and fails type
+            checking).
+
+    Raises:
+        ConfigurationError: an argument is invalid.
+    """
+    if redact is not None and not callable(redact):
+        raise ConfigurationError("redact must be a callable (text) -> text")
+    settings: dict[str, Any] = {
+        "judge_api_base": judge_api_base,
+        "judge_api_key": judge_api_key,
+        "judge_timeout_s": judge_timeout_s,
+        "judge_max_retries": judge_max_retries,
+        "sample_rate": sample_rate,
+        "max_evaluations_per_minute": max_evaluations_per_minute,
+        "daily_budget_usd": daily_budget_usd,
+        "threshold": threshold,
+        "capture_content": capture_content,
+        "capture_only": capture_only,
+        "max_value_length": max_value_length,
+        "max_contexts": max_contexts,
+        "max_judged_contexts": max_judged_contexts,
+        "queue_size": queue_size,
+        "concurrency": concurrency,
+        "turn_timeout_s": turn_timeout_s,
+        "max_pending_traces": max_pending_traces,
+        "hold_spans": hold_spans,
+        "hold_timeout_s": hold_timeout_s,
+        "max_held_spans": max_held_spans,
+        "circuit_failures": circuit_failures,
+        "circuit_cooldown_s": circuit_cooldown_s,
+        "service_name": service_name,
+        "otlp_endpoint": otlp_endpoint,
+        "metrics_port": metrics_port,
+        "phoenix_url": phoenix_url,
+        "phoenix_api_key": phoenix_api_key,
+        "sink_queue_size": sink_queue_size,
+        "sink_batch_size": sink_batch_size,
+        "sink_max_retries": sink_max_retries,
+        "sink_timeout_s": sink_timeout_s,
+        **unknown,
+    }
+    if isinstance(judge, str):
+        settings["judge"] = judge
+    data_source_callable = _data_source_setting(data_source, settings)
+    resolved = Settings.resolve(settings)
+    resource = Resource.create({"service.name": resolved.service_name} if resolved.service_name else {})
+    tracer_provider = tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider)
+    export_processor: BatchSpanProcessor | None = None
+    if tracer_provider is None:
+        tracer_provider = TracerProvider(resource=resource)
+        exporter = build_span_exporter(resolved)
+        if exporter is not None:
+            export_processor = BatchSpanProcessor(exporter)
+            if not (resolved.hold_spans and not resolved.capture_only):
+                tracer_provider.add_span_processor(export_processor)
+        trace.set_tracer_provider(tracer_provider)
+    if resolved.hold_spans and export_processor is None:
+        logger.warning("hold_spans needs cp-observe to create the exporting pipeline; ignored")
+    meter_provider = meter_provider or _global_sdk(metrics.get_meter_provider(), MeterProvider)
+    if meter_provider is None:
+        meter_provider = MeterProvider(resource=resource, metric_readers=build_metric_readers(resolved))
+        metrics.set_meter_provider(meter_provider)
+    elif resolved.metrics_port is not None:
+        logger.warning("metrics_port ignored: the application already has a meter provider")
+    logger_provider = logger_provider or _global_sdk(_logs.get_logger_provider(), LoggerProvider)
+    if logger_provider is None:
+        logger_provider = LoggerProvider(resource=resource)
+        log_exporter = build_log_exporter(resolved)
+        if log_exporter is not None:
+            logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
+        _logs.set_logger_provider(logger_provider)
+
+    sampler = TraceIdRatio(resolved.sample_rate)
+    _runtime.install(
+        capture_content=resolved.capture_content,
+        redact=redact,
+        max_value_length=resolved.max_value_length,
+        max_contexts=resolved.max_contexts,
+        max_judged_contexts=resolved.max_judged_contexts,
+        sampler=sampler,
+        tracer_provider=tracer_provider,
+        configured=True,
+        keep_payloads=not resolved.capture_only,
+    )
+    previous = _CURRENT[0]
+    if previous is not None:
+        previous.shutdown()
+        _CURRENT[0] = None
+    if resolved.capture_only:
+        if resolved.phoenix_url or sinks:
+            logger.warning("evaluation sinks ignored in capture-only mode: nothing is scored here; give "
+                           "cp-observe serve the sinks (--phoenix-url)")
+        logger.info("cp-observe configured in capture-only mode", sample_rate=resolved.sample_rate)
+        return None
+    processor = processor_from_settings(
+        judge if judge is not None and not isinstance(judge, str) else judge_from_settings(resolved),
+        resolved,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        logger_provider=logger_provider,
+        export_processor=export_processor if resolved.hold_spans else None,
+        sinks=[*sinks_from_settings(resolved), *(sinks or ())],
+        **({"data_source": data_source_callable} if data_source_callable is not None else {}),
+    )
+    tracer_provider.add_span_processor(processor)
+    _CURRENT[0] = processor
+    logger.info("cp-observe configured", judge=processor.judge.model, sample_rate=resolved.sample_rate,
+                capture_content=resolved.capture_content)
+    return processor
+
+
+def _data_source_setting(data_source: Any, settings: dict[str, Any]) -> Callable[[Mapping[str, Any]], Any] | None:
+    """A callable ``data_source`` is returned; attribute names go into ``settings`` (as the variable would)."""
+    if callable(data_source):
+        return data_source  # type: ignore[no-any-return]
+    if isinstance(data_source, str):
+        settings["data_source"] = data_source
+    elif data_source is not None:
+        if isinstance(data_source, Mapping) or not all(isinstance(key, str) for key in data_source):
+            raise ConfigurationError("data_source must be a callable (attributes) -> name or attribute names")
+        settings["data_source"] = ",".join(data_source)
+    return None
+
+
+def _global_sdk(provider: Any, sdk_type: type[Any]) -> Any:
+    return provider if isinstance(provider, sdk_type) else None

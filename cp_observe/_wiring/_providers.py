@@ -1,0 +1,160 @@
+"""The one provider factory: exporters, metric readers, the judge and the processor, from settings.
+
+Shared by ``configure()`` and ``cp-observe serve`` (and ``replay``), so the two set-ups cannot drift.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+
+from cp_observe._config._settings import Settings
+from cp_observe._emission._quiet_export import QuietLogExporter, QuietMetricExporter
+from cp_observe._emission._sinks import Sink
+from cp_observe._errors import ConfigurationError
+from cp_observe._judging._judges import resolve_judge
+from cp_observe._names import ENV_PHOENIX_API_KEY
+from cp_observe._processing._processor import ContextPrecisionProcessor
+from cp_observe._types import Judge
+
+__all__ = [
+    "build_log_exporter",
+    "build_metric_readers",
+    "build_span_exporter",
+    "judge_from_settings",
+    "processor_from_settings",
+    "sinks_from_settings",
+    "start_prometheus_endpoint",
+]
+
+
+def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) -> ContextPrecisionProcessor:
+    """The processor for ``settings`` (shared by ``configure()`` and ``cp-observe serve``); ``overrides`` win."""
+    options: dict[str, Any] = {
+        "sample_rate": settings.sample_rate,
+        "max_evaluations_per_minute": settings.max_evaluations_per_minute,
+        "daily_budget_usd": settings.daily_budget_usd,
+        "threshold": settings.threshold,
+        "capture_content": settings.capture_content,
+        "queue_size": settings.queue_size,
+        "concurrency": settings.concurrency,
+        "turn_timeout_s": settings.turn_timeout_s,
+        "max_pending_traces": settings.max_pending_traces,
+        "max_judged_contexts": settings.max_judged_contexts,
+        "circuit_failures": settings.circuit_failures,
+        "circuit_cooldown_s": settings.circuit_cooldown_s,
+        "hold_timeout_s": settings.hold_timeout_s,
+        "max_held_spans": settings.max_held_spans,
+        "sink_queue_size": settings.sink_queue_size,
+        "sink_batch_size": settings.sink_batch_size,
+        "sink_max_retries": settings.sink_max_retries,
+        "data_source": settings.data_source_attributes(),
+    }
+    if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
+        options["sinks"] = sinks_from_settings(settings)
+    options.update(overrides)
+    return ContextPrecisionProcessor(judge, **options)
+
+
+def sinks_from_settings(settings: Settings) -> list[Sink]:
+    """The evaluation sinks the settings name: Phoenix when ``phoenix_url`` is set."""
+    if not settings.phoenix_url:
+        return []
+    from cp_observe._emission._phoenix import PhoenixSink
+
+    key = settings.phoenix_api_key.get_secret_value() if settings.phoenix_api_key else None
+    return [PhoenixSink(settings.phoenix_url, api_key=key or os.environ.get(ENV_PHOENIX_API_KEY) or None,
+                        timeout_s=settings.sink_timeout_s)]
+
+
+def judge_from_settings(settings: Settings) -> Judge:
+    """The judge ``settings.judge`` names, with the settings' endpoint, key, timeout and retries for an LLM."""
+    return resolve_judge(
+        settings.judge,
+        api_base=settings.judge_api_base,
+        api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
+        timeout=settings.judge_timeout_s,
+        max_retries=settings.judge_max_retries,
+    )
+
+
+def _protocol() -> str:
+    return os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").strip().lower()
+
+
+def _wants_otlp(settings: Settings, signal: str) -> bool:
+    return bool(
+        settings.otlp_endpoint
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    )
+
+
+def _endpoint(settings: Settings, signal: str) -> dict[str, Any]:
+    """Explicit endpoints need the signal path for HTTP; env endpoints are completed by the exporters."""
+    if not settings.otlp_endpoint:
+        return {}
+    base = settings.otlp_endpoint.rstrip("/")
+    if _protocol() == "grpc":
+        return {"endpoint": base}
+    return {"endpoint": f"{base}/v1/{signal}"}
+
+
+def build_span_exporter(settings: Settings) -> Any:
+    """The OTLP span exporter the settings and ``OTEL_*`` variables ask for, or None."""
+    if not _wants_otlp(settings, "traces"):
+        return None
+    if _protocol() == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+
+        return GrpcSpanExporter(**_endpoint(settings, "traces"))
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(**_endpoint(settings, "traces"))
+
+
+def build_log_exporter(settings: Settings) -> Any:
+    """The OTLP log exporter (quiet on trace-only backends), or None when none is asked for."""
+    if not _wants_otlp(settings, "logs"):
+        return None
+    if _protocol() == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
+
+        return QuietLogExporter(GrpcLogExporter(**_endpoint(settings, "logs")))
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+
+    # Trace-only backends (Phoenix) refuse logs: say so once and stop, rather than an error per batch.
+    return QuietLogExporter(OTLPLogExporter(**_endpoint(settings, "logs")))
+
+
+def build_metric_readers(settings: Settings) -> list[MetricReader]:
+    """The OTLP metric reader and the Prometheus endpoint the settings ask for."""
+    readers: list[MetricReader] = []
+    if _wants_otlp(settings, "metrics"):
+        if _protocol() == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
+
+            grpc_exporter = QuietMetricExporter(GrpcExporter(**_endpoint(settings, "metrics")))  # see the logs
+            readers.append(PeriodicExportingMetricReader(grpc_exporter))
+        else:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+            exporter = QuietMetricExporter(OTLPMetricExporter(**_endpoint(settings, "metrics")))  # see the logs
+            readers.append(PeriodicExportingMetricReader(exporter))
+    if settings.metrics_port is not None:
+        readers.append(start_prometheus_endpoint(settings.metrics_port))
+    return readers
+
+
+def start_prometheus_endpoint(port: int, addr: str = "0.0.0.0") -> MetricReader:
+    """Serve the metrics on ``port``: Prometheus text, or OpenMetrics with trace exemplars when the scraper asks."""
+    try:
+        from prometheus_client import start_http_server
+
+        from cp_observe._emission._exemplars import ExemplarPrometheusReader
+    except ImportError as exc:
+        raise ConfigurationError("metrics_port needs opentelemetry-exporter-prometheus installed") from exc
+    start_http_server(port, addr=addr)
+    return ExemplarPrometheusReader()

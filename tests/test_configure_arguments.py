@@ -1,0 +1,83 @@
+"""``configure()``'s keyword arguments are the settings: same names, same types, and README's table lists them."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+import cp_observe
+from cp_observe._config import _bounds, _runtime
+from cp_observe._config._settings import Settings
+from cp_observe._errors import ConfigurationError
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+NOT_SETTINGS = {"redact", "tracer_provider", "meter_provider", "logger_provider", "sinks", "unknown"}
+
+
+def _keyword_settings() -> dict[str, inspect.Parameter]:
+    signature = inspect.signature(cp_observe.configure)
+    return {name: p for name, p in signature.parameters.items() if name not in NOT_SETTINGS}
+
+
+def _readme_table() -> list[str]:
+    section = README.split("\n## Settings", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `(\w+)` \| `CP_OBSERVE_\w+` \|", section, flags=re.M)
+
+
+def test_every_setting_is_a_keyword_argument() -> None:
+    """configure() names every Settings field as a keyword argument, and no other setting."""
+    assert sorted(_keyword_settings()) == sorted(Settings.model_fields)
+
+
+def test_the_readme_table_is_the_settings() -> None:
+    """README's Settings table has one row per setting, in the declaration order."""
+    assert _readme_table() == list(Settings.model_fields)
+
+
+def _plain(annotation: object) -> set[str]:
+    text = str(annotation).replace("pydantic.types.SecretStr", "str")
+    return {part.strip().removeprefix("<class '").removesuffix("'>") for part in text.split("|")} - {"None"}
+
+
+def test_each_argument_takes_its_settings_type() -> None:
+    """Each settings argument is typed as its field (a secret as plain str), and None means unset."""
+    hints = typing.get_type_hints(cp_observe.configure)
+    for name, parameter in _keyword_settings().items():
+        if name in {"judge", "data_source"}:
+            continue  # wider on purpose: a Judge object, a callable or a list of attribute names
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
+        assert parameter.default is None
+        assert _plain(hints[name]) == _plain(Settings.model_fields[name].annotation), name
+
+
+def test_an_unknown_name_still_raises_configuration_error() -> None:
+    """A misspelt setting is refused with ConfigurationError, before anything is set up."""
+    with pytest.raises(ConfigurationError, match="sample_rat"):
+        cp_observe.configure(sample_rat=0.5)  # type: ignore[arg-type]
+
+
+BOUNDS = {"sample_rate": _bounds.SAMPLE_RATE, "max_value_length": _bounds.MAX_VALUE_LENGTH,
+          "max_contexts": _bounds.MAX_CONTEXTS, "max_judged_contexts": _bounds.MAX_JUDGED_CONTEXTS}
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_settings_and_the_runtime_share_the_bounds(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An env value just outside a bound is ignored by both readers; the bound itself is taken by both."""
+    low, high = BOUNDS[name]
+    step = 0.5 if isinstance(low, float) else 1
+    variable = f"CP_OBSERVE_{name.upper()}"
+    default = getattr(_runtime.Runtime(), name, None)
+    for value in (low - step, high + step):
+        monkeypatch.setenv(variable, str(value))
+        assert getattr(Settings.resolve(), name) == Settings.model_fields[name].default
+        if default is not None:
+            assert getattr(_runtime.from_environment(), name) == default
+    for value in (low, high):
+        monkeypatch.setenv(variable, str(value))
+        assert getattr(Settings.resolve(), name) == value
+        if default is not None:
+            assert getattr(_runtime.from_environment(), name) == value
