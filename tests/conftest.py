@@ -9,7 +9,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
@@ -25,6 +25,9 @@ from cp_observe._config import _runtime
 from cp_observe._config._sampling import FORCED
 from cp_observe._types import Judgement, Usage, Verdict
 from cp_observe._wiring import _configure
+
+if TYPE_CHECKING:
+    from tests.serve_support import OtlpSink
 
 # Our own bugs fail this project's tests instead of becoming a log line. An explicit switch: cp-observe never
 # infers it from pytest being imported, so users' test suites see the production behaviour.
@@ -141,3 +144,23 @@ class KeywordJudge:
 def keyword_judge() -> KeywordJudge:
     """A fresh recording keyword judge."""
     return KeywordJudge()
+
+
+@pytest.fixture
+def sink() -> Iterator[OtlpSink]:
+    """A real OTLP/HTTP receiver for a scorer's evaluation spans, events and metrics (the serve tests)."""
+    from tests.serve_support import OtlpSink
+
+    receiver = OtlpSink()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture
+def serve_state_restored() -> Iterator[None]:
+    """A service installs its sampler in the process-wide runtime: restore it, drop payloads, forget forced traces."""
+    saved = _runtime.RUNTIME_HOLDER[0]
+    yield
+    _runtime.RUNTIME_HOLDER[0] = saved
+    _runtime.PAYLOADS.clear()
+    FORCED._ids.clear()

@@ -9,7 +9,6 @@ import urllib.error
 import urllib.request
 import zlib
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +22,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from cp_observe import _names as n
-from cp_observe._config import _runtime
-from cp_observe._config._sampling import FORCED
 from cp_observe.serve import spans_from_request
 from cp_observe.serve._otlp import BadRequest, decode_body
 from tests.conftest import KeywordJudge
@@ -42,22 +39,8 @@ from tests.serve_support import (
 APP_TIMEOUT_S = 60
 
 
-@pytest.fixture
-def sink() -> Iterator[OtlpSink]:
-    """A real OTLP/HTTP receiver for the scorer's evaluation spans, events and metrics."""
-    receiver = OtlpSink()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture(autouse=True)
-def clean_state() -> Iterator[None]:
-    """The processor installs its sampler in the process-wide runtime: restore it, and forget forced traces."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    yield
-    _runtime.RUNTIME_HOLDER[0] = saved
-    _runtime.PAYLOADS.clear()
-    FORCED._ids.clear()
+#: Each test restores the process-wide runtime a service installs (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("serve_state_restored")
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc", "json"])

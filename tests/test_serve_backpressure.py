@@ -21,17 +21,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from cp_observe import Judgement, Usage, Verdict
-from cp_observe._config import _runtime
-from cp_observe._config._sampling import FORCED
 from tests.serve_support import GatedJudge, OtlpSink, get, post, retrieval_request, retrieval_spans, start_service
 
-
-@pytest.fixture
-def sink() -> Iterator[OtlpSink]:
-    """A real OTLP/HTTP receiver for the scorer's output."""
-    receiver = OtlpSink()
-    yield receiver
-    receiver.close()
+#: Each test restores the process-wide runtime a service installs (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("serve_state_restored")
 
 
 @pytest.fixture
@@ -40,15 +33,6 @@ def gated() -> Iterator[GatedJudge]:
     judge = GatedJudge()
     yield judge
     judge.gate.set()
-
-
-@pytest.fixture(autouse=True)
-def clean_state() -> Iterator[None]:
-    """Restore the process-wide runtime the processor touches."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    yield
-    _runtime.RUNTIME_HOLDER[0] = saved
-    FORCED._ids.clear()
 
 
 def _refusal_seen(service: Any, result: str) -> threading.Event:

@@ -6,15 +6,12 @@ import os
 import socket
 import ssl
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from cp_observe._config import _runtime
-from cp_observe._config._sampling import FORCED
 from cp_observe.serve import ServeSettings
 from tests.conftest import KeywordJudge
 from tests.serve_support import OtlpSink, retrieval_request, start_service
@@ -25,14 +22,8 @@ K8S = ROOT / "deploy" / "k8s" / "scorer"
 COMPOSE = ROOT / "deploy" / "compose.scorer.yml"
 
 
-@pytest.fixture(autouse=True)
-def clean_state() -> Iterator[None]:
-    """The processor installs its sampler in the process-wide runtime: restore it, and forget forced traces."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    yield
-    _runtime.RUNTIME_HOLDER[0] = saved
-    _runtime.PAYLOADS.clear()
-    FORCED._ids.clear()
+#: Each test restores the process-wide runtime a service installs (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("serve_state_restored")
 
 
 def _k8s(kind: str, name: str) -> dict[str, Any]:

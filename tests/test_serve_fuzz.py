@@ -24,8 +24,6 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from cp_observe._config import _runtime
-from cp_observe._config._sampling import FORCED
 from tests.conftest import KeywordJudge
 from tests.serve_support import OtlpSink, get, retrieval_request, start_service, to_otlp_json
 
@@ -37,22 +35,8 @@ HTTP_STATUSES = {200, 400, 411, 413, 415}
 GRPC_CODES = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT}
 
 
-@pytest.fixture
-def sink() -> Iterator[OtlpSink]:
-    """A real OTLP/HTTP receiver for the scorer's output."""
-    receiver = OtlpSink()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture(autouse=True)
-def clean_state() -> Iterator[None]:
-    """The processor installs its sampler in the process-wide runtime: restore it, and forget forced traces."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    yield
-    _runtime.RUNTIME_HOLDER[0] = saved
-    _runtime.PAYLOADS.clear()
-    FORCED._ids.clear()
+#: Each test restores the process-wide runtime a service installs (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("serve_state_restored")
 
 
 def _peak_rss() -> int:

@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-from cp_observe._config import _runtime
-from cp_observe._config._sampling import FORCED
 from cp_observe.serve._refusals import LOG_INTERVAL_S, REASONS, Refusals
 from tests.conftest import KeywordJudge
 from tests.serve_support import ROOT, OtlpSink, read_line, retrieval_request, start_service, subprocess_env
@@ -26,22 +24,8 @@ from tests.serve_support import ROOT, OtlpSink, read_line, retrieval_request, st
 LIMIT = 64 << 10
 
 
-@pytest.fixture
-def sink() -> Iterator[OtlpSink]:
-    """A real OTLP/HTTP receiver for the scorer's output."""
-    receiver = OtlpSink()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture(autouse=True)
-def clean_state() -> Iterator[None]:
-    """The processor installs its sampler in the process-wide runtime: restore it, and forget forced traces."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    yield
-    _runtime.RUNTIME_HOLDER[0] = saved
-    _runtime.PAYLOADS.clear()
-    FORCED._ids.clear()
+#: Each test restores the process-wide runtime a service installs (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("serve_state_restored")
 
 
 def _pieces(body: bytes, size: int = 1000) -> Iterator[bytes]:

@@ -8,7 +8,7 @@ import shutil
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,6 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from cp_observe._config import _runtime
-from cp_observe._config._sampling import FORCED
 from cp_observe._errors import ConfigurationError
 from cp_observe.serve import ScorerService, ServeSettings
 from cp_observe.serve._cli import add_arguments
@@ -31,29 +29,14 @@ TOKEN = "s3cr3t-token-4f9a1c2e"
 WRONG = "wrong-token-77b1e0d3"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
+#: Each test restores the process-wide runtime a service installs (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("serve_state_restored")
+
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """A CA, a server certificate, a client certificate, and a second CA with its own client and server."""
     return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture
-def sink() -> Iterator[OtlpSink]:
-    """A real OTLP/HTTP receiver for the scorer's output."""
-    receiver = OtlpSink()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture(autouse=True)
-def clean_state() -> Iterator[None]:
-    """The processor installs its sampler in the process-wide runtime: restore it, and forget forced traces."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    yield
-    _runtime.RUNTIME_HOLDER[0] = saved
-    _runtime.PAYLOADS.clear()
-    FORCED._ids.clear()
 
 
 def _secure(sink: OtlpSink, judge: KeywordJudge, pki: Pki, *, mutual: bool = True, **extra: Any) -> ScorerService:
