@@ -7,6 +7,9 @@ Two kinds of failure happen on the request path, and they are told apart:
 - **user** (a ``query=``, ``context_extractor=``, ``output=`` or ``redact`` callable the user gave us
   raised): ``call_user`` runs the callable, and on failure logs a line naming the callback, counts it and
   returns ``USER_FAILED``. It is never reported as ours and never raised.
+- **host** (a method of an object the host's function returned: a document's ``get_content()``, a property,
+  ``__str__``): ``report_host_error`` logs a line naming what was read, counts it, and the value is recorded as
+  a placeholder. Never reported as ours, never raised, and the host's result is untouched.
 
 Re-raising internal errors is an explicit switch, ``set_raise_internal_errors(True)``, which only this
 project's own ``tests/conftest.py`` turns on. It is never inferred from pytest being imported: a user's own
@@ -30,6 +33,7 @@ __all__ = [
     "call_user",
     "error_counts",
     "raise_internal_errors",
+    "report_host_error",
     "report_internal_error",
     "report_user_error",
     "reset_error_counts",
@@ -44,7 +48,7 @@ USER_FAILED: Final[Any] = object()
 
 _RAISE: list[bool] = [False]
 _lock = threading.Lock()  # guards _counts and _last_logged (never held while logging or calling out)
-_counts: Counter[tuple[str, str]] = Counter()  # ("internal" | "user", site) -> failures
+_counts: Counter[tuple[str, str]] = Counter()  # ("internal" | "user" | "host", site) -> failures
 _last_logged: dict[tuple[str, str], float] = {}
 
 
@@ -63,7 +67,7 @@ def raise_internal_errors() -> bool:
 
 
 def error_counts() -> dict[str, int]:
-    """Failures so far by ``"internal:<site>"`` / ``"user:<site>"``: what the log lines were rate-limited from."""
+    """Failures so far by ``"internal:<site>"`` / ``"user:<site>"`` / ``"host:<site>"`` (rate-limited logs)."""
     with _lock:
         return {f"{kind}:{site}": count for (kind, site), count in sorted(_counts.items())}
 
@@ -121,6 +125,20 @@ def report_user_error(where: str, exc: Exception) -> None:
             logger.warning(
                 "a cp-observe callback supplied by the application raised; the call is recorded without it",
                 callback=where,
+                error_type=type(exc).__name__,
+                traceback=_frames(exc),
+            )
+    except Exception:  # noqa: BLE001 - see report_internal_error
+        pass
+
+
+def report_host_error(where: str, exc: Exception) -> None:
+    """Count and log (rate-limited) a method of a host object that raised while we read it; never raises."""
+    try:
+        if _note("host", where):
+            logger.warning(
+                "reading a value the application returned raised; it is recorded as a placeholder",
+                read=where,
                 error_type=type(exc).__name__,
                 traceback=_frames(exc),
             )

@@ -695,3 +695,32 @@ def test_iterators_are_never_consumed(value: list[Any], max_items: int) -> None:
     it = iter(value)
     assert extract_contexts(it, max_items=max_items) is _extract.NOT_CAPTURED
     assert list(it) == value
+
+
+class _Unrenderable(BaseNode):
+    """A node whose only way to its text, ``get_content()``, raises (as LlamaIndex does for some media)."""
+
+    def get_content(self, metadata_mode: Any = None) -> str:
+        raise ValueError("cannot render this node")
+
+
+class _NoStr:
+    """A host object whose ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def test_host_object_failures_are_counted_as_host_errors_not_ours(production_errors: None) -> None:
+    """A raising get_content() or __str__ gives a placeholder and a counted host error, never an internal one."""
+    from cp_observe import _internal
+
+    _internal.reset_error_counts()
+    [unrenderable] = extract_contexts([_Unrenderable(id_="u1")]).contexts
+    assert unrenderable.text.startswith("<unrepresentable")
+    [no_str] = extract_contexts([_NoStr()]).contexts
+    assert "_NoStr" in no_str.text  # rendered through repr() instead
+    counts = _internal.error_counts()
+    assert counts.get("host:get_content()") == 1, counts
+    assert counts.get("host:__str__()") == 1, counts
+    assert not [key for key in counts if key.startswith("internal:")], counts

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from cp_observe._capture._serialize import finite_float, safe_text, truncate, type_name
+from cp_observe._internal import report_host_error
 
 __all__ = ["NOT_CAPTURED", "Context", "ExtractedContexts", "extract_contexts"]
 
@@ -374,7 +375,8 @@ def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, sc
     if text is None and plan.get_content:
         try:
             text = obj.get_content()  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - LlamaIndex raises for nodes it cannot render
+        except Exception as exc:  # noqa: BLE001 - LlamaIndex raises for nodes it cannot render
+            report_host_error("get_content()", exc)  # the last way to its text: a placeholder is recorded
             failed = True
     meta = _meta(_first_attr(obj, attrs, plan, plan.metas))
     if text is None and meta is not None:
@@ -408,7 +410,7 @@ def _read(obj: object, attrs: Mapping[str, Any], plan: _Plan, name: str) -> Any:
     if name in plan.declared:
         try:
             return getattr(obj, name, _MISSING)
-        except Exception:  # noqa: BLE001 - a raising property (NodeWithScore.text of an image)
+        except Exception:  # noqa: BLE001 - a raising property (NodeWithScore.text of an image): routine, try others
             return _FAILED
     return attrs.get(name, _MISSING)
 

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from cp_observe._internal import report_host_error
+
 __all__ = [
     "MARKER_MAX", "finite_float", "metadata_json", "object_text", "safe_str", "safe_text", "truncate", "type_name",
 ]
@@ -245,7 +247,8 @@ def _text_of(value: object, limit: int) -> str:
     for render in (str, repr):
         try:
             text = render(value)
-        except Exception:  # noqa: BLE001 - user __str__ / __repr__ may raise anything
+        except Exception as exc:  # noqa: BLE001 - user __str__ / __repr__ may raise anything
+            report_host_error(f"__{render.__name__}__()", exc)
             continue
         if type(text) is str:
             return truncate(text, limit)[0]
