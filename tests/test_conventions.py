@@ -293,3 +293,23 @@ def test_configure_data_source_setting() -> None:
     assert ServeSettings.resolve({"data_source": "x"}, environ={}).data_source_attributes() == ("x",)
     with pytest.raises(ConfigurationError):
         cp_observe.configure("lexical", data_source=[1, 2], capture_only=True)
+
+
+def test_foreign_content_passes_the_redact_hook_before_the_judge(otel: Otel, keyword_judge: KeywordJudge) -> None:
+    """Query, contexts and answer read off another instrumentation's spans are redacted before the judge."""
+    from cp_observe._config import _runtime
+
+    _runtime.install(redact=lambda text: text.replace("4111-1111", "[card]"))
+    processor = otel.processor(keyword_judge)
+    tracer = otel.tracer_provider.get_tracer("app")
+    with tracer.start_as_current_span("chat", attributes={n.GEN_AI_OPERATION_NAME: "chat"}) as chat:
+        with tracer.start_as_current_span("retrieval kb", attributes={
+            n.GEN_AI_OPERATION_NAME: "retrieval", n.GEN_AI_DATA_SOURCE_ID: "kb",
+            n.GEN_AI_RETRIEVAL_QUERY_TEXT: "card 4111-1111 capital?",
+            n.GEN_AI_RETRIEVAL_DOCUMENTS: json.dumps([{"id": "1", "content": "Paris 4111-1111"}]),
+        }):
+            pass
+        chat.set_attribute(n.GEN_AI_OUTPUT_MESSAGES, json.dumps(
+            [{"role": "assistant", "parts": [{"type": "text", "content": "Paris (4111-1111)"}]}]))
+    assert processor.force_flush(10_000)
+    assert keyword_judge.calls == [("card [card] capital?", "Paris ([card])", ["Paris [card]"])]

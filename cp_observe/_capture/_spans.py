@@ -29,7 +29,7 @@ from cp_observe._config._runtime import PAYLOADS, RUNTIME_HOLDER, Payload, Runti
 from cp_observe._config._sampling import FORCED, is_forced
 from cp_observe._internal import USER_FAILED, call_user, report_internal_error, report_user_error
 
-__all__ = ["Call", "State", "enter", "fail", "finish", "leave", "start"]
+__all__ = ["Call", "State", "enter", "fail", "finish", "leave", "redact_foreign", "start"]
 
 _JUDGE_TEXT_LIMIT = 20_000
 # Attribute keys of the first documents, spelled once (by _names) rather than formatted on every call.
@@ -340,6 +340,16 @@ def _text(value: Any, rt: Runtime, limit: int) -> str:
     text = value if type(value) is str and len(value) <= limit else safe_str(value, limit)
     redact = rt.redact
     return _redacted(text, redact) if redact is not None else text
+
+
+def redact_foreign(text: str | None) -> str | None:
+    """Apply the ``redact`` hook to content another instrumentation recorded (the judge sees it redacted too).
+
+    Our decorators redact before recording; spans of other instrumentations reach us unredacted, so their query,
+    contexts and answer pass through the same hook, fail-closed, before the judge. Runs on the evaluator thread.
+    """
+    redact = RUNTIME_HOLDER[0].redact
+    return text if text is None or redact is None else _redacted(text, redact)
 
 
 def _redacted(text: str, redact: Callable[[str], str]) -> str:

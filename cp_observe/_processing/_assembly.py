@@ -26,6 +26,7 @@ from opentelemetry.trace import SpanContext
 
 from cp_observe import _names as n
 from cp_observe._capture._conventions import answer_of, convention_name, is_decorated, query_of, retrieved_of
+from cp_observe._capture._spans import redact_foreign
 from cp_observe._config._runtime import Payload
 
 __all__ = ["Assembler", "Fold", "Item", "Ready", "Skip"]
@@ -87,7 +88,8 @@ class Item:
         """The query: from memory when sampled here, else from the span's attributes (per convention)."""
         if self.payload is not None:
             return self.payload.query
-        return query_of(self.attributes or {})
+        query = query_of(self.attributes or {})
+        return query if self.decorated else redact_foreign(query)
 
     def contexts(self) -> list[str] | None:
         """The contexts in rank order: from memory, else from the span per convention; ``None`` if it has none."""
@@ -101,6 +103,8 @@ class Item:
                 contexts = []
             if len(contexts or ()) > _MAX_DOCUMENTS_FROM_ATTRIBUTES:
                 contexts = contexts[:_MAX_DOCUMENTS_FROM_ATTRIBUTES] if contexts is not None else None
+            if contexts and not self.decorated:  # another instrumentation's content: redacted like ours
+                contexts = [redact_foreign(c) or "" for c in contexts]
             self._contexts = contexts
         return self._contexts  # type: ignore[no-any-return]
 
@@ -108,7 +112,8 @@ class Item:
         """The answer this span carries: from memory, else per convention."""
         if self.payload is not None and self.payload.answer is not None:
             return self.payload.answer
-        return answer_of(self.attributes or {})
+        answer = answer_of(self.attributes or {})
+        return answer if self.decorated else redact_foreign(answer)
 
     def fingerprint(self) -> tuple[str, ...] | None:
         """What identifies the retrieval across the spans describing it: its documents' leading characters."""
