@@ -99,51 +99,35 @@ def _frames(exc: BaseException) -> str:
     return "".join(traceback.format_tb(exc.__traceback__, limit=20)).rstrip()
 
 
+def _report(kind: str, where: str, exc: Exception, event: str, site_field: str) -> None:
+    """Count one failure of ``kind`` at ``where`` and log it (rate-limited, traceback frames only); never raises."""
+    try:
+        if _note(kind, where):
+            logger.warning(event, **{site_field: where}, error_type=type(exc).__name__, traceback=_frames(exc))
+    except Exception:  # noqa: BLE001 - the boundary itself must never raise into the host
+        pass
+
+
 def report_internal_error(where: str, exc: Exception) -> None:
     """Count a failure of cp-observe's own code and log it (rate-limited, with its traceback); never raises.
 
     Re-raises only when ``set_raise_internal_errors(True)`` was called (this project's tests).
     """
-    try:
-        if _note("internal", where):
-            logger.warning(
-                "cp-observe internal error; the application is unaffected",
-                where=where,
-                error_type=type(exc).__name__,
-                traceback=_frames(exc),
-            )
-    except Exception:  # noqa: BLE001 - the boundary itself must never raise into the host
-        pass
+    _report("internal", where, exc, "cp-observe internal error; the application is unaffected", "where")
     if _RAISE[0]:
         raise exc
 
 
 def report_user_error(where: str, exc: Exception) -> None:
     """Count and log (rate-limited) a failure of a callable the user gave cp-observe; never raises."""
-    try:
-        if _note("user", where):
-            logger.warning(
-                "a cp-observe callback supplied by the application raised; the call is recorded without it",
-                callback=where,
-                error_type=type(exc).__name__,
-                traceback=_frames(exc),
-            )
-    except Exception:  # noqa: BLE001 - see report_internal_error
-        pass
+    _report("user", where, exc,
+            "a cp-observe callback supplied by the application raised; the call is recorded without it", "callback")
 
 
 def report_host_error(where: str, exc: Exception) -> None:
     """Count and log (rate-limited) a method of a host object that raised while we read it; never raises."""
-    try:
-        if _note("host", where):
-            logger.warning(
-                "reading a value the application returned raised; it is recorded as a placeholder",
-                read=where,
-                error_type=type(exc).__name__,
-                traceback=_frames(exc),
-            )
-    except Exception:  # noqa: BLE001 - see report_internal_error
-        pass
+    _report("host", where, exc,
+            "reading a value the application returned raised; it is recorded as a placeholder", "read")
 
 
 def call_user(where: str, func: Callable[..., Any], *args: Any) -> Any:
