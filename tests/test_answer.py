@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cp_observe
 from cp_observe import _names as n
@@ -75,3 +77,48 @@ def test_json_output_value_is_read_by_the_same_rule() -> None:
     assert answer_from_attribute(value, None, 1_000) == value
     assert answer_from_attribute(None, "application/json", 1_000) is None
     assert n.OUTPUT_MIME_TYPE == "output.mime_type"
+
+
+# --- the list rule, against a plain reading of the documented precedence -------------------------------------------
+
+_message = st.one_of(
+    st.text(max_size=8),
+    st.fixed_dictionaries(
+        {"content": st.one_of(st.text(max_size=8), st.none())},
+        optional={"role": st.sampled_from(["user", "assistant", "system", 3]), "answer": st.text(max_size=4)},
+    ),
+    st.dictionaries(st.sampled_from(["text", "output", "x"]), st.text(max_size=5), max_size=2),
+    st.integers(),
+)
+
+
+def _documented_list_rule(items: list[Any]) -> str | None:
+    """Rule 4 of cp_observe._capture._answer, read literally (blank results are no answer)."""
+    if all(type(item) is str for item in items):
+        text = "\n".join(items)
+    else:
+        roles = [item.get("role") if isinstance(item, dict) else None for item in items]
+        if not any(isinstance(role, str) for role in roles) and not all(
+            isinstance(item, dict) and "content" in item for item in items
+        ):
+            return answer_text(json.loads(json.dumps(items)), 10_000)  # data: its JSON text
+        chosen = [item for item, role in zip(items, roles, strict=True) if role == "assistant"] or items
+        texts = []
+        for item in chosen:
+            if isinstance(item, (str, int)):
+                if str(item):
+                    texts.append(str(item))  # a bare text (or number) among messages is its own text
+            elif isinstance(item, dict):
+                field = next((item[k] for k in ("answer", "output", "content", "text", "response")
+                              if isinstance(item.get(k), str)), None)
+                if field:
+                    texts.append(field)
+        text = "\n".join(texts)
+    return None if not text or text.isspace() else text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_message, min_size=1, max_size=5))
+def test_list_answers_follow_the_documented_rule(items: list[Any]) -> None:
+    """A list of strings or chat messages gives the text the documented rule names, message by message."""
+    assert answer_text(items, 10_000) == _documented_list_rule(items)

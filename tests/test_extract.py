@@ -633,12 +633,13 @@ def test_plan_cache_is_bounded() -> None:
     assert len(_extract._PLANS) <= _extract._PLAN_CACHE_MAX
 
 
-def test_fast_construction_equals_the_dataclass() -> None:
-    """Contexts built through the slot descriptors equal, hash and freeze like constructed ones."""
+def test_fast_construction_equals_the_constructor() -> None:
+    """Contexts built through tuple.__new__ equal, hash and freeze like constructed ones."""
     built = _extract._make("t", "i", 0.5, None)
     assert built == Context("t", "i", 0.5, None)
+    assert type(built) is Context
     assert hash(built) == hash(Context("t", "i", 0.5, None))
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         built.text = "changed"  # type: ignore[misc]
     result = _extract._result((built,), 3, 2, 1)
     assert result == ExtractedContexts((built,), 3, 2, 1)
@@ -724,3 +725,103 @@ def test_host_object_failures_are_counted_as_host_errors_not_ours(production_err
     assert counts.get("host:get_content()") == 1, counts
     assert counts.get("host:__str__()") == 1, counts
     assert not [key for key in counts if key.startswith("internal:")], counts
+
+
+# --- the fast readers give the general reader's answer -----------------------------------------------------------
+
+_ROLE_NAMES = ("page_content", "text", "content", "metadata", "meta", "payload", "score", "relevance_score",
+               "similarity", "similarity_score", "_score", "distance", "id", "doc_id", "node_id", "_id", "document",
+               "other")
+_field_values = st.one_of(
+    st.none(), st.text(max_size=30), st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.just(""), st.text(min_size=300, max_size=300),
+    st.just(len), st.booleans(),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(_ROLE_NAMES), _field_values, max_size=7))
+def test_dict_fast_reader_agrees_with_the_general_reader(doc: dict[str, Any]) -> None:
+    """A dict read by its key set's plan gives exactly what the general mapping reader gives, or defers to it."""
+    fast = _extract._from_dict(doc, 100, [0])
+    general = _extract._from_mapping(doc, 100, [0], None)
+    if fast is not None:
+        assert fast == general
+
+
+def test_dict_fast_reader_is_used_for_a_langchain_style_dict() -> None:
+    """The common dict shape is served by the fast reader (not deferred), with the general reader's answer."""
+    doc = {"page_content": "alpha", "metadata": {"source": "a.md"}, "id": "d1", "score": 0.5}
+    fast = _extract._from_dict(doc, 100, [0])
+    assert fast is not None
+    assert fast == _extract._from_mapping(doc, 100, [0], None) == Context("alpha", "d1", 0.5, {"source": "a.md"})
+
+
+def _document_class(fields: tuple[str, ...], slots: bool) -> type:
+    return dataclasses.make_dataclass("Doc", [(name, Any, dataclasses.field(default=None)) for name in fields],
+                                      slots=slots)
+
+
+_FIELD_SETS = [
+    ("content", "id", "score", "meta"),
+    ("page_content", "metadata", "id"),
+    ("text", "id_", "node_id", "metadata"),
+    ("text", "content", "score", "similarity", "meta", "payload"),
+    ("content", "doc_id", "relevance_score"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_FIELD_SETS), st.booleans(), st.data())
+def test_field_fast_reader_agrees_with_the_general_reader(fields: tuple[str, ...], slots: bool, data: Any) -> None:
+    """A plain-field document read by one attrgetter gives exactly what the name-by-name reader gives, or defers."""
+    cls = _document_class(fields, slots)
+    doc = cls(**{name: data.draw(_field_values, label=name) for name in fields})
+    plan = _extract._plan(cls)
+    assert plan.fast is not None
+    fast = _extract._from_fields(doc, plan.fast, 100, [0], None)
+    general = _extract._from_object(doc, dataclasses.replace(plan, fast=None), 100, [0], score=None, nested=False)
+    if fast is not None:
+        assert fast == general
+
+
+def test_field_fast_reader_skips_properties_and_custom_getattribute() -> None:
+    """Only plain fields are read at once: a class with a property first, or its own __getattribute__, is not."""
+
+    @dataclasses.dataclass
+    class WithProperty:
+        body: str = ""
+
+        @property
+        def text(self) -> str:
+            return self.body
+
+    class Watched:
+        __dataclass_fields__ = {"text": None}  # noqa: RUF012 - imitates a declared field
+
+        def __init__(self) -> None:
+            self.text = "t"
+
+        def __getattribute__(self, name: str) -> Any:
+            return object.__getattribute__(self, name)
+
+    assert _extract._plan(WithProperty).fast is None
+    assert _extract._plan(Watched).fast is None
+    assert extract_contexts([WithProperty("b")]).contexts[0].text == "b"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(_FIELD_SETS), _field_values, st.data())
+def test_node_with_score_fast_reader_agrees_with_the_general_reader(
+    fields: tuple[str, ...], own: object, data: Any
+) -> None:
+    """A NodeWithScore of plain fields read by its fast path gives the general reader's answer, or defers."""
+    node_cls = _document_class(fields, slots=False)
+    pair_cls = dataclasses.make_dataclass("NodeWithScore", [("node", Any), ("score", Any)])
+    node = node_cls(**{name: data.draw(_field_values, label=name) for name in fields})
+    _extract._plan(node_cls)  # the node's class is planned when first met by the general reader
+    plan = _extract._plan(pair_cls)
+    assert plan.node_score is not None
+    fast = _extract._from_node(pair_cls(node, own), plan.node_score, 100, [0])
+    if fast is not None:
+        assert fast == _extract._context(pair_cls(node, own), 100, [0])

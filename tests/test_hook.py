@@ -661,7 +661,7 @@ def test_exported_spans_snapshot(otel: Otel, keyword_judge: KeywordJudge) -> Non
                 "retrieval.documents.0.document.content": DOCS[0],
                 "retrieval.documents.0.document.id": "d1",
                 "retrieval.documents.0.document.score": 0.9,
-                "retrieval.documents.0.document.metadata": '{"source": "atlas"}',
+                "retrieval.documents.0.document.metadata": '{"source":"atlas"}',
                 "retrieval.documents.1.document.content": DOCS[1],
                 "retrieval.documents.1.document.id": "d2",
                 "retrieval.documents.1.document.score": 0.4,

@@ -49,7 +49,7 @@ def answer_text(value: object, limit: int) -> str | None:
         text = _answer(value, limit, nested=False)
     except Exception:  # noqa: BLE001 - host objects may raise anything; no answer rather than an error
         return None
-    if text is None or not text.strip():
+    if text is None or not text or text.isspace():  # blank: no answer (isspace() copies nothing; strip() would)
         return None
     return text if len(text) <= limit else safe_str(text, limit)
 
@@ -60,14 +60,14 @@ def _answer(value: object, limit: int, *, nested: bool) -> str | None:
         return value  # type: ignore[return-value]
     if value is None:
         return None
-    if isinstance(value, Mapping):
+    if cls is list or cls is tuple:  # before the Mapping check: an ABC check is slow even when it fails
+        return _from_sequence(value, limit, nested=nested)  # type: ignore[arg-type]
+    if cls is dict or isinstance(value, Mapping):
         try:
-            found = _from_mapping(value)
+            found = _from_mapping(value)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 - a mapping whose get raises: no field, its text instead
             found = None
         return found if found is not None else (None if nested else safe_str(value, limit))
-    if cls is list or cls is tuple:
-        return _from_sequence(value, limit, nested=nested)  # type: ignore[arg-type]
     if isinstance(value, (str, bytes, bytearray, memoryview, int, float)):
         return safe_str(value, limit)
     found = _from_object(value)
@@ -111,6 +111,8 @@ def _from_object(obj: object) -> str | None:
 
 
 def _role(message: object) -> object:
+    if type(message) is dict:  # the common message, without the ABC check
+        return message.get("role")
     if isinstance(message, Mapping):
         return message.get("role")
     if isinstance(message, (str, bytes, int, float, list, tuple)) or message is None:
@@ -124,16 +126,28 @@ def _role(message: object) -> object:
 def _from_sequence(items: list[Any] | tuple[Any, ...], limit: int, *, nested: bool) -> str | None:
     if not items or len(items) > _MAX_MESSAGES or nested:
         return None if nested else safe_str(items, limit)
-    roles = [_role(item) for item in items]
-    if all(type(item) is str for item in items):
+    for item in items:  # a plain loop: measurably faster than all() over a generator
+        if type(item) is not str:
+            break
+    else:
         return "\n".join(items)
-    if not any(isinstance(role, str) for role in roles) and not all(
-        isinstance(item, Mapping) and "content" in item for item in items
-    ):
+    # Plain loops rather than comprehensions and any()/all() over generators: this runs on every agent call.
+    assistants: list[Any] = []
+    has_role = False
+    for item in items:
+        role = item.get("role") if type(item) is dict else _role(item)
+        if role == "assistant":
+            assistants.append(item)
+        if not has_role and isinstance(role, str):
+            has_role = True
+    if not has_role and not all(isinstance(item, Mapping) and "content" in item for item in items):
         return safe_str(items, limit)  # data, not messages: its JSON text
-    chosen = [item for item, role in zip(items, roles, strict=True) if role == "assistant"] or list(items)
-    texts = [_answer(item, limit, nested=True) for item in chosen]
-    return "\n".join(t for t in texts if t) or None
+    texts = []
+    for item in assistants or items:
+        text = _from_mapping(item) if type(item) is dict else _answer(item, limit, nested=True)
+        if text:
+            texts.append(text)
+    return "\n".join(texts) or None
 
 
 def answer_from_attribute(value: object, mime_type: object, limit: int) -> str | None:

@@ -38,10 +38,12 @@ are not seen: such objects become text.
 
 from __future__ import annotations
 
+import inspect
 import operator
-from collections.abc import Collection, Iterable, Iterator, Mapping
+import types
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 from cp_observe._capture._serialize import finite_float, safe_text, truncate, type_name
 from cp_observe._internal import report_host_error
@@ -74,9 +76,8 @@ _NO_ATTRS: Final[dict[str, Any]] = {}  # read only
 Score: TypeAlias = "float | None"
 
 
-@dataclass(frozen=True, slots=True)
-class Context:
-    """One retrieved piece, in rank order.
+class Context(NamedTuple):
+    """One retrieved piece, in rank order (immutable; a named tuple, which is the cheapest object to build).
 
     Attributes:
         text: the text the judge reads, at most ``max_chars`` plus a truncation marker.
@@ -114,19 +115,14 @@ class ExtractedContexts:
 # A frozen dataclass's __init__ calls object.__setattr__ once per field; setting the slots through their
 # descriptors builds the same (still frozen) object about three times faster, and this is the hot path.
 _new = object.__new__
-_SET_TEXT, _SET_ID, _SET_SCORE, _SET_META = (Context.__dict__[f].__set__ for f in ("text", "id", "score", "metadata"))
+_tuple_new = tuple.__new__
 _SET_ALL, _SET_TOTAL, _SET_DROPPED, _SET_CUT = (
     ExtractedContexts.__dict__[f].__set__ for f in ("contexts", "total", "dropped", "truncated")
 )
 
 
 def _make(text: str, ident: str | None = None, score: Score = None, meta: Mapping[str, Any] | None = None) -> Context:
-    context: Context = _new(Context)
-    _SET_TEXT(context, text)
-    _SET_ID(context, ident)
-    _SET_SCORE(context, score)
-    _SET_META(context, meta)
-    return context
+    return _tuple_new(Context, (text, ident, score, meta))
 
 
 def _result(contexts: tuple[Context, ...], total: int | None, dropped: int, truncated: int) -> ExtractedContexts:
@@ -235,7 +231,20 @@ def _walk(items: Iterable[Any], size: int | None, max_items: int, max_chars: int
                     if context is not None:
                         append(context)
             else:
-                context = _context(item, max_chars, cut)
+                # Documents of a kind seen before (a dict of the same keys, a class of plain fields): one
+                # read of their fields, else the general reader.
+                context = None
+                if cls is dict:
+                    context = _from_dict(item, max_chars, cut)
+                else:
+                    plan = _PLANS.get(cls)
+                    if plan is not None:
+                        if plan.fast is not None:
+                            context = _from_fields(item, plan.fast, max_chars, cut, None)
+                        elif plan.node_score is not None:  # a NodeWithScore: its node, its own score
+                            context = _from_node(item, plan.node_score, max_chars, cut)
+                if context is None:
+                    context = _context(item, max_chars, cut)
                 if context is not None:
                     append(context)
             if visits > max_items:  # None items or empty lists seen: stop reading anyway
@@ -319,6 +328,90 @@ def _context(item: object, max_chars: int, cut: list[int], score: Score = None, 
         return _make(_text(f"<unrepresentable {type_name(item)}>", max_chars, cut))
 
 
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    """Which keys a dict of one key set is read by: the first present name of each role, and whether more follow.
+
+    ``_from_mapping`` reads each role's names in order and takes the first that is not ``None``; with the key
+    set known, the names absent from it read ``None``, so reading only the first present one gives the same
+    answer whenever it is not ``None`` or no other name of the role is present.
+    """
+
+    text: str
+    text_more: bool
+    meta: str | None
+    meta_more: bool
+    score: str | None
+    score_more: bool  # another score key, or "distance" (read when there is no score)
+    ident: str | None
+    ident_more: bool
+
+
+_KEY_PLANS: dict[tuple[Any, ...], _Keys | None] = {}  # bounded like _PLANS; dict stores are atomic
+_KEY_PLAN_MAX_KEYS: Final = 16
+
+
+def _from_dict(doc: dict[Any, Any], max_chars: int, cut: list[int]) -> Context | None:
+    """``_from_mapping``'s answer for a plain dict of a key set seen before, or ``None`` when only it can tell."""
+    try:
+        if len(doc) > _KEY_PLAN_MAX_KEYS:
+            return None
+        shape = tuple(doc)
+        keys = _KEY_PLANS.get(shape, _MISSING)
+        if keys is _MISSING:
+            keys = _key_plan(shape)
+            if len(_KEY_PLANS) < _PLAN_CACHE_MAX:
+                _KEY_PLANS[shape] = keys
+        if keys is None:
+            return None
+        get = doc.get
+        text = get(keys.text)
+        if type(text) is not str:
+            return None
+        meta = get(keys.meta) if keys.meta is not None else None
+        if meta is None:
+            if keys.meta_more:
+                return None
+        elif type(meta) is dict:
+            meta = meta or None
+        else:
+            meta = _meta(meta)
+        score = None
+        if keys.score is not None:
+            own = get(keys.score)
+            if own is not None:
+                score = own if type(own) is float and own - own == 0.0 else _score(own)
+        if score is None and keys.score_more:
+            return None
+        ident = get(keys.ident) if keys.ident is not None else None
+        if ident is None:
+            if keys.ident_more:
+                return None
+        elif type(ident) is not str or not ident or len(ident) > _ID_LIMIT:
+            ident = _ident(ident)
+        if len(text) > max_chars:
+            text = _text(text, max_chars, cut)
+        return _tuple_new(Context, (text, ident, score, meta))
+    except Exception:  # noqa: BLE001 - odd keys (a raising __hash__), say: the general reader copes
+        return None
+
+
+def _key_plan(shape: tuple[Any, ...]) -> _Keys | None:
+    present = set(shape)
+
+    def first(names: tuple[str, ...]) -> tuple[str | None, bool]:
+        found = [name for name in names if name in present]
+        return (found[0] if found else None), len(found) > 1
+
+    text, text_more = first(_TEXT_NAMES)
+    if text is None:
+        return None  # no text key: the general reader looks further (document, _source, the metadata)
+    meta, meta_more = first(_META_NAMES)
+    score, score_more = first(_SCORE_KEYS)
+    ident, ident_more = first(_ID_KEYS)
+    return _Keys(text, text_more, meta, meta_more, score, score_more or "distance" in present, ident, ident_more)
+
+
 def _from_mapping(doc: Mapping[Any, Any], max_chars: int, cut: list[int], score: Score) -> Context:
     get = doc.get
     text = get("page_content")
@@ -354,6 +447,11 @@ def _first(get: Any, keys: tuple[str, ...]) -> Any:
 
 
 def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, score: Score, nested: bool) -> Context:
+    fast = plan.fast
+    if fast is not None:
+        context = _from_fields(obj, fast, max_chars, cut, score)
+        if context is not None:
+            return context
     attrs = _instance_dict(obj) if plan.use_dict else _NO_ATTRS
     own: Any = _MISSING
     if plan.node and not nested:  # a NodeWithScore: its node (read one level down only), its own score
@@ -389,6 +487,122 @@ def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, sc
         names = plan.scores if own is _MISSING else tuple(name for name in plan.scores if name != "score")
         score = _score(_first_attr(obj, attrs, plan, names))
     return _make(_text(text, max_chars, cut), _ident(_first_attr(obj, attrs, plan, plan.ids)), score, meta)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fields:
+    """How to read a document class whose text is a plain field: one ``attrgetter`` for every role.
+
+    ``read`` returns ``(text, ...)``: the first name of each role (text, id, score, metadata) when it is a
+    plain field; ``*_at`` is that role's position in the tuple, 0 when its first name is not a plain field
+    or it has none, and ``*_more`` whether the role has further names, which only the general reader tries
+    (it does when the first is ``None``). Reading plain fields runs no code of the host's, so reading them
+    all at once gives exactly what the general reader's name-by-name reads give.
+    """
+
+    read: Callable[[object], Any]
+    id_at: int
+    score_at: int
+    meta_at: int
+    id_more: bool
+    score_more: bool
+    meta_more: bool
+
+
+def _from_fields(obj: object, f: _Fields, max_chars: int, cut: list[int], score: Score) -> Context | None:
+    """The general reader's answer for a plain-field document, or ``None`` when only it can tell."""
+    try:
+        values = f.read(obj)
+    except Exception:  # noqa: BLE001 - an unset slot, say: the general reader copes
+        return None
+    text = values[0]
+    if type(text) is not str:
+        return None  # None (then get_content() or the metadata), or a non-text value: the general rules
+    ident = values[f.id_at] if f.id_at else None
+    if ident is None:
+        if f.id_more:
+            return None
+    elif type(ident) is not str:
+        if callable(ident):
+            return None
+        ident = _ident(ident)
+    elif not ident or len(ident) > _ID_LIMIT:
+        ident = _ident(ident)
+    if score is None:
+        own = values[f.score_at] if f.score_at else None
+        if own is None:
+            if f.score_more:
+                return None
+        elif type(own) is float:
+            score = own if own - own == 0.0 else None  # NaN and infinities fail this
+        elif callable(own):
+            return None
+        else:
+            score = _score(own)
+    meta = values[f.meta_at] if f.meta_at else None
+    if meta is None:
+        if f.meta_more:
+            return None
+    elif type(meta) is dict:
+        meta = meta or None
+    elif callable(meta):
+        return None
+    else:
+        meta = _meta(meta)
+    if len(text) > max_chars:
+        text = _text(text, max_chars, cut)
+    return _tuple_new(Context, (text, ident, score, meta))
+
+
+def _from_node(obj: object, node_score: Callable[[object], Any], max_chars: int, cut: list[int]) -> Context | None:
+    """A NodeWithScore of plain fields whose node is a plain-field document, else ``None`` (the general reader)."""
+    try:
+        node, own = node_score(obj)
+        plan = _PLANS.get(type(node))
+        if plan is None or plan.fast is None or own is None:
+            return None
+        return _from_fields(node, plan.fast, max_chars, cut, _score(own))
+    except Exception:  # noqa: BLE001 - the general reader copes
+        return None
+
+
+def _fields_reader(cls: type, roles: tuple[tuple[str, ...], ...], declared: frozenset[str]) -> _Fields | None:
+    """A ``_Fields`` for ``cls`` when the first name of its text role is a plain field, else ``None``."""
+    try:
+        if cls.__getattribute__ is not object.__getattribute__:  # type: ignore[comparison-overlap]
+            return None  # every attribute read runs the class's own code
+        names: list[str] = []
+        at: list[int] = []
+        for role in roles:
+            first = role[0] if role else None
+            if first is not None and first in declared and _plain_field(cls, first):
+                at.append(len(names))
+                names.append(first)
+            else:
+                at.append(0)
+        if not names or at[0] != 0 or names[0] != (roles[0][0] if roles[0] else None):
+            return None
+        more = [len(role) > 1 or (bool(role) and position == 0) for role, position in zip(roles, at, strict=True)]
+        getter = operator.attrgetter(*names)
+        read = getter if len(names) > 1 else lambda obj: (getter(obj),)
+        return _Fields(read, at[1], at[2], at[3], more[1], more[2], more[3])
+    except Exception:  # noqa: BLE001 - an odd class: the general reader
+        return None
+
+
+def _plain_fields(cls: type, names: tuple[str, ...], declared: frozenset[str]) -> bool:
+    try:
+        return cls.__getattribute__ is object.__getattribute__ and all(  # type: ignore[comparison-overlap]
+            name in declared and _plain_field(cls, name) for name in names
+        )
+    except Exception:  # noqa: BLE001 - an odd class: the general reader
+        return False
+
+
+def _plain_field(cls: type, name: str) -> bool:
+    """A declared field whose class attribute is absent, a slot, or a plain default: reading it runs no code."""
+    static = inspect.getattr_static(cls, name, None)
+    return static is None or type(static) is types.MemberDescriptorType or not hasattr(type(static), "__get__")
 
 
 def _first_attr(obj: object, attrs: Mapping[str, Any], plan: _Plan, names: tuple[str, ...]) -> Any:
@@ -439,6 +653,8 @@ class _Plan:
     document: bool  # a document attribute is declared (for use_dict classes, look at the instance too)
     kind: str  # _OBJECT, _MAPPING or _TEXT (str and bytes subclasses, numbers: shown as text)
     number: bool  # has __float__ and no __len__: the second half of a (doc, score) pair
+    fast: _Fields | None  # plain-field documents: one attrgetter for every role (see _Fields)
+    node_score: Callable[[object], Any] | None  # NodeWithScore-like, node and score plain fields: their getter
 
 
 _PLANS: dict[type, _Plan] = {}  # bounded, so classes made on the fly cannot grow it; dict stores are atomic
@@ -458,6 +674,7 @@ def _plan(cls: type) -> _Plan:
         except Exception:  # noqa: BLE001 - an odd class attribute of that name: ignore it
             continue
     use_dict = not declared  # no declared fields: attributes live in each instance's __dict__
+    declared_fields = frozenset(declared)
     declared.update(name for names in _ROLES for name in names if _has(cls, name))
     declared.update(name for name in ("node", "get_content") if _has(cls, name))
     text, ids, scores, metas, wrap = (
@@ -469,7 +686,13 @@ def _plan(cls: type) -> _Plan:
     except Exception:  # noqa: BLE001 - an ABC hook that raises: read it as an object
         kind = _OBJECT
     flags = ("node" in declared or use_dict, "get_content" in declared, bool(declared & _DOC_NAMES), kind, number)
-    plan = _Plan(frozenset(declared), use_dict, text, ids, scores, metas, wrap, *flags)
+    fast = node_score = None
+    if kind is _OBJECT and not use_dict and not wrap:
+        if not flags[0]:  # not a NodeWithScore
+            fast = _fields_reader(cls, (text, ids, scores, metas), declared_fields)
+        elif _plain_fields(cls, ("node", "score"), declared_fields):
+            node_score = operator.attrgetter("node", "score")
+    plan = _Plan(frozenset(declared), use_dict, text, ids, scores, metas, wrap, *flags, fast, node_score)
     if len(_PLANS) < _PLAN_CACHE_MAX:
         _PLANS[cls] = plan
     return plan

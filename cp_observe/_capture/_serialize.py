@@ -21,6 +21,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+import orjson
+
 from cp_observe._internal import report_host_error
 
 __all__ = [
@@ -170,9 +172,13 @@ def metadata_json(mapping: object, limit: int) -> str | None:
             return None
         bound = max(_as_limit(limit), _JSON_MIN)
         if type(mapping) is dict and len(mapping) <= _FLAT_MAX_KEYS and _flat(mapping):
-            # The common case, a small flat dict of plain values: the C encoder, then the same bound.
-            text = _FLAT_ENCODER.encode(mapping)
-            if len(text) <= bound:
+            # The common case, a small flat dict of plain values: orjson, then the same bound. (It refuses
+            # lone surrogates and integers below -2**63, which the general path below handles.)
+            try:
+                text = _orjson_dumps(mapping).decode()
+            except orjson.JSONEncodeError:
+                text = None
+            if text is not None and len(text) <= bound:
                 return text
         return _metadata_json(mapping, bound)
     except Exception:  # noqa: BLE001 - a mapping whose items() raises
@@ -180,7 +186,7 @@ def metadata_json(mapping: object, limit: int) -> str | None:
 
 
 _FLAT_MAX_KEYS = 32
-_FLAT_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+_orjson_dumps = orjson.dumps
 
 
 def _flat(mapping: dict[Any, Any]) -> bool:

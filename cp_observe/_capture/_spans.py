@@ -1,11 +1,12 @@
 """The decorators' hot path: start a target span, record content per the capture settings, end it.
 
 Cost matters here: everything static about a call site (span name, kind attributes) is computed at
-decoration time; a call does one ``start_span``, one ``set_attributes`` after start, one after the call,
-and ``end``. Unsampled calls keep nothing in memory. Every function here hands its own errors to the one
-boundary (``_internal.report_internal_error``): a bug in cp-observe never reaches the host's code. The user's
-callbacks (``query=``, ``context_extractor=``, ``output=``, ``redact``) run through ``_internal.call_user``:
-their failures are user errors, recorded as ``context_precision.user_error`` and never raised.
+decoration time; a call does one ``start_span``, one ``set_attributes`` when it returns (what was known at
+start, the sampled mark and the query, goes in the same batch as the result), and ``end``. Unsampled calls
+keep nothing in memory. Every function here hands its own errors to the one boundary
+(``_internal.report_internal_error``): a bug in cp-observe never reaches the host's code. The user's callbacks
+(``query=``, ``context_extractor=``, ``output=``, ``redact``) run through ``_internal.call_user``: their
+failures are user errors, recorded as ``context_precision.user_error`` and never raised.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ _JUDGE_TEXT_LIMIT = 20_000
 # Attribute keys of the first documents, spelled once (by _names) rather than formatted on every call.
 _DOC_KEYS = tuple({field: n.document_attribute(i, field) for field in n.DOCUMENT_FIELDS} for i in range(28))
 _UNREADABLE = object()
+_START_KEYS = frozenset(
+    (n.CP_SAMPLED, n.CP_USER_ERROR, n.INPUT_VALUE, n.GEN_AI_RETRIEVAL_QUERY_TEXT, n.CP_CONTENT_CAPTURED)
+)
 _get_value = otel_context.get_value
 _attach = otel_context.attach
 _detach = otel_context.detach
@@ -76,11 +80,12 @@ class Call:
 class State:
     """One call in flight: its span, the context to make current, and whether it is sampled."""
 
-    __slots__ = ("call", "ctx", "key", "query", "recording", "runtime", "sampled", "span", "user_error")
+    __slots__ = ("call", "ctx", "key", "pending", "query", "recording", "runtime", "sampled", "span", "user_error")
 
-    def __init__(
-        self, call: Call, span: Span, runtime: Runtime, *, sampled: bool = False, key: tuple[int, int] | None = None,
-        query: str = "", user_error: str | None = None,
+    def __init__(  # noqa: PLR0917 - positional: this runs on every call, and keyword passing costs more
+        self, call: Call, span: Span, runtime: Runtime, recording: bool, sampled: bool = False,
+        key: tuple[int, int] | None = None, query: str = "", user_error: str | None = None,
+        pending: dict[str, Any] | None = None,
     ) -> None:
         self.call = call
         self.span = span
@@ -89,7 +94,11 @@ class State:
         self.key = key  # (trace id, span id) when the judge will want this call's content
         self.query = query
         self.user_error = user_error  # the skip reason when a user callback raised
-        self.recording = span.is_recording()
+        # Attributes known at start (the sampled mark, the query), set with the result's in one batch at the
+        # end: each batch takes the span's lock and walks the SDK's checks once. Only a processor's on_start
+        # could have seen them earlier, and it runs before start() returns either way.
+        self.pending = pending
+        self.recording = recording
         self.ctx = _set_span_in_context(span)
 
     @property
@@ -114,7 +123,7 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
         rt = RUNTIME_HOLDER[0]
         span = rt.tracer.start_span(call.span_name, attributes=call.start_attributes)
         if not span.is_recording():
-            return State(call, span, rt)
+            return State(call, span, rt, False)
         span_context = span.get_span_context()
         trace_id = span_context.trace_id
         sampled = rt.sampler(trace_id)
@@ -139,8 +148,7 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             key = (trace_id, span_context.span_id)  # the payload itself is stored once, when the call ends
         if not rt.capture_content:
             attributes[n.CP_CONTENT_CAPTURED] = False
-        span.set_attributes(attributes)
-        return State(call, span, rt, sampled=sampled, key=key, query=query, user_error=user_error)
+        return State(call, span, rt, True, sampled, key, query, user_error, attributes)
     except Exception as exc:  # noqa: BLE001 - our failure: no span, the call runs untraced
         if span is not None:
             with contextlib.suppress(Exception):
@@ -181,7 +189,8 @@ def finish(state: State, result: Any, *, partial: bool = False, yielded: int | N
         if state.key is not None:
             PAYLOADS.take(state.key)  # may have been stored before the failure
         with contextlib.suppress(Exception):
-            span.set_attribute(n.CP_SAMPLED, False)
+            started = {k: v for k, v in (state.pending or {}).items() if k in _START_KEYS}  # not a half result
+            span.set_attributes({**started, n.CP_SAMPLED: False})
         _end(span)
         report_internal_error("span finish", exc)
         return
@@ -193,7 +202,7 @@ def fail(state: State, exc: BaseException) -> None:
     span = state.span
     try:
         if state.recording:
-            span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
+            span.set_attributes({**(state.pending or {}), n.ERROR_TYPE: type(exc).__qualname__})
             span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
             if isinstance(exc, Exception) and state.runtime.capture_content:
                 _record_exception(span, exc, state.runtime.max_value_length)
@@ -230,7 +239,7 @@ def _end(span: Span) -> None:
 
 def _record_result(state: State, result: Any, partial: bool, yielded: int | None) -> None:
     call, rt = state.call, state.runtime
-    attributes: dict[str, Any] = {}
+    attributes: dict[str, Any] = state.pending or {}  # this call's own dict: extended, set once below
     contexts: list[str] | None = None
     user_error = state.user_error
     if call.scores_contexts:
@@ -275,7 +284,7 @@ def _record_result(state: State, result: Any, partial: bool, yielded: int | None
     if user_error is not None:
         attributes[n.CP_USER_ERROR] = user_error
     if state.key is not None:
-        PAYLOADS.put(state.key, Payload(query=state.query, contexts=contexts, answer=answer))
+        PAYLOADS.put(state.key, Payload(state.query, contexts, answer))  # positional: cheaper per sampled call
     span = state.span
     if attributes:
         span.set_attributes(attributes)

