@@ -41,7 +41,7 @@ from cp_observe._types import Judge, ScoreResult
 __all__ = ["Evaluator"]
 
 _TICK_S = 0.1
-_WAKE_BATCH = 64
+_WAKE_BATCH = 64  # at least this many queued before submit wakes the loop early
 _SIGNAL_BOUND_FACTOR = 4
 
 
@@ -78,6 +78,7 @@ class Evaluator:
         self.evaluation_timeout_s = evaluation_timeout_s
         self._turn_timeout_s = turn_timeout_s
         self._max_pending_traces = max_pending_traces
+        self._wake_at = max(_WAKE_BATCH, queue_size // 2)
         self._reset()
 
     def _reset(self) -> None:
@@ -141,8 +142,9 @@ class Evaluator:
         if self._thread is None:
             self._start_thread()
         # The loop wakes by itself every _TICK_S and drains everything; an explicit wake-up is a syscall (and a
-        # GIL hand-off) on the request path, so it is sent only when a batch has built up.
-        if queued + 1 >= _WAKE_BATCH and not self._wake_pending and self._loop is not None:
+        # GIL hand-off) on the request path, and waking mid-burst makes the evaluator's work compete with the
+        # burst for the GIL, so it is sent only when the queue is half full (then a tick could come too late).
+        if queued + 1 >= self._wake_at and not self._wake_pending and self._loop is not None:
             self._wake_pending = True
             try:
                 self._loop.call_soon_threadsafe(self._set_wake)
