@@ -296,21 +296,21 @@ def _wrap_generator(func: F, call: Call) -> F:
 
 
 def _wrap_coroutine(func: F, call: Call) -> F:
-    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+    start, finish, fail, attach, detach = _spans.start, _spans.finish, _spans.fail, _spans.attach, _spans.detach
 
     @functools.wraps(func)
     async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
         state = start(call, args, kwargs)
         if state is None:
             return await func(*args, **kwargs)
-        token = _spans.enter(state)
+        token = attach(state.ctx)  # _spans.enter, inlined: a call saved on every call
         try:
             result = await func(*args, **kwargs)
         except BaseException as exc:
-            _spans.leave(token)
+            detach(token)
             fail(state, exc)
             raise
-        _spans.leave(token)
+        detach(token)
         finish(state, result)
         return result
 
@@ -318,21 +318,21 @@ def _wrap_coroutine(func: F, call: Call) -> F:
 
 
 def _wrap_function(func: F, call: Call) -> F:
-    start, finish, fail = _spans.start, _spans.finish, _spans.fail
+    start, finish, fail, attach, detach = _spans.start, _spans.finish, _spans.fail, _spans.attach, _spans.detach
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         state = start(call, args, kwargs)
         if state is None:
             return func(*args, **kwargs)
-        token = _spans.enter(state)
+        token = attach(state.ctx)  # _spans.enter, inlined: a call saved on every call
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
-            _spans.leave(token)
+            detach(token)
             fail(state, exc)
             raise
-        _spans.leave(token)
+        detach(token)
         finish(state, result)
         return result
 

@@ -30,7 +30,7 @@ from cp_observe._config._runtime import PAYLOADS, RUNTIME_HOLDER, Payload, Runti
 from cp_observe._config._sampling import FORCED, is_forced
 from cp_observe._internal import USER_FAILED, call_user, report_internal_error, report_user_error
 
-__all__ = ["Call", "State", "enter", "fail", "finish", "leave", "redact_foreign", "start"]
+__all__ = ["Call", "State", "attach", "detach", "enter", "fail", "finish", "leave", "redact_foreign", "start"]
 
 _JUDGE_TEXT_LIMIT = 20_000
 # Attribute keys of the first documents, spelled once (by _names) rather than formatted on every call.
@@ -40,8 +40,8 @@ _START_KEYS = frozenset(
     (n.CP_SAMPLED, n.CP_USER_ERROR, n.INPUT_VALUE, n.GEN_AI_RETRIEVAL_QUERY_TEXT, n.CP_CONTENT_CAPTURED)
 )
 _get_value = otel_context.get_value
-_attach = otel_context.attach
-_detach = otel_context.detach
+_attach = attach = otel_context.attach  # the plain wrappers call these directly (enter/leave, inlined)
+_detach = detach = otel_context.detach
 _set_span_in_context = trace.set_span_in_context
 
 

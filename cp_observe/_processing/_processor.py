@@ -245,22 +245,18 @@ class ContextPrecisionProcessor(SpanProcessor):
             parent = span.parent
             local_root = parent is None or parent.is_remote
             if role is None and not local_root:
-                return False
+                return False  # most spans: neither a target, an answer nor a root
             context = span.context
             if context is None:
                 return False
-            attributes = span.attributes
-            marked = lookup.get(n.CP_SAMPLED) is True if lookup else False  # only these have a payload
-            if self._shutdown:
-                if marked:
-                    PAYLOADS.take((context.trace_id, context.span_id))
-                return False
             trace_id = context.trace_id
             reason = _sampling_reason(trace_id, self.sampler)
-            if reason is None:
-                if marked:
+            marked = lookup.get(n.CP_SAMPLED) is True if lookup else False  # only these have a payload
+            if reason is None or self._shutdown:
+                if marked:  # the decorators kept its content for a judge that will not take it
                     PAYLOADS.take((trace_id, context.span_id))
                 return False
+            attributes = span.attributes  # (the SDK builds a read-only view per read: only for a span queued)
             if role == ROLE_RETRIEVER:
                 item_kind, target = "retriever", True
             elif role == ROLE_ANSWER:
