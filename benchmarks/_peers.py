@@ -202,28 +202,34 @@ def _expected(group: str, payload: str) -> dict[str, list[str]]:
 
 
 def describe(group: str, payload: str, spans: Sequence[ReadableSpan]) -> tuple[str, bool]:
-    """Which of cp_observe's recorded content the peer's spans hold; and whether they hold all of it.
+    """Which of cp_observe's recorded content the peer's spans hold, and where; and whether they hold all of it.
 
-    A piece counts as recorded when its text appears in some attribute value (JSON or not); "as repr" means
-    the documents appear as their Python ``repr`` rather than as fields.
+    A piece counts as recorded when its text appears in some attribute value (JSON or not). The note names the
+    attribute holding the first piece and its form: per-document attributes, as cp_observe records them, or one
+    JSON value of the whole return value (escaped again when "double-encoded"); "as repr" means the documents
+    appear as their Python ``repr`` rather than as fields.
     """
-    values: list[str] = []
+    items: list[tuple[str, str]] = []
     for span in spans:
-        for value in (span.attributes or {}).values():
+        for key, value in (span.attributes or {}).items():
             if isinstance(value, tuple):
-                values.extend(str(v) for v in value)
+                items.extend((key, str(v)) for v in value)
             else:
-                values.append(str(value))
-    text = "\n".join(values)
+                items.append((key, str(value)))
+    text = "\n".join(value for _, value in items)
     expected = _expected(group, payload)
     have = [name for name, pieces in expected.items() if all(piece in text for piece in pieces)]
     missing = [name for name in expected if name not in have]
     if not have:
-        note = "records no returned content"
-    elif not missing:
-        note = "records " + ", ".join(have)
-    else:
-        note = f"records {', '.join(have)}; not {', '.join(missing)}"
+        return "records no returned content", False
+    note = "records " + ", ".join(have) + (f"; not {', '.join(missing)}" if missing else "")
+    first = next(iter(expected.values()))[0]
+    key, value = next(((k, v) for k, v in items if first in v), ("", ""))
+    if ".document." in key:
+        note += " (per-document attributes)"
+    elif key:
+        form = "JSON of the whole return value" if value[:1] in "[{" else "text"
+        note += f" ({form} in {key}{', double-encoded' if chr(92) + chr(34) in value else ''})"
     if any(mark in text for mark in _REPR_MARKS):
         note += " (as repr)"
     return note, not missing
