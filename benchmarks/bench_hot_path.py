@@ -599,10 +599,14 @@ def measure(variants: list[Variant], rounds: int, calls: int, seed: int) -> None
     rng = random.Random(seed)
     loop = asyncio.new_event_loop()
     try:
+        started = time.perf_counter()
+        gc.collect()
+        gc.freeze()  # the set-up's objects: otherwise each warm-up batch's collection walks them all (~0.2 s each)
         for variant in runnable:  # warm-up: imports, caches, first-call paths
             _batch(variant, max(10, calls // 10), loop)
         gc.collect()
         gc.freeze()  # the peers' modules and our set-up stay out of every later collection
+        print(f"  warm-up done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
         for done in range(rounds):
             rng.shuffle(runnable)
             for variant in runnable:
@@ -617,7 +621,8 @@ def measure(variants: list[Variant], rounds: int, calls: int, seed: int) -> None
                 variant.cpu_us.append(cpu)
                 variant.wall_ratio.append(wall / base_wall)
                 variant.cpu_ratio.append(cpu / base_cpu)
-            print(f"  round {done + 1}/{rounds} done", file=sys.stderr, flush=True)
+            print(f"  round {done + 1}/{rounds} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr,
+                  flush=True)
     finally:
         loop.close()
 
@@ -846,7 +851,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = cp_variants(shapes, pipes, wrapper_pipe)
     if not args.only_cp:
         variants += peer_variants(shapes)
-    print(f"hot path: {rounds} rounds x {calls} calls, {len(variants)} variants", file=sys.stderr)
+    print(f"hot path: {rounds} rounds x {calls} calls, {len(variants)} variants; set up in "
+          f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
     measure(variants, rounds, calls, args.seed)
     on_end = measure_on_end(rounds, 20_000 if not args.quick else 5_000)
     _print_report(variants, checks, on_end, (
