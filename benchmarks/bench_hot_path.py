@@ -485,12 +485,13 @@ def same_content(shapes: list[tuple[str, str]], pipe: Pipeline, wrapper_pipe: Pi
             keys = sum(len(attrs) for _, attrs in ours)
             lines.append(f"same {group}/{payload}: {len(ours)} span(s), {keys} attributes")
             continue
-        diff = []
+        diff = [] if len(theirs) == len(ours) else [f"{len(theirs)} vs {len(ours)} spans"]
         for (name_a, a), (name_b, b) in zip(theirs, ours, strict=False):
-            diff += [f"name {name_a!r} vs {name_b!r}"] if name_a != name_b else []
-            diff += [f"{k}: wrapper {str(a.get(k))[:40]!r} vs cp {str(b.get(k))[:40]!r}"
-                     for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
-        lines.append(f"DIFFERENT {group}/{payload}: " + "; ".join(diff or [f"{len(theirs)} vs {len(ours)} spans"]))
+            if name_a != name_b:
+                diff.append(f"name {name_a!r} vs {name_b!r}")
+            diff.extend(f"{k}: wrapper {str(a.get(k))[:40]!r} vs cp {str(b.get(k))[:40]!r}"
+                        for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k))
+        lines.append(f"DIFFERENT {group}/{payload}: " + "; ".join(diff))
     return lines
 
 
