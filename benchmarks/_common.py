@@ -22,13 +22,20 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 __all__ = [
+    "AGENT_SHAPES",
+    "ANSWER",
     "CONTEXTS",
     "DOCS",
+    "IDS",
+    "METADATA",
     "QUERY",
+    "RETRIEVE_SHAPES",
+    "SCORES",
     "BlockedNetwork",
     "InstantJudge",
     "ListExporter",
     "ListSink",
+    "agent_payload",
     "block_network",
     "cp_providers",
     "judge_server_process",
@@ -37,6 +44,7 @@ __all__ = [
     "median",
     "offline_env",
     "percentile",
+    "retrieve_payload",
     "rss_mib",
     "use_cp_provider",
 ]
@@ -74,11 +82,67 @@ def make_contexts(count: int, chars: int = 500) -> list[str]:
 
 #: Five contexts of 500 characters: what every hot-path variant returns.
 CONTEXTS: list[str] = make_contexts(5)
+#: Each context's 3-key metadata, the same in every document shape.
+METADATA: list[dict[str, Any]] = [
+    {"source": f"kb/doc-{i}.md", "page": i, "section": "retention"} for i in range(len(CONTEXTS))
+]
+#: Each context's id and score, in the shapes that carry them (LlamaIndex, Haystack).
+IDS: list[str] = [f"doc-{i}" for i in range(len(CONTEXTS))]
+SCORES: list[float] = [0.9375 - 0.0625 * i for i in range(len(CONTEXTS))]  # exact in binary, easy to spot
 #: The same contexts as LangChain-style dicts with ``page_content`` and ``metadata``.
 DOCS: list[dict[str, Any]] = [
-    {"page_content": text, "metadata": {"source": f"kb/doc-{i}.md", "page": i, "section": "retention"}}
-    for i, text in enumerate(CONTEXTS)
+    {"page_content": text, "metadata": meta} for text, meta in zip(CONTEXTS, METADATA, strict=True)
 ]
+#: The retriever return shapes of the hot-path benchmark, in table order.
+RETRIEVE_SHAPES: tuple[str, ...] = ("str", "dict", "langchain", "llamaindex", "haystack")
+
+
+def retrieve_payload(shape: str) -> list[Any]:
+    """The five contexts as ``shape`` returns them; the frameworks' real classes (``ImportError`` if missing).
+
+    ``langchain``: ``langchain_core.documents.Document(page_content, metadata)``; ``llamaindex``:
+    ``NodeWithScore(node=TextNode(text, id_, metadata), score)``; ``haystack``: ``haystack.Document(content,
+    meta, score, id)``.
+    """
+    if shape == "str":
+        return CONTEXTS
+    if shape == "dict":
+        return DOCS
+    rows = list(zip(CONTEXTS, METADATA, IDS, SCORES, strict=True))
+    if shape == "langchain":
+        from langchain_core.documents import Document
+
+        return [Document(page_content=text, metadata=meta) for text, meta, _, _ in rows]
+    if shape == "llamaindex":
+        from llama_index.core.schema import NodeWithScore, TextNode
+
+        return [NodeWithScore(node=TextNode(text=text, id_=ident, metadata=meta), score=score)
+                for text, meta, ident, score in rows]
+    if shape == "haystack":
+        from haystack import Document as HaystackDocument
+
+        return [HaystackDocument(content=text, meta=meta, score=score, id=ident) for text, meta, ident, score in rows]
+    raise ValueError(f"unknown retrieve shape {shape!r}")
+
+
+#: The answer every agent variant gives, in each shape below.
+ANSWER = "Backups are kept for thirty days after an account is deleted; support can restore them in that window."
+#: The agent return shapes of the hot-path benchmark, in table order.
+AGENT_SHAPES: tuple[str, ...] = ("str", "dict", "list", "chat")
+
+
+def agent_payload(shape: str) -> Any:
+    """The answer as ``shape`` returns it: a str, ``{"answer", "sources"}``, a list of str, chat messages."""
+    if shape == "str":
+        return ANSWER
+    if shape == "dict":
+        return {"answer": ANSWER, "sources": [meta["source"] for meta in METADATA]}
+    if shape == "list":
+        first, second = ANSWER.split("; ")
+        return [first + ";", second]
+    if shape == "chat":
+        return [{"role": "user", "content": QUERY}, {"role": "assistant", "content": ANSWER}]
+    raise ValueError(f"unknown agent shape {shape!r}")
 
 # --- in-process sinks -----------------------------------------------------------------------------------------
 

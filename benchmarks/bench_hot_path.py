@@ -1,26 +1,28 @@
 """The decorators' request-path cost, against a hand-written OpenTelemetry wrapper and the peers' decorators.
 
-Every variant decorates the same function, called with the same query and returning the same five contexts
-of 500 characters (as ``list[str]``, and as LangChain-style dicts with ``page_content``/``metadata``), and
-every OpenTelemetry-based pipeline ends in the same in-process sink (``ListSink``: append the span). Variants
-run interleaved in one process, in a shuffled order each round, ``--rounds`` rounds of ``--calls`` calls;
-the table shows the median over rounds of wall-clock µs per call and of the calling thread's CPU µs per
-call (which leaves out the evaluator thread's GIL share and other processes), and their ratios to the
-hand-written wrapper measured in the same rounds.
+Every variant of a shape decorates the same function, called with the same query and returning the same
+value: in the "retrieve" group five contexts of 500 characters as ``list[str]``, LangChain-style dicts, and
+the real LangChain ``Document``, LlamaIndex ``NodeWithScore`` and Haystack ``Document`` classes; in the
+"agent" group one answer as a str, a dict, a list of str and chat messages; the "turn" group is an agent
+calling a retriever (two spans); the "stream" group a decorated generator. Each shape's baseline is a
+hand-written OpenTelemetry wrapper that records the same content ``@cp_observe.retriever`` / ``.agent``
+records for it (checked at set-up, span by span). Every OpenTelemetry-based pipeline ends in the same
+in-process sink (``ListSink``: append the span). Variants run interleaved in one process, in a shuffled order
+each round, ``--rounds`` rounds of ``--calls`` calls, each batch right after a batch of its baseline; the
+tables show medians over rounds of wall-clock and calling-thread CPU µs per call, and of the paired ratios.
 
-Run it from the bench venv (peers installed) or from the main venv (peers shown as not installed)::
+Run it from the bench venv (peers and frameworks installed) or from the main venv (they show as not
+installed)::
 
-    .venv-bench/bin/python benchmarks/bench_hot_path.py [--quick]
+    .venv-bench/bin/python benchmarks/bench_hot_path.py [--quick] [--only-cp] [--shapes retrieve:haystack,agent]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import gc
-import io
 import json
 import random
 import sys
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import _common as c
+import _peers
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import Tracer
 
@@ -38,7 +41,9 @@ from cp_observe import ContextPrecisionProcessor
 
 Fn = Callable[[str], Any]
 _QUEUE = 1_000_000  # large enough that the sampled variants never drop within a batch
-_ANSWER = "Backups are kept for thirty days after an account is deleted; support can restore them in that window."
+GROUPS = ("retrieve", "agent", "turn", "stream")
+_PAYLOADS = {"retrieve": c.RETRIEVE_SHAPES, "agent": c.AGENT_SHAPES, "turn": ("str",), "stream": ("str",)}
+_UNSAMPLED, _SAMPLED = " + processor, unsampled", " + processor, sampled"
 
 
 def _noop() -> None:
@@ -49,15 +54,17 @@ def _noop() -> None:
 class Variant:
     """One row: a decorated function and what to do around its timed batch (outside the timing)."""
 
-    group: str  # "retrieve" (one span), "turn" (agent calling a retriever: two spans) or "stream" (a generator)
+    group: str  # "retrieve", "agent" (one span each), "turn" (agent calling a retriever) or "stream" (a generator)
     name: str
-    payload: str  # "str" or "dict"
+    payload: str  # the shape of the return value: one of _PAYLOADS[group]
     mode: str  # "sync" or "async"
     fn: Fn | None
     before: Callable[[], None] = _noop
     after: Callable[[], None] = _noop
     baseline: bool = False
     note: str = ""
+    peer: bool = False
+    complete: bool = True  # a peer: records all the content cp_observe records for this shape
     wall_us: list[float] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)
     wall_ratio: list[float] = field(default_factory=list)  # to the baseline batch run right before this one
@@ -81,11 +88,27 @@ def _returning(value: Any, mode: str) -> Fn:
     return aretrieve
 
 
-def _payload(kind: str) -> Any:
-    return c.CONTEXTS if kind == "str" else c.DOCS
+def _turn(retrieve: Fn, mode: str) -> Fn:
+    """An answering function that calls ``retrieve`` and answers with a fixed sentence."""
+    if mode == "sync":
+
+        def answer(query: str) -> str:
+            retrieve(query)
+            return c.ANSWER
+
+        return answer
+
+    async def aanswer(query: str) -> str:
+        await retrieve(query)
+        return c.ANSWER
+
+    return aanswer
 
 
 # --- the hand-written OpenTelemetry wrapper (the baseline) -----------------------------------------------------
+# What a careful engineer writes by hand for each shape: the same span name and attributes as cp_observe's
+# decorators, reading the known class's fields directly and json.dumps-ing the metadata. It does not truncate,
+# redact, guard against failures or write cp_observe's bookkeeping flag, so the decorators are charged for those.
 
 _RETRIEVER_START = {
     "gen_ai.operation.name": "retrieval",
@@ -99,20 +122,84 @@ _AGENT_START = {
 }
 
 
-def _document_attributes(result: Any) -> dict[str, Any]:
+def _docs_str(result: list[str]) -> dict[str, Any]:
     attributes: dict[str, Any] = {"context_precision.context.count": len(result)}
-    for i, doc in enumerate(result):
-        prefix = f"retrieval.documents.{i}.document."
-        if isinstance(doc, str):
-            attributes[prefix + "content"] = doc
-        else:
-            attributes[prefix + "content"] = doc["page_content"]
-            attributes[prefix + "metadata"] = json.dumps(doc["metadata"])
+    for i, text in enumerate(result):
+        attributes[f"retrieval.documents.{i}.document.content"] = text
     return attributes
 
 
-def wrapper_retriever(tracer: Tracer, func: Fn, mode: str) -> Fn:
-    """What a careful engineer writes by hand: same span name and attributes as ``@cp_observe.retriever``."""
+def _docs_dict(result: list[dict[str, Any]]) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"context_precision.context.count": len(result)}
+    for i, doc in enumerate(result):
+        prefix = f"retrieval.documents.{i}.document."
+        attributes[prefix + "content"] = doc["page_content"]
+        attributes[prefix + "metadata"] = json.dumps(doc["metadata"])
+    return attributes
+
+
+def _docs_langchain(result: list[Any]) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"context_precision.context.count": len(result)}
+    for i, doc in enumerate(result):
+        prefix = f"retrieval.documents.{i}.document."
+        attributes[prefix + "content"] = doc.page_content
+        if doc.id is not None:
+            attributes[prefix + "id"] = doc.id
+        if doc.metadata:
+            attributes[prefix + "metadata"] = json.dumps(doc.metadata)
+    return attributes
+
+
+def _docs_llamaindex(result: list[Any]) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"context_precision.context.count": len(result)}
+    for i, scored in enumerate(result):
+        node = scored.node
+        prefix = f"retrieval.documents.{i}.document."
+        attributes[prefix + "content"] = node.text
+        attributes[prefix + "id"] = node.id_
+        if scored.score is not None:
+            attributes[prefix + "score"] = scored.score
+        if node.metadata:
+            attributes[prefix + "metadata"] = json.dumps(node.metadata)
+    return attributes
+
+
+def _docs_haystack(result: list[Any]) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"context_precision.context.count": len(result)}
+    for i, doc in enumerate(result):
+        prefix = f"retrieval.documents.{i}.document."
+        attributes[prefix + "content"] = doc.content
+        attributes[prefix + "id"] = doc.id
+        if doc.score is not None:
+            attributes[prefix + "score"] = doc.score
+        if doc.meta:
+            attributes[prefix + "metadata"] = json.dumps(doc.meta)
+    return attributes
+
+
+#: The wrapper's after-call attributes, per retrieve shape.
+DOCUMENTS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "str": _docs_str, "dict": _docs_dict, "langchain": _docs_langchain, "llamaindex": _docs_llamaindex,
+    "haystack": _docs_haystack,
+}
+
+
+def _answer_chat(result: list[dict[str, str]]) -> str:
+    return "\n".join(message["content"] for message in result if message["role"] == "assistant")
+
+
+#: The wrapper's ``output.value`` text, per agent shape (cp_observe's answer rule, written out for that shape).
+ANSWERS: dict[str, Callable[[Any], str]] = {
+    "str": lambda result: result,  # type: ignore[no-any-return]
+    "dict": lambda result: result["answer"],  # type: ignore[no-any-return]
+    "list": "\n".join,
+    "chat": _answer_chat,
+}
+
+
+def wrapper_retriever(tracer: Tracer, func: Fn, mode: str, shape: str = "str") -> Fn:
+    """The hand-written retriever span for a function returning ``shape``."""
+    documents = DOCUMENTS[shape]
     if mode == "sync":
 
         @functools.wraps(func)
@@ -120,7 +207,7 @@ def wrapper_retriever(tracer: Tracer, func: Fn, mode: str) -> Fn:
             with tracer.start_as_current_span("retrieval kb", attributes=_RETRIEVER_START) as span:
                 span.set_attributes({"input.value": query, "gen_ai.retrieval.query.text": query})
                 result = func(query)
-                span.set_attributes(_document_attributes(result))
+                span.set_attributes(documents(result))
                 return result
 
         return wrapped
@@ -130,14 +217,15 @@ def wrapper_retriever(tracer: Tracer, func: Fn, mode: str) -> Fn:
         with tracer.start_as_current_span("retrieval kb", attributes=_RETRIEVER_START) as span:
             span.set_attributes({"input.value": query, "gen_ai.retrieval.query.text": query})
             result = await func(query)
-            span.set_attributes(_document_attributes(result))
+            span.set_attributes(documents(result))
             return result
 
     return awrapped
 
 
-def wrapper_agent(tracer: Tracer, func: Fn, mode: str) -> Fn:
-    """The hand-written agent span: same name and attributes as ``@cp_observe.agent``."""
+def wrapper_agent(tracer: Tracer, func: Fn, mode: str, shape: str = "str") -> Fn:
+    """The hand-written agent span for a function returning ``shape``."""
+    answer = ANSWERS[shape]
     if mode == "sync":
 
         @functools.wraps(func)
@@ -145,7 +233,7 @@ def wrapper_agent(tracer: Tracer, func: Fn, mode: str) -> Fn:
             with tracer.start_as_current_span("invoke_agent assistant", attributes=_AGENT_START) as span:
                 span.set_attribute("input.value", query)
                 result = func(query)
-                span.set_attribute("output.value", result)
+                span.set_attribute("output.value", answer(result))
                 return result
 
         return wrapped
@@ -155,27 +243,10 @@ def wrapper_agent(tracer: Tracer, func: Fn, mode: str) -> Fn:
         with tracer.start_as_current_span("invoke_agent assistant", attributes=_AGENT_START) as span:
             span.set_attribute("input.value", query)
             result = await func(query)
-            span.set_attribute("output.value", result)
+            span.set_attribute("output.value", answer(result))
             return result
 
     return awrapped
-
-
-def _turn(retrieve: Fn, mode: str) -> Fn:
-    """An answering function that calls ``retrieve`` and answers with a fixed sentence."""
-    if mode == "sync":
-
-        def answer(query: str) -> str:
-            retrieve(query)
-            return _ANSWER
-
-        return answer
-
-    async def aanswer(query: str) -> str:
-        await retrieve(query)
-        return _ANSWER
-
-    return aanswer
 
 
 # --- pipelines --------------------------------------------------------------------------------------------------
@@ -218,41 +289,82 @@ def _pipeline(sample_rate: float | None) -> Pipeline:
     return Pipeline(provider, sink, processor, sample_rate or 0.0)
 
 
+# --- shapes -------------------------------------------------------------------------------------------------------
+
+
+def payload_value(group: str, payload: str) -> Any:
+    """What the decorated function of a shape returns (``ImportError`` for a framework not installed)."""
+    if group == "retrieve":
+        return c.retrieve_payload(payload)
+    if group == "agent":
+        return c.agent_payload(payload)
+    return c.CONTEXTS
+
+
+def parse_shapes(spec: str | None) -> list[tuple[str, str]]:
+    """The (group, payload) pairs ``--shapes`` selects: ``group``, ``group:payload`` or a payload of any group."""
+    every = [(group, payload) for group in GROUPS for payload in _PAYLOADS[group]]
+    if not spec:
+        return every
+    chosen: set[tuple[str, str]] = set()
+    for token in (t.strip() for t in spec.split(",") if t.strip()):
+        group, _, payload = token.partition(":")
+        if payload:
+            matched = [(g, p) for g, p in every if g == group and p == payload]
+        elif token in GROUPS:
+            matched = [(g, p) for g, p in every if g == token]
+        else:
+            matched = [(g, p) for g, p in every if p == token]
+        if not matched:
+            choices = ", ".join(f"{g}:{p}" for g, p in every)
+            raise ValueError(f"--shapes: {token!r} matches no shape (groups: {', '.join(GROUPS)}; shapes: {choices})")
+        chosen.update(matched)
+    return [shape for shape in every if shape in chosen]
+
+
+def _missing(group: str, payload: str, exc: ImportError) -> list[Variant]:
+    note = f"not installed ({exc.name}); use .venv-bench"
+    return [Variant(group, "every variant", payload, mode, None, note=note) for mode in ("sync", "async")]
+
+
 # --- variants: bare, wrapper, cp_observe ----------------------------------------------------------------------
 
 
-def _core_variants(pipes: dict[str, Pipeline], wrapper_pipe: Pipeline) -> list[Variant]:
+def _single_variants(group: str, payload: str, pipes: dict[str, Pipeline], wrapper_pipe: Pipeline) -> list[Variant]:
+    """A one-span shape: bare call, the hand-written wrapper, and the decorator with each pipeline."""
     tracer = wrapper_pipe.provider.get_tracer("bench.wrapper")
+    value = payload_value(group, payload)
+    hand = wrapper_retriever if group == "retrieve" else wrapper_agent
+    decorator = cp_observe.retriever(name="kb") if group == "retrieve" else cp_observe.agent(name="assistant")
+    label = "@cp_observe.retriever" if group == "retrieve" else "@cp_observe.agent"
     out: list[Variant] = []
-    for payload in ("str", "dict"):
-        for mode in ("sync", "async"):
-            fn = _returning(_payload(payload), mode)
-            out.append(Variant("retrieve", "bare call", payload, mode, fn))
-            out.append(
-                Variant("retrieve", "hand-written OTel wrapper", payload, mode, wrapper_retriever(tracer, fn, mode),
-                        after=wrapper_pipe.sink.clear, baseline=True)
-            )
-            ret = cp_observe.retriever(name="kb")(fn)
-            agt = cp_observe.agent(name="assistant")(fn)
-            for label, pipe in pipes.items():
-                out.append(Variant("retrieve", f"@cp_observe.retriever{label}", payload, mode, ret,
-                                   before=pipe.select, after=pipe.drain))
-                out.append(Variant("retrieve", f"@cp_observe.agent{label}", payload, mode, agt,
-                                   before=pipe.select, after=pipe.drain))
+    for mode in ("sync", "async"):
+        fn = _returning(value, mode)
+        out.append(Variant(group, "bare call", payload, mode, fn))
+        out.append(Variant(group, "hand-written OTel wrapper", payload, mode, hand(tracer, fn, mode, payload),
+                           after=wrapper_pipe.sink.clear, baseline=True))
+        decorated = decorator(fn)
+        for suffix, pipe in pipes.items():
+            out.append(Variant(group, label + suffix, payload, mode, decorated, before=pipe.select, after=pipe.drain))
     return out
+
+
+def _turn_fns(tracer: Tracer, mode: str) -> tuple[Fn, Fn]:
+    """The hand-written turn and the decorated one."""
+    fn = _returning(c.CONTEXTS, mode)
+    hand = wrapper_agent(tracer, _turn(wrapper_retriever(tracer, fn, mode), mode), mode)
+    return hand, cp_observe.agent(name="assistant")(_turn(cp_observe.retriever(name="kb")(fn), mode))
 
 
 def _turn_variants(pipes: dict[str, Pipeline], wrapper_pipe: Pipeline) -> list[Variant]:
     tracer = wrapper_pipe.provider.get_tracer("bench.wrapper")
     out: list[Variant] = []
     for mode in ("sync", "async"):
-        fn = _returning(c.CONTEXTS, mode)
-        hand = wrapper_agent(tracer, _turn(wrapper_retriever(tracer, fn, mode), mode), mode)
+        hand, cp_turn = _turn_fns(tracer, mode)
         out.append(Variant("turn", "hand-written OTel wrapper", "str", mode, hand, after=wrapper_pipe.sink.clear,
                            baseline=True))
-        cp_turn = cp_observe.agent(name="assistant")(_turn(cp_observe.retriever(name="kb")(fn), mode))
-        for label, pipe in pipes.items():
-            out.append(Variant("turn", f"@cp_observe.agent ⊃ @retriever{label}", "str", mode, cp_turn,
+        for suffix, pipe in pipes.items():
+            out.append(Variant("turn", f"@cp_observe.agent ⊃ @retriever{suffix}", "str", mode, cp_turn,
                                before=pipe.select, after=pipe.drain))
     return out
 
@@ -303,8 +415,8 @@ def _stream_variants(pipes: dict[str, Pipeline]) -> list[Variant]:
         out.append(Variant("stream", "undecorated generator", "str", mode, _consume(plain, mode), baseline=True,
                            note=note))
         decorated = cp_observe.retriever(name="kb")(plain)
-        for label, pipe in pipes.items():
-            out.append(Variant("stream", f"@cp_observe.retriever{label}", "str", mode, _consume(decorated, mode),
+        for suffix, pipe in pipes.items():
+            out.append(Variant("stream", f"@cp_observe.retriever{suffix}", "str", mode, _consume(decorated, mode),
                                before=pipe.select, after=pipe.drain, note=note))
     return out
 
@@ -321,134 +433,127 @@ def stream_lines(variants: list[Variant]) -> list[str]:
     return lines
 
 
+def cp_variants(shapes: list[tuple[str, str]], pipes: dict[str, Pipeline], wrapper_pipe: Pipeline) -> list[Variant]:
+    """The wrapper, bare and cp_observe rows of every selected shape; "not installed" rows for missing frameworks."""
+    out: list[Variant] = []
+    for group, payload in shapes:
+        if group in ("retrieve", "agent"):
+            try:
+                out += _single_variants(group, payload, pipes, wrapper_pipe)
+            except ImportError as exc:
+                out += _missing(group, payload, exc)
+        elif group == "turn":
+            out += _turn_variants(pipes, wrapper_pipe)
+        else:
+            out += _stream_variants(pipes)
+    return out
+
+
+# --- the same content: cp_observe's spans against the wrapper's ------------------------------------------------
+
+_BOOKKEEPING = frozenset({"context_precision.sampled"})  # cp_observe's flag; the wrapper does not write it
+
+
+def _spans_of(pipe: Pipeline, fn: Fn) -> list[tuple[str, dict[str, Any]]]:
+    pipe.select()
+    fn(c.QUERY)
+    spans = sorted(((s.name, dict(s.attributes or {})) for s in pipe.sink.spans), key=lambda item: item[0])
+    pipe.drain()
+    return [(name, {k: v for k, v in attrs.items() if k not in _BOOKKEEPING}) for name, attrs in spans]
+
+
+def same_content(shapes: list[tuple[str, str]], pipe: Pipeline, wrapper_pipe: Pipeline) -> list[str]:
+    """For each shape, whether the wrapper's spans hold exactly the attributes cp_observe's do (but its flag)."""
+    tracer = wrapper_pipe.provider.get_tracer("bench.check")
+    lines = []
+    for group, payload in shapes:
+        if group == "stream":
+            continue
+        try:
+            if group == "turn":
+                hand, decorated = _turn_fns(tracer, "sync")
+            else:
+                fn = _returning(payload_value(group, payload), "sync")
+                wrap = wrapper_retriever if group == "retrieve" else wrapper_agent
+                hand = wrap(tracer, fn, "sync", payload)
+                decorated = (cp_observe.retriever(name="kb") if group == "retrieve"
+                             else cp_observe.agent(name="assistant"))(fn)
+        except ImportError:
+            continue
+        theirs, ours = _spans_of(wrapper_pipe, hand), _spans_of(pipe, decorated)
+        if theirs == ours:
+            keys = sum(len(attrs) for _, attrs in ours)
+            lines.append(f"same {group}/{payload}: {len(ours)} span(s), {keys} attributes")
+            continue
+        diff = [] if len(theirs) == len(ours) else [f"{len(theirs)} vs {len(ours)} spans"]
+        for (name_a, a), (name_b, b) in zip(theirs, ours, strict=False):
+            if name_a != name_b:
+                diff.append(f"name {name_a!r} vs {name_b!r}")
+            diff.extend(f"{k}: wrapper {str(a.get(k))[:40]!r} vs cp {str(b.get(k))[:40]!r}"
+                        for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k))
+        lines.append(f"DIFFERENT {group}/{payload}: " + "; ".join(diff))
+    return lines
+
+
 # --- variants: the peers ----------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _quiet() -> Any:
-    """Peers print banners on set-up; keep stdout for the table."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        yield buffer
+def _importable(group: str, payload: str) -> bool:
+    try:
+        payload_value(group, payload)
+    except ImportError:
+        return False
+    return True
 
 
-def _each_payload(name: str, decorate: Callable[[Fn, str], Fn], sink_clear: Callable[[], None],
-                  note: str = "") -> list[Variant]:
-    out = []
-    for payload in ("str", "dict"):
-        for mode in ("sync", "async"):
-            fn = decorate(_returning(_payload(payload), mode), mode)
-            out.append(Variant("retrieve", name, payload, mode, fn, after=sink_clear, note=note))
-    return out
+def _peer_shape_fns(peer: _peers.Peer, group: str, payload: str) -> dict[str, Fn]:
+    if group == "turn":
+        return {mode: peer.decorate(_turn(peer.decorate(_returning(c.CONTEXTS, mode), "retriever"), mode), "agent")
+                for mode in ("sync", "async")}
+    role = "retriever" if group == "retrieve" else "agent"
+    value = payload_value(group, payload)
+    return {mode: peer.decorate(_returning(value, mode), role) for mode in ("sync", "async")}
 
 
-def _unavailable(name: str, reason: str) -> list[Variant]:
-    return [Variant("retrieve", name, p, m, None, note=reason) for p in ("str", "dict") for m in ("sync", "async")]
+def _probe(peer: _peers.Peer, group: str, payload: str, fn: Fn) -> tuple[str, bool]:
+    """Call the peer's sync function once and say what its spans recorded."""
+    peer.drain()
+    fn(c.QUERY)
+    described = _peers.describe(group, payload, peer.kept())
+    peer.drain()
+    return described
 
 
-def _openinference() -> list[Variant]:
-    from openinference.instrumentation import OITracer, TraceConfig
-
-    pipe = _pipeline(None)
-    tracer = OITracer(pipe.provider.get_tracer("bench.openinference"), config=TraceConfig())
-    out = []
-    for label, method in (("chain", tracer.chain), ("agent", tracer.agent), ("retriever", tracer.retriever)):
-        out += _each_payload(f"openinference OITracer.{label}", lambda f, m, d=method: d(f), pipe.sink.clear)
-    return out
-
-
-def _traceloop() -> list[Variant]:
-    from traceloop.sdk import Traceloop
-    from traceloop.sdk.decorators import task
-
-    sink = c.ListSink()
-    with _quiet():
-        Traceloop.init(app_name="bench", processor=sink, telemetry_enabled=False, instruments=set(),
-                       disable_batch=True)
-    return _each_payload("traceloop-sdk @task", lambda f, m: task(name="retrieve")(f), sink.clear)
-
-
-def _langfuse() -> list[Variant]:
-    from langfuse import Langfuse, observe
-
-    exporter = c.ListExporter()
-    with _quiet():
-        client = Langfuse(tracer_provider=TracerProvider(), span_exporter=exporter, base_url="http://127.0.0.1:9")
-
-    def drain() -> None:
-        client.flush()
-        exporter.clear()
-
-    return _each_payload('langfuse @observe(as_type="retriever")',
-                         lambda f, m: observe(as_type="retriever")(f), drain,
-                         note="its own BatchSpanProcessor → ListExporter")
-
-
-def _logfire() -> list[Variant]:
-    import logfire
-
-    sink = c.ListSink()
-    with _quiet():
-        logfire.configure(send_to_logfire=False, console=False, metrics=False, additional_span_processors=[sink],
-                          service_name="bench", inspect_arguments=False)
-    out = _each_payload("logfire @instrument (args)",
-                        lambda f, m: logfire.instrument("retrieve {query}")(f), sink.clear)
-    out += _each_payload("logfire @instrument(record_return=True)",
-                         lambda f, m: logfire.instrument("retrieve {query}", record_return=True)(f), sink.clear)
-    return out
-
-
-class _MlflowSink(c.ListExporter):
-    """Where MLflow's own exporter would log the finished trace: take it from the trace manager and keep it."""
-
-    def export(self, spans: Any) -> Any:
-        from mlflow.tracing.trace_manager import InMemoryTraceManager
-
-        manager = InMemoryTraceManager.get_instance()
-        for span in spans:
-            if span.parent is None:
-                manager.pop_trace(span.context.trace_id)
-        return super().export(spans)
-
-
-def _mlflow() -> list[Variant]:
-    import mlflow
-    from mlflow.entities.trace_location import MlflowExperimentLocation
-    from mlflow.tracing import provider as mlflow_provider
-
-    with _quiet():
-        # An explicit experiment avoids the tracking-server look-up; the processor is then built at once and
-        # its exporter swapped for an in-process one before any trace is exported.
-        mlflow.tracing.set_destination(MlflowExperimentLocation(experiment_id="0"))
-        mlflow_provider._get_tracer("bench")
-        processor = mlflow_provider._get_span_processor()
-    if processor is None or not hasattr(processor, "span_exporter"):
-        raise RuntimeError("no MLflow span processor to attach an in-process exporter to")
-    sink = _MlflowSink()
-    processor.span_exporter = sink
-    return _each_payload('mlflow-tracing @mlflow.trace(span_type="RETRIEVER")',
-                         lambda f, m: mlflow.trace(span_type="RETRIEVER")(f), sink.clear,
-                         note="MLflow's span processor → in-process exporter")
-
-
-_PEERS: tuple[tuple[str, Callable[[], list[Variant]]], ...] = (
-    ("openinference OITracer.chain/agent/retriever", _openinference),
-    ("traceloop-sdk @task", _traceloop),
-    ('langfuse @observe(as_type="retriever")', _langfuse),
-    ("logfire @instrument", _logfire),
-    ("mlflow-tracing @mlflow.trace", _mlflow),
-)
-
-
-def _peer_variants() -> list[Variant]:
+def peer_variants(shapes: list[tuple[str, str]]) -> list[Variant]:
+    """Every peer in every selected shape but the stream, with a note on the content it records there."""
+    shapes = [(g, p) for g, p in shapes if g != "stream" and _importable(g, p)]  # a missing framework: its own rows
     out: list[Variant] = []
-    for name, build in _PEERS:
+    for name, build in _peers.BUILDERS:
         try:
-            out += build()
+            peers = build()
         except ImportError as exc:
-            out += _unavailable(name, f"not installed ({exc.name}); use .venv-bench")
+            out += [Variant(g, name, p, m, None, peer=True, note=f"not installed ({exc.name}); use .venv-bench")
+                    for g, p in shapes for m in ("sync", "async")]
+            continue
         except Exception as exc:  # noqa: BLE001 - a peer that cannot be set up offline is reported, not faked
-            out += _unavailable(name, f"could not run offline: {type(exc).__name__}: {str(exc)[:80]}")
+            reason = f"could not run offline: {type(exc).__name__}: {str(exc)[:80]}"
+            out += [Variant(g, name, p, m, None, peer=True, note=reason) for g, p in shapes for m in ("sync", "async")]
+            continue
+        for peer in peers:
+            for group, payload in shapes:
+                label = peer.names[group]
+                try:
+                    fns = _peer_shape_fns(peer, group, payload)
+                    recorded, complete = _probe(peer, group, payload, fns["sync"])
+                except ImportError:
+                    continue  # the framework is missing: the shape's own rows say so
+                except Exception as exc:  # noqa: BLE001 - a peer failing on a shape is a finding, shown as such
+                    reason = f"failed: {type(exc).__name__}: {str(exc)[:80]}"
+                    out += [Variant(group, label, payload, m, None, peer=True, note=reason) for m in ("sync", "async")]
+                    continue
+                note = "; ".join(part for part in (recorded, peer.note) if part)
+                out += [Variant(group, label, payload, mode, fn, after=peer.drain, peer=True, note=note,
+                                complete=complete) for mode, fn in fns.items()]
     return out
 
 
@@ -495,10 +600,14 @@ def measure(variants: list[Variant], rounds: int, calls: int, seed: int) -> None
     rng = random.Random(seed)
     loop = asyncio.new_event_loop()
     try:
+        started = time.perf_counter()
+        gc.collect()
+        gc.freeze()  # the set-up's objects: otherwise each warm-up batch's collection walks them all (~0.2 s each)
         for variant in runnable:  # warm-up: imports, caches, first-call paths
             _batch(variant, max(10, calls // 10), loop)
         gc.collect()
         gc.freeze()  # the peers' modules and our set-up stay out of every later collection
+        print(f"  warm-up done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
         for done in range(rounds):
             rng.shuffle(runnable)
             for variant in runnable:
@@ -513,7 +622,8 @@ def measure(variants: list[Variant], rounds: int, calls: int, seed: int) -> None
                 variant.cpu_us.append(cpu)
                 variant.wall_ratio.append(wall / base_wall)
                 variant.cpu_ratio.append(cpu / base_cpu)
-            print(f"  round {done + 1}/{rounds} done", file=sys.stderr, flush=True)
+            print(f"  round {done + 1}/{rounds} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr,
+                  flush=True)
     finally:
         loop.close()
 
@@ -537,7 +647,7 @@ def measure_on_end(rounds: int, calls: int) -> list[tuple[str, float, float]]:
     pipe = _pipeline(0.0)
     assert pipe.processor is not None
     ret = cp_observe.retriever(name="kb")(_returning(c.CONTEXTS, "sync"))
-    agt = cp_observe.agent(name="assistant")(_returning(_ANSWER, "sync"))
+    agt = cp_observe.agent(name="assistant")(_returning(c.ANSWER, "sync"))
     retriever_span, agent_span = _ended_span(pipe, ret), _ended_span(pipe, agt)
     tracer = pipe.provider.get_tracer("bench.other")
     with tracer.start_as_current_span("parent"), tracer.start_as_current_span("GET /search"):
@@ -589,18 +699,22 @@ def _fmt(value: float) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
+def _ratios(v: Variant) -> tuple[float, float]:
+    """Median paired ratios (wall, CPU) to the baseline; 1.0 for the baseline itself."""
+    return (c.median(v.wall_ratio) if v.wall_ratio else 1.0, c.median(v.cpu_ratio) if v.cpu_ratio else 1.0)
+
+
 def report(variants: list[Variant]) -> tuple[str, list[str]]:
-    """The markdown table and the lines saying whether cp_observe met its 1.1x target."""
+    """The detailed markdown table and the lines saying whether cp_observe met its targets."""
     rows, verdicts = [], []
     for v in variants:
         head = [v.group, v.payload, v.mode, v.name]
         if v.fn is None:
             rows.append([*head, "n/a", "n/a", "n/a", "n/a", v.note])
             continue
-        wall, cpu = c.median(v.wall_us), c.median(v.cpu_us)
-        ratio_wall = c.median(v.wall_ratio) if v.wall_ratio else 1.0
-        ratio_cpu = c.median(v.cpu_ratio) if v.cpu_ratio else 1.0
-        rows.append([*head, _fmt(wall), f"{ratio_wall:.2f}x", _fmt(cpu), f"{ratio_cpu:.2f}x", v.note])
+        ratio_wall, ratio_cpu = _ratios(v)
+        rows.append([*head, _fmt(c.median(v.wall_us)), f"{ratio_wall:.2f}x", _fmt(c.median(v.cpu_us)),
+                     f"{ratio_cpu:.2f}x", v.note])
         if v.name.startswith("@cp_observe") and "processor" in v.name and v.group != "stream":
             ok = ratio_wall <= 1.1 and ratio_cpu <= 1.1  # met only when both clocks agree
             verdicts.append(f"{'MET ' if ok else 'MISSED'} {v.group}/{v.payload}/{v.mode} {v.name}: "
@@ -610,64 +724,145 @@ def report(variants: list[Variant]) -> tuple[str, list[str]]:
     return c.markdown_table(headers, rows), verdicts
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def summary(variants: list[Variant]) -> tuple[str, list[str]]:
+    """One row per shape and mode: the wrapper's CPU µs, cp_observe's ratios, the fastest peer and the margin.
+
+    The fastest peer is the fastest of those recording all the content cp_observe records for the shape
+    (marked * when none does, and the fastest of all is shown); "cp vs fastest peer" is that peer's CPU ratio
+    over cp_observe's unsampled CPU ratio, both to the same wrapper: how many times faster cp_observe is.
+    """
+    rows, verdicts = [], []
+    keys = list(dict.fromkeys((v.group, v.payload, v.mode) for v in variants if v.group != "stream"))
+    for key in keys:
+        same = [v for v in variants if (v.group, v.payload, v.mode) == key and v.fn is not None and v.cpu_us]
+        base = next((v for v in same if v.baseline), None)
+        unsampled = next((v for v in same if v.name.startswith("@cp") and v.name.endswith(_UNSAMPLED)), None)
+        sampled = next((v for v in same if v.name.startswith("@cp") and v.name.endswith(_SAMPLED)), None)
+        if base is None or unsampled is None:
+            missing = next((v.note for v in variants if (v.group, v.payload, v.mode) == key and v.fn is None), "n/a")
+            rows.append([*key, missing, "", "", "", "", "", ""])
+            continue
+        u_wall, u_cpu = _ratios(unsampled)
+        row: list[object] = [*key, _fmt(c.median(base.cpu_us)), f"{u_wall:.2f}x / {u_cpu:.2f}x"]
+        if sampled is not None:
+            s_wall, s_cpu = _ratios(sampled)
+            row += [f"{s_cpu:.2f}x", f"{s_wall:.2f}x"]
+        else:
+            row += ["n/a", "n/a"]
+        peers = [v for v in same if v.peer]
+        complete = [v for v in peers if v.complete]
+        pool, mark = (complete, "") if complete else (peers, " *")
+        if pool:
+            fastest = min(pool, key=lambda v: _ratios(v)[1])
+            peer_cpu = _ratios(fastest)[1]
+            margin = peer_cpu / u_cpu
+            row += [fastest.name + mark, f"{peer_cpu:.2f}x", f"{margin:.2f}x"]
+            verdicts.append(f"{'MET ' if margin >= 2.0 else 'MISSED'} {'/'.join(key)}: cp_observe unsampled "
+                            f"{margin:.2f}x faster than {fastest.name}{mark} (thread CPU; target ≥ 2.0x)")
+        else:
+            absent = any(v.peer and v.fn is None for v in variants if (v.group, v.payload, v.mode) == key)
+            row += ["none ran (see the notes)" if absent else "n/a", "n/a", "n/a"]
+        rows.append(row)
+    headers = ["group", "payload", "mode", "wrapper µs (CPU)", "cp unsampled x (wall / CPU)", "cp sampled x (CPU)",
+               "cp sampled x (wall)", "fastest peer", "its x (CPU)", "cp vs fastest peer (target ≥ 2.0)"]
+    return c.markdown_table(headers, rows), verdicts
+
+
+def _ordered(variants: list[Variant]) -> list[Variant]:
+    """Table order: by group, payload, mode, then baseline, bare, cp_observe, peers (each in insertion order)."""
+
+    def rank(v: Variant) -> tuple[int, int, bool, int]:
+        kind = 0 if v.baseline else 1 if v.name == "bare call" else 2 if v.name.startswith("@cp") else 3
+        payloads = _PAYLOADS.get(v.group, ())
+        return (GROUPS.index(v.group), payloads.index(v.payload) if v.payload in payloads else 0, v.mode != "sync",
+                kind)
+
+    return sorted(variants, key=rank)
+
+
+def _on_end_table(rows: list[tuple[str, float, float]]) -> str:
+    return c.markdown_table(["what", "ns/call (median)", "thread CPU ns/call (median)"],
+                            [[label, f"{ns:.0f}", f"{cpu:.0f}"] for label, ns, cpu in rows])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (5 rounds of 100 calls)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 11, --quick 5)")
-    parser.add_argument("--calls", type=int, default=None, help="calls per batch (default 300, --quick 100)")
+    parser.add_argument("--calls", type=int, default=None, help="calls per batch (default 200, --quick 100)")
     parser.add_argument("--seed", type=int, default=20_251_201)
     parser.add_argument("--only-cp", action="store_true", help="skip the peers")
+    parser.add_argument("--shapes", default=None,
+                        help="comma-separated: a group (retrieve, agent, turn, stream), group:payload "
+                             "(retrieve:haystack, agent:chat) or a payload of any group (dict); default all")
     parser.add_argument("--on-end-only", action="store_true", help="only the on_end table")
+    return parser
+
+
+def _print_report(variants: list[Variant], checks: list[str], on_end: list[tuple[str, float, float]],
+                  heading: str) -> None:
+    ordered = _ordered(variants)
+    table, verdicts = report(ordered)
+    overview, peer_verdicts = summary(ordered)
+    print(heading)
+    print("### Summary: each shape against its hand-written wrapper and the fastest peer recording the same "
+          "content (* none does: the fastest of all)\n")
+    print(overview)
+    print("\n### Same content: the wrapper's spans against @cp_observe's (but its context_precision.sampled flag)\n")
+    for line in checks:
+        print(f"- {line}")
+    print("\n### Every variant\n")
+    print(table)
+    print("\n### on_end alone\n")
+    print(_on_end_table(on_end))
+    print("\n### Targets (cp_observe with the processor ≤ 1.1x the wrapper; ≥ 2x faster than the fastest peer; "
+          "on_end unsampled ≈ a couple of µs)\n")
+    for line in verdicts + peer_verdicts:
+        print(f"- {line}")
+    if any(v.group == "stream" for v in variants):
+        print("\n### A decorated generator, per item\n")
+        for line in stream_lines(variants):
+            print(f"- {line}")
+    print()
+    unsampled = on_end[0][1] / 1000
+    print(f"- {'MET ' if unsampled <= 2.0 else 'MISSED'} on_end, unsampled retriever span: {unsampled:.2f} µs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
+    started = time.perf_counter()
     rounds = args.rounds or (5 if args.quick else 11)
-    calls = args.calls or (100 if args.quick else 300)
+    calls = args.calls or (100 if args.quick else 200)  # 300 until issue 14 tripled the variants
+    try:
+        shapes = parse_shapes(args.shapes)
+    except ValueError as exc:
+        parser.error(str(exc))
     c.offline_env()
     blocked = c.block_network()
     if args.on_end_only:
         rows = measure_on_end(rounds, 20_000 if not args.quick else 5_000)
         print(f"### on_end alone ({cp_observe.__file__})\n")
-        print(c.markdown_table(["what", "ns/call (median)", "thread CPU ns/call (median)"],
-                               [[label, f"{ns:.0f}", f"{cpu:.0f}"] for label, ns, cpu in rows]))
+        print(_on_end_table(rows))
         return 0
 
-    pipes = {"": _pipeline(None), " + processor, unsampled": _pipeline(0.0), " + processor, sampled": _pipeline(1.0)}
+    pipes = {"": _pipeline(None), _UNSAMPLED: _pipeline(0.0), _SAMPLED: _pipeline(1.0)}
     wrapper_pipe = _pipeline(None)
-    variants = _core_variants(pipes, wrapper_pipe) + _turn_variants(pipes, wrapper_pipe) + _stream_variants(pipes)
+    checks = same_content(shapes, pipes[""], wrapper_pipe)
+    variants = cp_variants(shapes, pipes, wrapper_pipe)
     if not args.only_cp:
-        variants += _peer_variants()
-    print(f"hot path: {rounds} rounds x {calls} calls, {len(variants)} variants", file=sys.stderr)
+        variants += peer_variants(shapes)
+    print(f"hot path: {rounds} rounds x {calls} calls, {len(variants)} variants; set up in "
+          f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
     measure(variants, rounds, calls, args.seed)
     on_end = measure_on_end(rounds, 20_000 if not args.quick else 5_000)
-
-    table, verdicts = report(_ordered(variants))
-    print(f"## Hot path: µs per call (median of {rounds} interleaved rounds x {calls} calls); "
-          "ratios: median of each batch over its baseline batch run just before it\n")
-    print(f"Machine: {c.machine_line()}\n")
-    print(table)
-    print("\n### on_end alone\n")
-    print(c.markdown_table(["what", "ns/call (median)", "thread CPU ns/call (median)"],
-                           [[label, f"{ns:.0f}", f"{cpu:.0f}"] for label, ns, cpu in on_end]))
-    print("\n### Targets (cp_observe with the processor ≤ 1.1x the wrapper; on_end unsampled ≈ a couple of µs)\n")
-    for line in verdicts:
-        print(f"- {line}")
-    print("\n### A decorated generator, per item\n")
-    for line in stream_lines(variants):
-        print(f"- {line}")
-    print()
-    unsampled = on_end[0][1] / 1000
-    print(f"- {'MET ' if unsampled <= 2.0 else 'MISSED'} on_end, unsampled retriever span: {unsampled:.2f} µs")
+    _print_report(variants, checks, on_end, (
+        f"## Hot path: µs per call (median of {rounds} interleaved rounds x {calls} calls); "
+        "ratios: median of each batch over its baseline batch run just before it\n\n"
+        f"Machine: {c.machine_line()}; cp_observe from {cp_observe.__file__}; "
+        f"{time.perf_counter() - started:.0f} s\n"))
     print(f"\nNon-loopback network attempts refused during the run: {blocked.total} {blocked.attempts or ''}")
     return 0
-
-
-def _ordered(variants: list[Variant]) -> list[Variant]:
-    """Table order: by group, payload, mode, then baseline, bare, cp_observe, peers."""
-    def rank(v: Variant) -> tuple[int, bool, bool, int, str]:
-        kind = 0 if v.baseline else 1 if v.name == "bare call" else 2 if v.name.startswith("@cp") else 3
-        group = {"retrieve": 0, "turn": 1}.get(v.group, 2)
-        return (group, v.payload != "str", v.mode != "sync", kind, "")
-
-    return sorted(variants, key=rank)
 
 
 if __name__ == "__main__":

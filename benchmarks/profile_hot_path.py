@@ -1,12 +1,17 @@
 """Where the decorators' request-path time goes: stage-by-stage differences, parts alone, and a cProfile.
 
 1. Stages, interleaved, median thread-CPU µs per call: the hand-written wrapper; the wrapper with the
-   unsampled processor attached (its ``on_end`` on a span shaped like ours); ``@retriever`` alone;
-   ``@retriever`` with the unsampled processor; with the sampled one (instant judge).
+   unsampled processor attached (its ``on_end`` on a span shaped like ours); the decorator alone; with the
+   unsampled processor; with the sampled one (instant judge).
 2. Parts alone, median ns per operation: what each piece of ``_spans.start``/``finish``/``on_end`` costs.
-3. cProfile of ``@retriever`` with the processor: the functions with the most own time.
+3. cProfile of the decorator with the processor: the functions with the most own time.
 
-    .venv/bin/python benchmarks/profile_hot_path.py [--quick]
+``--payload`` picks the shape, as in ``bench_hot_path.py``: a retriever returning ``str`` (the default),
+``dict``, ``langchain``, ``llamaindex`` or ``haystack`` documents (the frameworks from ``.venv-bench``), or an
+agent returning ``agent:str``, ``agent:dict``, ``agent:list`` or ``agent:chat``.
+
+    .venv/bin/python benchmarks/profile_hot_path.py [--quick] [--payload dict]
+    .venv-bench/bin/python benchmarks/profile_hot_path.py --payload haystack
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import _common as c
@@ -26,8 +32,29 @@ import bench_hot_path as hp
 
 import cp_observe
 from cp_observe import _names as n
+from cp_observe._capture._answer import answer_text
 from cp_observe._capture._extract import extract_contexts
+from cp_observe._capture._serialize import metadata_json
 from cp_observe._config._runtime import PAYLOADS, Payload
+
+_ROOT = str(Path(__file__).resolve().parents[1]) + "/"  # the checkout: cProfile rows show paths below it
+_PAYLOADS = (*c.RETRIEVE_SHAPES, *(f"agent:{shape}" for shape in c.AGENT_SHAPES))
+
+
+def _shape(payload: str) -> tuple[str, str, Any]:
+    """(group, shape, return value) of a ``--payload`` choice."""
+    group, _, shape = payload.rpartition(":")
+    group = group or "retrieve"
+    return group, shape, hp.payload_value(group, shape)
+
+
+def _functions(payload: str, tracer: Any) -> tuple[Any, Any, Any]:
+    """The undecorated function, the hand-written wrapper around it (on ``tracer``) and the cp_observe decorator."""
+    group, shape, value = _shape(payload)
+    fn = hp._returning(value, "sync")
+    if group == "agent":
+        return fn, hp.wrapper_agent(tracer, fn, "sync", shape), cp_observe.agent(name="assistant")
+    return fn, hp.wrapper_retriever(tracer, fn, "sync", shape), cp_observe.retriever(name="kb")
 
 
 def _thread_ns(fn: Callable[[], Any], calls: int) -> float:
@@ -38,19 +65,19 @@ def _thread_ns(fn: Callable[[], Any], calls: int) -> float:
     return (time.thread_time_ns() - start) / calls
 
 
-def stages(rounds: int, calls: int) -> list[list[str]]:
+def stages(rounds: int, calls: int, payload: str) -> list[list[str]]:
     """Median thread-CPU µs per call of each stage, interleaved and shuffled per round."""
     sink_only, unsampled, sampled = hp._pipeline(None), hp._pipeline(0.0), hp._pipeline(1.0)
-    fn = hp._returning(c.CONTEXTS, "sync")
-    wrapped = hp.wrapper_retriever(sink_only.provider.get_tracer("w"), fn, "sync")
-    wrapped_u = hp.wrapper_retriever(unsampled.provider.get_tracer("w"), fn, "sync")
-    decorated = cp_observe.retriever(name="kb")(fn)
+    fn, wrapped, decorator = _functions(payload, sink_only.provider.get_tracer("w"))
+    _, wrapped_u, _ = _functions(payload, unsampled.provider.get_tracer("w"))
+    decorated = decorator(fn)
+    label = "@agent" if payload.startswith("agent:") else "@retriever"
     cases: list[tuple[str, Callable[[str], Any], hp.Pipeline]] = [
         ("hand-written wrapper", wrapped, sink_only),
         ("hand-written wrapper + processor (unsampled)", wrapped_u, unsampled),
-        ("@retriever, no processor", decorated, sink_only),
-        ("@retriever + processor (unsampled)", decorated, unsampled),
-        ("@retriever + processor (sampled, instant judge)", decorated, sampled),
+        (f"{label}, no processor", decorated, sink_only),
+        (f"{label} + processor (unsampled)", decorated, unsampled),
+        (f"{label} + processor (sampled, instant judge)", decorated, sampled),
     ]
     samples: dict[str, list[float]] = {label: [] for label, _, _ in cases}
     rng = random.Random(3)
@@ -68,36 +95,52 @@ def stages(rounds: int, calls: int) -> list[list[str]]:
     return rows
 
 
-def parts(calls: int) -> list[list[str]]:
+def _shape_parts(payload: str) -> list[tuple[str, Callable[[], Any]]]:
+    """What reading the payload costs: cp_observe's extraction (or answer rule) against the wrapper's own code."""
+    group, shape, value = _shape(payload)
+    if group == "agent":
+        answer = hp.ANSWERS[shape]
+        return [
+            (f"answer_text({shape})", lambda: answer_text(value, 20_000)),
+            (f"wrapper's own answer read ({shape}), for comparison", lambda: answer(value)),
+        ]
+    documents = hp.DOCUMENTS[shape]
+    items: list[tuple[str, Callable[[], Any]]] = [
+        (f"extract_contexts(5 {shape})", lambda: extract_contexts(value, max_items=50, max_chars=20_000)),
+        (f"wrapper's own document loop (5 {shape}), for comparison", lambda: documents(value)),
+    ]
+    if shape != "str":
+        extracted = extract_contexts(value, max_items=50, max_chars=20_000).contexts
+        items.append((f"metadata_json of 5 {shape} metadata (after extraction)",
+                      lambda: [metadata_json(item.metadata, 4096) for item in extracted]))
+    return items
+
+
+def parts(calls: int, payload: str) -> list[list[str]]:
     """Median ns of the pieces on the path, each alone."""
     pipe = hp._pipeline(0.0)
     assert pipe.processor is not None
     pipe.select()
-    decorated = cp_observe.retriever(name="kb")(hp._returning(c.CONTEXTS, "sync"))
-    decorated(c.QUERY)
+    fn, _, decorator = _functions(payload, pipe.provider.get_tracer("unused"))
+    decorator(fn)(c.QUERY)
     span = pipe.sink.spans[-1]
     pipe.sink.clear()
     tracer = pipe.provider.get_tracer("parts")
     live = tracer.start_span("scratch")
     small = {n.CP_SAMPLED: False, n.INPUT_VALUE: c.QUERY}
-    docs = hp._document_attributes(c.CONTEXTS)
+    docs = hp._docs_str(c.CONTEXTS)
     key = (1, 2)
 
     def payload_cycle() -> None:
         PAYLOADS.put(key, Payload(query=c.QUERY, contexts=list(c.CONTEXTS), answer=None))
         PAYLOADS.take(key)
 
+    kind = "agent" if payload.startswith("agent:") else "retriever"
     items: list[tuple[str, Callable[[], Any]]] = [
-        (
-            "extract_contexts(5 str) (plain string lists now skip it)",
-            lambda: extract_contexts(c.CONTEXTS, max_items=50, max_chars=20_000),
-        ),
-        ("extract_contexts(5 dict with metadata)", lambda: extract_contexts(c.DOCS, max_items=50, max_chars=20_000)),
-        ("wrapper's own document loop (5 str), for comparison", lambda: hp._document_attributes(c.CONTEXTS)),
-        ("wrapper's own document loop (5 dict, json.dumps metadata)", lambda: hp._document_attributes(c.DOCS)),
+        *_shape_parts(payload),
         ("span.set_attributes: the context_precision.sampled flag (+ input.value)", lambda: live.set_attributes(small)),
         ("span.set_attributes: 6 document attributes", lambda: live.set_attributes(docs)),
-        ("processor.on_end, unsampled retriever span", lambda: pipe.processor.on_end(span)),  # type: ignore[union-attr]
+        (f"processor.on_end, unsampled {kind} span", lambda: pipe.processor.on_end(span)),  # type: ignore[union-attr]
         ("  PAYLOADS.take alone (dict pop, miss; on_end skips it for unmarked spans)", lambda: PAYLOADS.take(key)),
         ("  of which span.attributes (property)", lambda: span.attributes),
         ("  of which sampler(trace_id)", lambda: pipe.processor.sampler(span.context.trace_id)),  # type: ignore[union-attr]
@@ -113,11 +156,12 @@ def parts(calls: int) -> list[list[str]]:
     return rows
 
 
-def profile(calls: int, sample_rate: float) -> str:
-    """cProfile of ``@retriever`` with the processor at ``sample_rate``: top functions by own time."""
+def profile(calls: int, sample_rate: float, payload: str) -> str:
+    """cProfile of the decorator with the processor at ``sample_rate``: top functions by own time."""
     pipe = hp._pipeline(sample_rate)
     pipe.select()
-    decorated = cp_observe.retriever(name="kb")(hp._returning(c.CONTEXTS, "sync"))
+    fn, _, decorator = _functions(payload, pipe.provider.get_tracer("unused"))
+    decorated = decorator(fn)
     for _ in range(200):
         decorated(c.QUERY)
     pipe.drain()
@@ -132,7 +176,7 @@ def profile(calls: int, sample_rate: float) -> str:
     rows = []
     ranked = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
     for (filename, line, name), (_cc, ncalls, tottime, cumtime, _callers) in ranked[:18]:
-        where = filename.split("site-packages/")[-1].split("/work/main/")[-1]
+        where = filename.split("site-packages/")[-1].split(_ROOT)[-1]
         rows.append([f"{where}:{line} {name}", ncalls // calls if calls else ncalls,
                      f"{tottime / calls * 1e6:.2f}", f"{tottime / total * 100:.1f} %", f"{cumtime / calls * 1e6:.2f}"])
     return c.markdown_table(["function", "calls / call", "own µs / call (profiled)", "share of own time",
@@ -142,18 +186,26 @@ def profile(calls: int, sample_rate: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--payload", choices=_PAYLOADS, default="str",
+                        help="the return shape profiled (default: a retriever returning list[str])")
     args = parser.parse_args(argv)
     rounds, calls = (5, 500) if args.quick else (21, 2000)
-    print("## Hot-path profile\n")
+    payload = args.payload
+    try:
+        _shape(payload)
+    except ImportError as exc:
+        parser.error(f"--payload {payload}: {exc.name} is not installed here; use .venv-bench")
+    label = "@agent" if payload.startswith("agent:") else "@retriever"
+    print(f"## Hot-path profile, {label} returning {payload.rpartition(':')[2]}\n")
     print(f"Machine: {c.machine_line()}\n")
     print(f"### Stages (median thread-CPU µs per call, {rounds} interleaved rounds x {calls} calls)\n")
-    print(c.markdown_table(["stage", "µs/call", "vs wrapper (µs)", "x wrapper"], stages(rounds, calls)))
+    print(c.markdown_table(["stage", "µs/call", "vs wrapper (µs)", "x wrapper"], stages(rounds, calls, payload)))
     print("\n### Parts alone (median thread-CPU ns per operation)\n")
-    print(c.markdown_table(["part", "ns"], parts(2_000 if args.quick else 20_000)))
-    print("\n### cProfile, @retriever + processor (unsampled): top own time\n")
-    print(profile(2_000 if args.quick else 20_000, 0.0))
-    print("\n### cProfile, @retriever + processor (sampled, instant judge): top own time\n")
-    print(profile(2_000 if args.quick else 20_000, 1.0))
+    print(c.markdown_table(["part", "ns"], parts(2_000 if args.quick else 20_000, payload)))
+    print(f"\n### cProfile, {label} + processor (unsampled): top own time\n")
+    print(profile(2_000 if args.quick else 20_000, 0.0, payload))
+    print(f"\n### cProfile, {label} + processor (sampled, instant judge): top own time\n")
+    print(profile(2_000 if args.quick else 20_000, 1.0, payload))
     return 0
 
 
