@@ -459,7 +459,20 @@ def _spans_of(pipe: Pipeline, fn: Fn) -> list[tuple[str, dict[str, Any]]]:
     fn(c.QUERY)
     spans = sorted(((s.name, dict(s.attributes or {})) for s in pipe.sink.spans), key=lambda item: item[0])
     pipe.drain()
-    return [(name, {k: v for k, v in attrs.items() if k not in _BOOKKEEPING}) for name, attrs in spans]
+    return [(name, {k: _content(k, v) for k, v in attrs.items() if k not in _BOOKKEEPING}) for name, attrs in spans]
+
+
+def _content(key: str, value: Any) -> Any:
+    """An attribute's content: a metadata JSON string by the value it encodes (its spacing is not content).
+
+    The wrapper writes ``json.dumps`` (``", "`` and ``": "`` between items); cp_observe writes compact JSON.
+    """
+    if key.endswith(".metadata") and isinstance(value, str):
+        try:
+            return ("json", json.loads(value))
+        except ValueError:
+            return value
+    return value
 
 
 def same_content(shapes: list[tuple[str, str]], pipe: Pipeline, wrapper_pipe: Pipeline) -> list[str]:
