@@ -283,7 +283,9 @@ class ContextPrecisionProcessor(SpanProcessor):
                     target,
                     reason,  # sampling_reason
                     span.name,  # span_name
-                    span.events if role == ROLE_RETRIEVER else (),  # events
+                    # events: a retrieval's documents may be in them (vector-DB spans); not read when the
+                    # decorators kept the contexts (the SDK copies the events on every read)
+                    span.events if role == ROLE_RETRIEVER and (payload is None or payload.contexts is None) else (),
                     self._data_source,  # data_source
                 )
             )
