@@ -5,6 +5,8 @@
    unsampled processor; with the sampled one (instant judge).
 2. Parts alone, median ns per operation: what each piece of ``_spans.start``/``finish``/``on_end`` costs.
 3. cProfile of the decorator with the processor: the functions with the most own time.
+4. Sampled at 1.0, to the last score: CPU per call on the calling thread and on the evaluator's, which the
+   request path hands its work to (in a burst it runs between ticks; under sustained load it shares the GIL).
 
 ``--payload`` picks the shape, as in ``bench_hot_path.py``: a retriever returning ``str`` (the default),
 ``dict``, ``langchain``, ``llamaindex`` or ``haystack`` documents (the frameworks from ``.venv-bench``), or an
@@ -183,6 +185,35 @@ def profile(calls: int, sample_rate: float, payload: str) -> str:
                              "cumulative µs / call"], rows)
 
 
+def evaluator_cost(calls: int, payload: str) -> list[list[str]]:
+    """CPU per sampled call on the calling thread, and on every other thread (the evaluator), to the last score.
+
+    Each batch of sampled calls is followed by ``force_flush`` (every evaluation judged and emitted); the
+    process's CPU time less the calling thread's is the evaluator's work for that batch, which at
+    ``sample_rate=1.0`` in a process with no idle time shares the GIL with the application.
+    """
+    pipe = hp._pipeline(1.0)
+    fn, _, decorate = _functions(payload, pipe.provider.get_tracer("evaluator"))
+    decorated = decorate(fn)
+    pipe.select()
+    for _ in range(200):  # warm-up: first-call paths, the evaluator's loop
+        decorated(c.QUERY)
+    pipe.drain()
+    caller, others = [], []
+    for _ in range(5):
+        gc.collect()
+        process, thread = time.process_time_ns(), time.thread_time_ns()
+        for _ in range(calls):
+            decorated(c.QUERY)
+        pipe.drain()
+        spent_thread = time.thread_time_ns() - thread
+        caller.append(spent_thread / calls / 1000)
+        others.append((time.process_time_ns() - process - spent_thread) / calls / 1000)
+    return [["calling thread (the call, on_end, the hand-over)", f"{c.median(caller):.1f}"],
+            ["other threads (assembly, instant judge, MAP, evaluation span + event + metrics)",
+             f"{c.median(others):.1f}"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -206,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     print(profile(2_000 if args.quick else 20_000, 0.0, payload))
     print(f"\n### cProfile, {label} + processor (sampled, instant judge): top own time\n")
     print(profile(2_000 if args.quick else 20_000, 1.0, payload))
+    evaluator_calls = 500 if args.quick else 3_000
+    print(f"\n### Sampled at 1.0: CPU µs per call, median of 5 batches of {evaluator_calls} calls, each flushed\n")
+    print(c.markdown_table(["where", "µs per call"], evaluator_cost(evaluator_calls, payload)))
     return 0
 
 
