@@ -7,7 +7,13 @@ after (from /proc), how many modules it loaded and whether ``litellm`` got impor
 project venv (``.venv``) and the peers in ``.venv-bench``; each is compared with the OpenTelemetry SDK
 imported by the same interpreter.
 
-    .venv-bench/bin/python benchmarks/bench_import.py [--quick]
+Issue 14's import case is what a service pays to score: ``import cp_observe`` plus a ``configure()`` that
+attaches to the tracer provider the application already made (an LLM judge named by its model string, no
+exporter created), against ``import opentelemetry.sdk.trace`` plus that same provider. When ``configure()``
+creates the providers and OTLP exporters itself (``otlp_endpoint=``), the exporters' own import cost is
+reported on its own row. The children run without any ``OTEL_*`` or ``CP_OBSERVE_*`` variable.
+
+    .venv-bench/bin/python benchmarks/bench_import.py [--quick] [--main-only]
 """
 
 from __future__ import annotations
@@ -30,6 +36,17 @@ _FULL_SETUP = "from cp_observe import agent, retriever, configure, ContextPrecis
 _BASELINE = "import opentelemetry.sdk.trace"
 #: The processor emits metrics and log records too, so the full set-up also loads these SDKs.
 _ALL_SIGNALS = "import opentelemetry.sdk.trace, opentelemetry.sdk.metrics, opentelemetry.sdk._logs"
+#: Issue 14: the application made its tracer provider (in the baseline too, so only cp-observe's cost counts)...
+_APP = "from opentelemetry.sdk.trace import TracerProvider; provider = TracerProvider()"
+#: ... and cp-observe attaches to it: no exporter is created, the judge is an LLM named by its model string.
+_ATTACH = _APP + "; import cp_observe; cp_observe.configure('openai/gpt-4o-mini', tracer_provider=provider)"
+#: No provider in the application: configure() creates the providers and the OTLP/HTTP exporters itself.
+_CREATE = ("import opentelemetry.sdk.trace; import cp_observe; "
+           "cp_observe.configure('openai/gpt-4o-mini', otlp_endpoint='http://127.0.0.1:4318')")
+#: The OTLP/HTTP exporters configure() creates, imported alone: their own cost, apart from cp-observe's.
+_EXPORTERS = ("import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter, "
+              "opentelemetry.exporter.otlp.proto.http.metric_exporter, "
+              "opentelemetry.exporter.otlp.proto.http._log_exporter")
 #: (label, import statement, venv): "main" is the lean project venv, "bench" the one with the peers.
 CASES: tuple[tuple[str, str, str], ...] = (
     ("opentelemetry.sdk.trace (baseline)", _BASELINE, "main"),
@@ -37,6 +54,10 @@ CASES: tuple[tuple[str, str, str], ...] = (
     ("cp_observe (package only; names load lazily)", "import cp_observe", "main"),
     ("cp_observe decorators", "from cp_observe import agent, retriever", "main"),
     ("cp_observe full set-up", _FULL_SETUP, "main"),
+    ("app: sdk.trace + its TracerProvider (attach baseline)", _APP, "main"),
+    ("app + import cp_observe + configure(tracer_provider=)", _ATTACH, "main"),
+    ("OTLP/HTTP exporters alone (their own cost)", _EXPORTERS, "main"),
+    ("import cp_observe + configure(otlp_endpoint=)", _CREATE, "main"),
     ("opentelemetry.sdk.trace (baseline)", _BASELINE, "bench"),
     ("cp_observe full set-up, peers installed", _FULL_SETUP, "bench"),
     ("openinference.instrumentation", "import openinference.instrumentation", "bench"),
@@ -47,6 +68,7 @@ CASES: tuple[tuple[str, str, str], ...] = (
     ("litellm (for scale)", "import litellm", "bench"),
 )
 _NOTES = {
+    ("app + import cp_observe + configure(tracer_provider=)", "main"): "vs OTel SDK columns: vs the app row above",
     ("cp_observe full set-up, peers installed", "bench"): "pydantic loads logfire's pydantic plugin (entry point)",
 }
 
@@ -90,6 +112,9 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     env.setdefault("DO_NOT_TRACK", "1")
+    for name in list(env):  # attach means no exporter: nothing in the environment may ask for one
+        if name.startswith(("OTEL_", "CP_OBSERVE_")):
+            del env[name]
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # every run reads the same .pyc files; none is written mid-benchmark
     return env
 
@@ -120,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 runs per case instead of 9")
     parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--main-only", action="store_true", help="only the rows measured in the project venv")
     parser.add_argument("--main-python", default=str(_ROOT / ".venv" / "bin" / "python"),
                         help="the lean project venv's interpreter (cp_observe rows)")
     parser.add_argument("--bench-python", default=str(_ROOT / ".venv-bench" / "bin" / "python"),
@@ -127,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = args.runs or (3 if args.quick else 9)
     pythons = {"main": _existing(args.main_python), "bench": _existing(args.bench_python)}
-    cases = [Case(label, statement, venv, pythons[venv]) for label, statement, venv in CASES]
+    cases = [Case(label, statement, venv, pythons[venv]) for label, statement, venv in CASES
+             if venv == "main" or not args.main_only]
     for case in cases:  # warm the page cache (and any first-run work) once, unrecorded
         run_once(case)
         case.seconds.clear(), case.rss.clear(), case.modules.clear(), case.litellm.clear()
@@ -145,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         if case.error is not None or not case.seconds:
             rows.append([case.label, case.venv, "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", case.error or "no result"])
             continue
-        base = bases[case.venv]
+        base = bases[case.venv] if case.statement != _ATTACH else next(b for b in cases if b.statement == _APP)
         base_s, base_rss = c.median(base.seconds), c.median(base.rss)
         seconds, rss = c.median(case.seconds), c.median(case.rss)
         rows.append([
@@ -178,10 +205,28 @@ def main(argv: list[str] | None = None) -> int:
         if decorators.seconds:
             over = (c.median(decorators.seconds) - c.median(bases["main"].seconds)) * 1000
             print(f"- {'MET ' if over <= 100 else 'MISSED'} the decorators alone add {over:.0f} ms over the OTel SDK")
+        _issue_14_targets(cases)
         lite = [case.label for case in cases if case.label.startswith("cp_observe") and any(case.litellm)]
         print(f"- {'MISSED' if lite else 'MET '} litellm imported by a cp_observe import: "
               f"{', '.join(lite) if lite else 'no'}")
     return 0
+
+
+def _issue_14_targets(cases: list[Case]) -> None:
+    """The attach target (≤ +100 ms over the app's own SDK set-up) and the exporters' cost, apart."""
+    found = {case.statement: case for case in cases if case.seconds}
+    if _APP in found and _ATTACH in found:
+        attach_ms = (c.median(found[_ATTACH].seconds) - c.median(found[_APP].seconds)) * 1000
+        print(f"- {'MET ' if attach_ms <= 100 else 'MISSED'} `import cp_observe` + `configure(tracer_provider=)` "
+              f"adds {attach_ms:.0f} ms over `import opentelemetry.sdk.trace` + the app's TracerProvider "
+              "(issue 14 target ≤ 100 ms)")
+    if _BASELINE in found and _CREATE in found and _EXPORTERS in found:
+        base = c.median(found[_BASELINE].seconds)
+        create_ms = (c.median(found[_CREATE].seconds) - base) * 1000
+        exporters_ms = (c.median(found[_EXPORTERS].seconds) - base) * 1000
+        print(f"- (reported apart) `configure(otlp_endpoint=)` creating the providers and exporters adds "
+              f"{create_ms:.0f} ms over the OTel SDK, of which the OTLP/HTTP exporters' own imports are "
+              f"{exporters_ms:.0f} ms")
 
 
 if __name__ == "__main__":
