@@ -64,16 +64,6 @@ class Secret:
         return hash(self._value)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Declared:
-    description: str
-    gt: float | None
-    ge: float | None
-    le: float | None
-    pattern: str | None
-    check: Callable[[Any], str | None] | None
-
-
 def setting(
     default: _T,
     description: str,
@@ -88,25 +78,46 @@ def setting(
 
     ``check(value)`` returns an error message, or ``None`` when the (already typed) value is fine.
     """
-    declared = _Declared(description, gt, ge, le, pattern, check)
+    declared = {"description": description, "gt": gt, "ge": ge, "le": le, "pattern": pattern, "check": check}
     return dataclasses.field(default=default, metadata={_SPEC: declared})
 
 
-@dataclasses.dataclass(frozen=True)
 class SettingField:
-    """One setting as declared: what pydantic's ``FieldInfo`` told its readers, plus the validator."""
+    """One setting as declared: what pydantic's ``FieldInfo`` told its readers, plus the validator.
 
-    name: str
-    annotation: Any  # the declared type: str, int, float, bool or Secret, or one of them | None
-    default: Any
-    description: str
-    kind: type[Any]  # the annotation without its None
-    optional: bool
-    gt: float | None = None
-    ge: float | None = None
-    le: float | None = None
-    pattern: str | None = None
-    check: Callable[[Any], str | None] | None = None
+    A plain class, not a dataclass: building a dataclass costs about a millisecond at import.
+    """
+
+    __slots__ = ("annotation", "check", "default", "description", "ge", "gt", "kind", "le", "name", "optional",
+                 "pattern")
+
+    def __init__(
+        self,
+        name: str,
+        annotation: Any,
+        default: Any,
+        *,
+        description: str,
+        kind: type[Any],
+        optional: bool,
+        gt: float | None = None,
+        ge: float | None = None,
+        le: float | None = None,
+        pattern: str | None = None,
+        check: Callable[[Any], str | None] | None = None,
+    ) -> None:
+        self.name = name
+        self.annotation = annotation  # the declared type: str, int, float, bool or Secret, or one of them | None
+        self.default = default
+        self.description = description
+        self.kind = kind  # the annotation without its None
+        self.optional = optional
+        self.gt, self.ge, self.le, self.pattern, self.check = gt, ge, le, pattern, check
+
+    def __repr__(self) -> str:
+        bounds = "".join(f", {key}={getattr(self, key)!r}" for key in ("gt", "ge", "le", "pattern")
+                         if getattr(self, key) is not None)
+        return f"SettingField({self.name!r}, {self.annotation}, default={self.default!r}{bounds})"
 
     @property
     def secret(self) -> bool:
@@ -171,16 +182,14 @@ def _build(owner: type[Any]) -> Mapping[str, SettingField]:
     hints = typing.get_type_hints(owner)
     table: dict[str, SettingField] = {}
     for field in dataclasses.fields(owner):
-        declared: _Declared = field.metadata[_SPEC]
+        declared = field.metadata[_SPEC]
         annotation = hints[field.name]
         members = [member for member in typing.get_args(annotation) if member is not type(None)]
         kind = members[0] if members else annotation
         if kind not in _COERCE or len(members) > 1:
             raise TypeError(f"setting {field.name}: unsupported type {annotation}")
-        table[field.name] = SettingField(
-            field.name, annotation, field.default, declared.description, kind, optional=bool(members),
-            gt=declared.gt, ge=declared.ge, le=declared.le, pattern=declared.pattern, check=declared.check,
-        )
+        table[field.name] = SettingField(field.name, annotation, field.default, kind=kind, optional=bool(members),
+                                         **declared)
     return MappingProxyType(table)
 
 
