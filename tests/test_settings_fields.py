@@ -204,3 +204,15 @@ def test_the_field_table_lists_each_setting_once_with_its_description() -> None:
     assert serve_queue.description != Settings.model_fields["queue_size"].description and serve_queue.ge == 1
     assert Settings.model_fields["judge_api_key"].secret and ServeSettings.model_fields["auth_token"].secret
 
+
+
+def test_a_field_type_the_validator_cannot_read_is_refused() -> None:
+    """A settings class declaring a type other than str, int, float, bool or Secret fails when its table is read."""
+    from cp_observe._config._fields import setting
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Odd(Settings):
+        names: tuple[str, ...] = setting((), "Not a scalar.")
+
+    with pytest.raises(TypeError, match="names"):
+        Odd.model_fields  # noqa: B018 - reading the table builds it

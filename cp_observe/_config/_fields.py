@@ -26,7 +26,7 @@ import re
 import typing
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, TypeVar, cast, overload
+from typing import Any, Final, TypeVar, cast
 
 __all__ = ["FieldTable", "Secret", "SettingField", "setting"]
 
@@ -165,11 +165,6 @@ class FieldTable:
     flags, the README and deployment checks) read these unchanged.
     """
 
-    @overload
-    def __get__(self, instance: None, owner: type[Any]) -> Mapping[str, SettingField]: ...
-    @overload
-    def __get__(self, instance: object, owner: type[Any]) -> Mapping[str, SettingField]: ...
-
     def __get__(self, instance: object, owner: type[Any]) -> Mapping[str, SettingField]:
         table = owner.__dict__.get("_cp_observe_fields")
         if table is None:  # a benign race: two threads build equal tables
@@ -184,11 +179,12 @@ def _build(owner: type[Any]) -> Mapping[str, SettingField]:
     for field in dataclasses.fields(owner):
         declared = field.metadata[_SPEC]
         annotation = hints[field.name]
-        members = [member for member in typing.get_args(annotation) if member is not type(None)]
-        kind = members[0] if members else annotation
-        if kind not in _COERCE or len(members) > 1:
+        members = typing.get_args(annotation)  # (X, NoneType) for ``X | None``; () for a plain type
+        optional = type(None) in members
+        kinds = [member for member in members if member is not type(None)] or [annotation]
+        if len(kinds) > 1 or kinds[0] not in _COERCE:
             raise TypeError(f"setting {field.name}: unsupported type {annotation}")
-        table[field.name] = SettingField(field.name, annotation, field.default, kind=kind, optional=bool(members),
+        table[field.name] = SettingField(field.name, annotation, field.default, kind=kinds[0], optional=optional,
                                          **declared)
     return MappingProxyType(table)
 
