@@ -31,7 +31,6 @@ def _http_url(value: str) -> str | None:
     return None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
 
 
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every setting of the hook. Each field ``x`` is also read from the variable ``CP_OBSERVE_X``."""
