@@ -70,7 +70,6 @@ CASES: tuple[tuple[str, str, str], ...] = (
 )
 _NOTES = {
     ("app + import cp_observe + configure(tracer_provider=)", "main"): "vs OTel SDK columns: vs the app row above",
-    ("cp_observe full set-up, peers installed", "bench"): "pydantic loads logfire's pydantic plugin (entry point)",
 }
 
 _CHILD = r"""
@@ -92,7 +91,7 @@ c1 = time.process_time()
 rss1 = rss()
 import json
 print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0, "rss": rss1 - rss0, "modules": len(sys.modules) - before_modules,
-                  "litellm": "litellm" in sys.modules, "error": error}))
+                  "litellm": "litellm" in sys.modules, "pydantic": "pydantic" in sys.modules, "error": error}))
 """
 
 #: With PYTHONDONTWRITEBYTECODE no import writes a .pyc, so the package is compiled once, before any run.
@@ -112,6 +111,7 @@ class Case:
     rss: list[float] = field(default_factory=list)
     modules: list[int] = field(default_factory=list)
     litellm: list[bool] = field(default_factory=list)
+    pydantic: list[bool] = field(default_factory=list)
     error: str | None = None
 
 
@@ -147,6 +147,7 @@ def run_once(case: Case) -> None:
     case.rss.append(result["rss"] / (1024 * 1024))
     case.modules.append(result["modules"])
     case.litellm.append(result["litellm"])
+    case.pydantic.append(result["pydantic"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([python, "-c", _COMPILE], env=_env(), capture_output=True, timeout=600, check=False)
     for case in cases:  # warm the page cache (and any first-run work) once, unrecorded
         run_once(case)
-        case.seconds.clear(), case.cpu.clear(), case.rss.clear(), case.modules.clear(), case.litellm.clear()
+        for runs_of in (case.seconds, case.cpu, case.rss, case.modules, case.litellm, case.pydantic):
+            runs_of.clear()
     rng = random.Random(7)
     for done in range(runs):
         order = [case for case in cases if case.error is None]
@@ -196,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{rss - base_rss:+.1f}",
             f"{int(c.median(case.modules))}",
             "yes" if any(case.litellm) else "no",
-            _NOTES.get((case.label, case.venv), ""),
+            "; ".join(filter(None, [_NOTES.get((case.label, case.venv), ""),
+                                    "pydantic imported" if any(case.pydantic) else ""])),
         ])
     print(f"## Import cost (median of {runs} fresh interpreters each, interleaved)\n")
     print(f"Machine: {c.machine_line()}\n")
