@@ -1,13 +1,20 @@
 """Import cost: wall time and RSS added by ``import cp_observe`` against the OpenTelemetry SDK alone and the peers.
 
 Each import runs in a fresh interpreter that has loaded only ``sys``,
-``os`` and ``time`` before it; the child reports the time the import statement took, its RSS before and
+``os`` and ``time`` before it; the child reports the time the import statement took (wall, and the process's
+CPU time, steadier on a shared machine), its RSS before and
 after (from /proc), how many modules it loaded and whether ``litellm`` got imported. Runs are interleaved
 (every case once per round, shuffled), and the table shows medians. cp_observe is measured in the lean
 project venv (``.venv``) and the peers in ``.venv-bench``; each is compared with the OpenTelemetry SDK
 imported by the same interpreter.
 
-    .venv-bench/bin/python benchmarks/bench_import.py [--quick]
+Issue 14's import case is what a service pays to score: ``import cp_observe`` plus a ``configure()`` that
+attaches to the tracer provider the application already made (an LLM judge named by its model string, no
+exporter created), against ``import opentelemetry.sdk.trace`` plus that same provider. When ``configure()``
+creates the providers and OTLP exporters itself (``otlp_endpoint=``), the exporters' own import cost is
+reported on its own row. The children run without any ``OTEL_*`` or ``CP_OBSERVE_*`` variable.
+
+    .venv-bench/bin/python benchmarks/bench_import.py [--quick] [--main-only]
 """
 
 from __future__ import annotations
@@ -30,6 +37,17 @@ _FULL_SETUP = "from cp_observe import agent, retriever, configure, ContextPrecis
 _BASELINE = "import opentelemetry.sdk.trace"
 #: The processor emits metrics and log records too, so the full set-up also loads these SDKs.
 _ALL_SIGNALS = "import opentelemetry.sdk.trace, opentelemetry.sdk.metrics, opentelemetry.sdk._logs"
+#: Issue 14: the application made its tracer provider (in the baseline too, so only cp-observe's cost counts)...
+_APP = "from opentelemetry.sdk.trace import TracerProvider; provider = TracerProvider()"
+#: ... and cp-observe attaches to it: no exporter is created, the judge is an LLM named by its model string.
+_ATTACH = _APP + "; import cp_observe; cp_observe.configure('openai/gpt-4o-mini', tracer_provider=provider)"
+#: No provider in the application: configure() creates the providers and the OTLP/HTTP exporters itself.
+_CREATE = ("import opentelemetry.sdk.trace; import cp_observe; "
+           "cp_observe.configure('openai/gpt-4o-mini', otlp_endpoint='http://127.0.0.1:4318')")
+#: The OTLP/HTTP exporters configure() creates, imported alone: their own cost, apart from cp-observe's.
+_EXPORTERS = ("import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter, "
+              "opentelemetry.exporter.otlp.proto.http.metric_exporter, "
+              "opentelemetry.exporter.otlp.proto.http._log_exporter")
 #: (label, import statement, venv): "main" is the lean project venv, "bench" the one with the peers.
 CASES: tuple[tuple[str, str, str], ...] = (
     ("opentelemetry.sdk.trace (baseline)", _BASELINE, "main"),
@@ -37,6 +55,10 @@ CASES: tuple[tuple[str, str, str], ...] = (
     ("cp_observe (package only; names load lazily)", "import cp_observe", "main"),
     ("cp_observe decorators", "from cp_observe import agent, retriever", "main"),
     ("cp_observe full set-up", _FULL_SETUP, "main"),
+    ("app: sdk.trace + its TracerProvider (attach baseline)", _APP, "main"),
+    ("app + import cp_observe + configure(tracer_provider=)", _ATTACH, "main"),
+    ("OTLP/HTTP exporters alone (their own cost)", _EXPORTERS, "main"),
+    ("import cp_observe + configure(otlp_endpoint=)", _CREATE, "main"),
     ("opentelemetry.sdk.trace (baseline)", _BASELINE, "bench"),
     ("cp_observe full set-up, peers installed", _FULL_SETUP, "bench"),
     ("openinference.instrumentation", "import openinference.instrumentation", "bench"),
@@ -47,7 +69,7 @@ CASES: tuple[tuple[str, str, str], ...] = (
     ("litellm (for scale)", "import litellm", "bench"),
 )
 _NOTES = {
-    ("cp_observe full set-up, peers installed", "bench"): "pydantic loads logfire's pydantic plugin (entry point)",
+    ("app + import cp_observe + configure(tracer_provider=)", "main"): "vs OTel SDK columns: vs the app row above",
 }
 
 _CHILD = r"""
@@ -58,17 +80,22 @@ def rss():
 before_modules = len(sys.modules)
 rss0 = rss()
 t0 = time.perf_counter()
+c0 = time.process_time()
 try:
     exec(sys.argv[1])
     error = None
 except Exception as exc:
     error = f"{type(exc).__name__}: {exc}"
 t1 = time.perf_counter()
+c1 = time.process_time()
 rss1 = rss()
 import json
-print(json.dumps({"seconds": t1 - t0, "rss": rss1 - rss0, "modules": len(sys.modules) - before_modules,
-                  "litellm": "litellm" in sys.modules, "error": error}))
+print(json.dumps({"seconds": t1 - t0, "cpu": c1 - c0, "rss": rss1 - rss0, "modules": len(sys.modules) - before_modules,
+                  "litellm": "litellm" in sys.modules, "pydantic": "pydantic" in sys.modules, "error": error}))
 """
+
+#: With PYTHONDONTWRITEBYTECODE no import writes a .pyc, so the package is compiled once, before any run.
+_COMPILE = "import compileall, os, cp_observe; compileall.compile_dir(os.path.dirname(cp_observe.__file__), quiet=1)"
 
 
 @dataclass
@@ -80,9 +107,11 @@ class Case:
     venv: str
     python: str
     seconds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
     rss: list[float] = field(default_factory=list)
     modules: list[int] = field(default_factory=list)
     litellm: list[bool] = field(default_factory=list)
+    pydantic: list[bool] = field(default_factory=list)
     error: str | None = None
 
 
@@ -90,6 +119,9 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     env.setdefault("DO_NOT_TRACK", "1")
+    for name in list(env):  # attach means no exporter: nothing in the environment may ask for one
+        if name.startswith(("OTEL_", "CP_OBSERVE_")):
+            del env[name]
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # every run reads the same .pyc files; none is written mid-benchmark
     return env
 
@@ -111,15 +143,18 @@ def run_once(case: Case) -> None:
         case.error = result["error"][:100]
         return
     case.seconds.append(result["seconds"])
+    case.cpu.append(result["cpu"])
     case.rss.append(result["rss"] / (1024 * 1024))
     case.modules.append(result["modules"])
     case.litellm.append(result["litellm"])
+    case.pydantic.append(result["pydantic"])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 runs per case instead of 9")
     parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--main-only", action="store_true", help="only the rows measured in the project venv")
     parser.add_argument("--main-python", default=str(_ROOT / ".venv" / "bin" / "python"),
                         help="the lean project venv's interpreter (cp_observe rows)")
     parser.add_argument("--bench-python", default=str(_ROOT / ".venv-bench" / "bin" / "python"),
@@ -127,10 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = args.runs or (3 if args.quick else 9)
     pythons = {"main": _existing(args.main_python), "bench": _existing(args.bench_python)}
-    cases = [Case(label, statement, venv, pythons[venv]) for label, statement, venv in CASES]
+    cases = [Case(label, statement, venv, pythons[venv]) for label, statement, venv in CASES
+             if venv == "main" or not args.main_only]
+    for python in {case.python for case in cases}:  # bytecode for every module, or edited ones compile each run
+        subprocess.run([python, "-c", _COMPILE], env=_env(), capture_output=True, timeout=600, check=False)
     for case in cases:  # warm the page cache (and any first-run work) once, unrecorded
         run_once(case)
-        case.seconds.clear(), case.rss.clear(), case.modules.clear(), case.litellm.clear()
+        for runs_of in (case.seconds, case.cpu, case.rss, case.modules, case.litellm, case.pydantic):
+            runs_of.clear()
     rng = random.Random(7)
     for done in range(runs):
         order = [case for case in cases if case.error is None]
@@ -143,9 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in cases:
         if case.error is not None or not case.seconds:
-            rows.append([case.label, case.venv, "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", case.error or "no result"])
+            rows.append([case.label, case.venv, *["n/a"] * 8, case.error or "no result"])
             continue
-        base = bases[case.venv]
+        base = bases[case.venv] if case.statement != _ATTACH else next(b for b in cases if b.statement == _APP)
         base_s, base_rss = c.median(base.seconds), c.median(base.rss)
         seconds, rss = c.median(case.seconds), c.median(case.rss)
         rows.append([
@@ -153,16 +192,20 @@ def main(argv: list[str] | None = None) -> int:
             case.venv,
             f"{seconds * 1000:.0f}",
             f"{(seconds - base_s) * 1000:+.0f}",
+            f"{c.median(case.cpu) * 1000:.0f}",
+            f"{(c.median(case.cpu) - c.median(base.cpu)) * 1000:+.0f}",
             f"{rss:.1f}",
             f"{rss - base_rss:+.1f}",
             f"{int(c.median(case.modules))}",
             "yes" if any(case.litellm) else "no",
-            _NOTES.get((case.label, case.venv), ""),
+            "; ".join(filter(None, [_NOTES.get((case.label, case.venv), ""),
+                                    "pydantic imported" if any(case.pydantic) else ""])),
         ])
     print(f"## Import cost (median of {runs} fresh interpreters each, interleaved)\n")
     print(f"Machine: {c.machine_line()}\n")
     print(c.markdown_table(
-        ["import", "venv", "ms", "ms vs OTel SDK", "RSS MiB added", "MiB vs OTel SDK", "modules loaded",
+        ["import", "venv", "ms", "ms vs OTel SDK", "CPU ms", "CPU ms vs OTel SDK", "RSS MiB added",
+         "MiB vs OTel SDK", "modules loaded",
          "litellm imported?", "note"], rows))
     cp = next(case for case in cases if case.statement == _FULL_SETUP)
     if cp.seconds and bases["main"].seconds:
@@ -178,10 +221,29 @@ def main(argv: list[str] | None = None) -> int:
         if decorators.seconds:
             over = (c.median(decorators.seconds) - c.median(bases["main"].seconds)) * 1000
             print(f"- {'MET ' if over <= 100 else 'MISSED'} the decorators alone add {over:.0f} ms over the OTel SDK")
+        _issue_14_targets(cases)
         lite = [case.label for case in cases if case.label.startswith("cp_observe") and any(case.litellm)]
         print(f"- {'MISSED' if lite else 'MET '} litellm imported by a cp_observe import: "
               f"{', '.join(lite) if lite else 'no'}")
     return 0
+
+
+def _issue_14_targets(cases: list[Case]) -> None:
+    """The attach target (≤ +100 ms over the app's own SDK set-up) and the exporters' cost, apart."""
+    found = {case.statement: case for case in cases if case.seconds}
+    if _APP in found and _ATTACH in found:
+        attach_ms = (c.median(found[_ATTACH].seconds) - c.median(found[_APP].seconds)) * 1000
+        attach_cpu = (c.median(found[_ATTACH].cpu) - c.median(found[_APP].cpu)) * 1000
+        print(f"- {'MET ' if attach_ms <= 100 else 'MISSED'} `import cp_observe` + `configure(tracer_provider=)` "
+              f"adds {attach_ms:.0f} ms ({attach_cpu:.0f} ms CPU) over `import opentelemetry.sdk.trace` + the app's "
+              "TracerProvider (issue 14 target ≤ 100 ms)")
+    if _BASELINE in found and _CREATE in found and _EXPORTERS in found:
+        base = c.median(found[_BASELINE].seconds)
+        create_ms = (c.median(found[_CREATE].seconds) - base) * 1000
+        exporters_ms = (c.median(found[_EXPORTERS].seconds) - base) * 1000
+        print(f"- (reported apart) `configure(otlp_endpoint=)` creating the providers and exporters adds "
+              f"{create_ms:.0f} ms over the OTel SDK, of which the OTLP/HTTP exporters' own imports are "
+              f"{exporters_ms:.0f} ms")
 
 
 if __name__ == "__main__":

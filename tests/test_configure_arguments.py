@@ -39,7 +39,7 @@ def test_the_readme_table_is_the_settings() -> None:
 
 
 def _plain(annotation: object) -> set[str]:
-    text = str(annotation).replace("pydantic.types.SecretStr", "str")
+    text = str(annotation).replace("cp_observe._config._fields.Secret", "str")
     return {part.strip().removeprefix("<class '").removesuffix("'>") for part in text.split("|")} - {"None"}
 
 

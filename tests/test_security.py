@@ -18,7 +18,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pytest
@@ -510,7 +510,7 @@ def test_api_key_from_the_environment_never_leaks(  # noqa: PLR0917 - pytest fix
         repr(processor.stats()),
         repr(settings),
         str(settings),
-        settings.model_dump_json(),
+        json.dumps(asdict(settings), default=str),  # a serialised copy: the key stays hidden there too
         log_text(all_debug_logs),
         out,
         err,

@@ -1,6 +1,6 @@
 """The bounds of the settings the decorators read: one table for ``Settings`` and the request-path runtime.
 
-``Settings`` (pydantic, at ``configure()``) and ``_runtime.from_environment`` (no pydantic, at import) both
+``Settings`` (at ``configure()``) and ``_runtime.from_environment`` (at import, on the request path) both
 read ``CP_OBSERVE_SAMPLE_RATE``, ``_MAX_VALUE_LENGTH``, ``_MAX_CONTEXTS`` and ``_MAX_JUDGED_CONTEXTS``; both take
 their ranges from here, so an env value one accepts the other accepts too. Each is ``(low, high)``, inclusive.
 """

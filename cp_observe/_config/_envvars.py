@@ -1,6 +1,6 @@
-"""Reading the few variables the request path needs, without pydantic (kept off the import path).
+"""Reading the few variables the request path needs, without building ``Settings`` (kept off the import path).
 
-``Settings`` (pydantic) is the full configuration for ``configure()``; these helpers give the decorators
+``Settings`` is the full configuration for ``configure()``; these helpers give the decorators
 the same answers for the settings they read before anything was configured. Invalid values warn and yield
 ``None`` (the caller's default), as ``Settings`` does.
 """

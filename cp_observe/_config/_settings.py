@@ -2,78 +2,103 @@
 
 Bad arguments given in code raise ``ConfigurationError`` when configuring. Bad environment values are
 logged as a warning and fall back to the default: a typo in a deployment must not take the service down.
+
+The table below is the one home of each setting's name, type, default, bounds and description. It is a
+frozen dataclass read by ``_fields`` rather than a pydantic model: ``configure()`` runs while the host starts,
+and pydantic cost it about 90 ms (``benchmarks/README.md``, Import (issue 14)).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, field_validator
+from typing import Any, TypeVar
 
 from cp_observe._config._bounds import MAX_CONTEXTS, MAX_JUDGED_CONTEXTS, MAX_VALUE_LENGTH, SAMPLE_RATE
 from cp_observe._config._envvars import capture_from_otel_env
+from cp_observe._config._fields import FieldTable, Secret, setting
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
 from cp_observe._names import ENV_PREFIX
 
-__all__ = ["Settings"]
+__all__ = ["Secret", "Settings"]
+
+_S = TypeVar("_S", bound="Settings")
 
 
-class Settings(BaseModel):
+def _http_url(value: str) -> str | None:
+    return None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
     """Every setting of the hook. Each field ``x`` is also read from the variable ``CP_OBSERVE_X``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    #: name -> ``SettingField`` (type, default, bounds, description), in declaration order.
+    model_fields = FieldTable()  # no annotation: a class attribute, not a field
 
-    judge: str = Field("lexical", description="litellm model string of the judge, or 'lexical' (offline).")
-    judge_api_base: str | None = Field(None, description="Endpoint of the judge model.")
-    judge_api_key: SecretStr | None = Field(None, description="Key of the judge model (else the provider's env var).")
-    judge_timeout_s: float = Field(30.0, gt=0, description="Seconds allowed for one judge HTTP call.")
-    judge_max_retries: int = Field(3, ge=0, description="Transport retries per judge call.")
-    sample_rate: float = Field(1.0, ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1],
-        description="Share of traces whose retrievals are scored.")
-    max_evaluations_per_minute: float | None = Field(None, gt=0, description="Rate cap on evaluations.")
-    daily_budget_usd: float | None = Field(None, ge=0, description="Stop scoring once today's judge cost reaches it.")
-    threshold: float = Field(0.5, ge=0, le=1, description="Scores below it are labelled 'fail'.")
-    capture_content: bool = Field(True, description="Record query, contexts and answer on spans.")
-    capture_only: bool = Field(False, description="Mark and capture spans, but judge nothing in process.")
-    max_value_length: int = Field(4096, ge=MAX_VALUE_LENGTH[0], le=MAX_VALUE_LENGTH[1],
-        description="Characters kept per recorded value.")
-    max_contexts: int = Field(20, ge=MAX_CONTEXTS[0], le=MAX_CONTEXTS[1],
-        description="Retrieved documents recorded per span.")
-    max_judged_contexts: int = Field(50, ge=MAX_JUDGED_CONTEXTS[0], le=MAX_JUDGED_CONTEXTS[1],
-        description="Contexts sent to the judge per retrieval.")
-    queue_size: int = Field(1000, ge=1, description="Evaluations waiting before new ones are dropped.")
-    concurrency: int = Field(4, ge=1, description="Judge calls in flight at once.")
-    turn_timeout_s: float = Field(60.0, gt=0, description="How long a retrieval waits for its agent's answer.")
-    max_pending_traces: int = Field(1000, ge=1, description="Traces held for turn assembly at once.")
-    hold_spans: bool = Field(False, description="Hold sampled spans back from export until scored.")
-    hold_timeout_s: float = Field(30.0, gt=0, description="Longest hold before a span is released unscored.")
-    max_held_spans: int = Field(2000, ge=1, description="Most spans held at once; more are released unscored.")
-    circuit_failures: int = Field(5, ge=1, description="Consecutive judge failures that open the circuit.")
-    circuit_cooldown_s: float = Field(30.0, gt=0, description="Seconds before an open circuit probes again.")
-    service_name: str | None = Field(None, description="service.name when cp-observe sets up the providers.")
-    otlp_endpoint: str | None = Field(None, description="OTLP endpoint when cp-observe sets up the providers.")
-    metrics_port: int | None = Field(None, ge=0, le=65535, description="Serve Prometheus metrics on this port.")
+    judge: str = setting("lexical", "litellm model string of the judge, or 'lexical' (offline).")
+    judge_api_base: str | None = setting(None, "Endpoint of the judge model.")
+    judge_api_key: Secret | None = setting(None, "Key of the judge model (else the provider's env var).")  # noqa: RUF009 - a field()
+    judge_timeout_s: float = setting(30.0, "Seconds allowed for one judge HTTP call.", gt=0)
+    judge_max_retries: int = setting(3, "Transport retries per judge call.", ge=0)
+    sample_rate: float = setting(1.0, "Share of traces whose retrievals are scored.",
+                                 ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1])
+    max_evaluations_per_minute: float | None = setting(None, "Rate cap on evaluations.", gt=0)
+    daily_budget_usd: float | None = setting(None, "Stop scoring once today's judge cost reaches it.", ge=0)
+    threshold: float = setting(0.5, "Scores below it are labelled 'fail'.", ge=0, le=1)
+    capture_content: bool = setting(True, "Record query, contexts and answer on spans.")
+    capture_only: bool = setting(False, "Mark and capture spans, but judge nothing in process.")
+    max_value_length: int = setting(4096, "Characters kept per recorded value.",
+                                    ge=MAX_VALUE_LENGTH[0], le=MAX_VALUE_LENGTH[1])
+    max_contexts: int = setting(20, "Retrieved documents recorded per span.", ge=MAX_CONTEXTS[0], le=MAX_CONTEXTS[1])
+    max_judged_contexts: int = setting(50, "Contexts sent to the judge per retrieval.",
+                                       ge=MAX_JUDGED_CONTEXTS[0], le=MAX_JUDGED_CONTEXTS[1])
+    queue_size: int = setting(1000, "Evaluations waiting before new ones are dropped.", ge=1)
+    concurrency: int = setting(4, "Judge calls in flight at once.", ge=1)
+    turn_timeout_s: float = setting(60.0, "How long a retrieval waits for its agent's answer.", gt=0)
+    max_pending_traces: int = setting(1000, "Traces held for turn assembly at once.", ge=1)
+    hold_spans: bool = setting(False, "Hold sampled spans back from export until scored.")
+    hold_timeout_s: float = setting(30.0, "Longest hold before a span is released unscored.", gt=0)
+    max_held_spans: int = setting(2000, "Most spans held at once; more are released unscored.", ge=1)
+    circuit_failures: int = setting(5, "Consecutive judge failures that open the circuit.", ge=1)
+    circuit_cooldown_s: float = setting(30.0, "Seconds before an open circuit probes again.", gt=0)
+    service_name: str | None = setting(None, "service.name when cp-observe sets up the providers.")
+    otlp_endpoint: str | None = setting(None, "OTLP endpoint when cp-observe sets up the providers.")
+    metrics_port: int | None = setting(None, "Serve Prometheus metrics on this port.", ge=0, le=65535)
     # Evaluation sinks (beside OpenTelemetry): Phoenix annotations, and the queue every sink gets.
-    phoenix_url: str | None = Field(None, description="Arize Phoenix base URL: post each evaluation as annotations.")
-    phoenix_api_key: SecretStr | None = Field(None, description="Phoenix API key (else PHOENIX_API_KEY).")
-    sink_queue_size: int = Field(1000, ge=1, description="Evaluations a sink holds before new ones are dropped.")
-    sink_batch_size: int = Field(100, ge=1, description="Most evaluations a sink sends in one request.")
-    sink_max_retries: int = Field(5, ge=0, description="Retries (with backoff) of an evaluation a sink failed to send.")
-    sink_timeout_s: float = Field(10.0, gt=0, description="Seconds allowed for one sink HTTP request.")
-
-    @field_validator("phoenix_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value
-    data_source: str | None = Field(
-        None, description="Span attributes naming a retrieval's data source, comma-separated, tried in order "
+    phoenix_url: str | None = setting(None, "Arize Phoenix base URL: post each evaluation as annotations.",
+                                      check=_http_url)
+    phoenix_api_key: Secret | None = setting(None, "Phoenix API key (else PHOENIX_API_KEY).")  # noqa: RUF009 - a field()
+    sink_queue_size: int = setting(1000, "Evaluations a sink holds before new ones are dropped.", ge=1)
+    sink_batch_size: int = setting(100, "Most evaluations a sink sends in one request.", ge=1)
+    sink_max_retries: int = setting(5, "Retries (with backoff) of an evaluation a sink failed to send.", ge=0)
+    sink_timeout_s: float = setting(10.0, "Seconds allowed for one sink HTTP request.", gt=0)
+    data_source: str | None = setting(
+        None, "Span attributes naming a retrieval's data source, comma-separated, tried in order "
         "before the conventions (gen_ai.data_source.id, decorator name, retriever name)."
     )
+
+    def __post_init__(self) -> None:
+        """Type and bound every field (``"5"`` becomes 5, a key a ``Secret``); all problems in one error.
+
+        Raises:
+            ConfigurationError: a value does not fit its field; the message names each such field.
+        """
+        problems = []
+        for name, field in self.model_fields.items():
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, field.coerce(value))  # still in __init__: frozen afterwards
+            except ValueError as exc:
+                problems.append(f"{name}={field.shown(value)}: {exc}")
+        if problems:
+            raise ConfigurationError(f"invalid settings for {type(self).__name__}: " + "; ".join(problems))
+
+    def model_copy(self: _S, *, update: Mapping[str, Any]) -> _S:
+        """A copy with ``update``'s fields replaced (validated like the rest), named as pydantic named it."""
+        return dataclasses.replace(self, **update)
 
     def data_source_attributes(self) -> tuple[str, ...] | None:
         """``data_source`` as attribute names (``None`` when unset or empty)."""
@@ -81,35 +106,31 @@ class Settings(BaseModel):
         return names or None
 
     @classmethod
-    def resolve(cls, explicit: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    def resolve(cls: type[_S], explicit: Mapping[str, Any] | None = None,
+                environ: Mapping[str, str] | None = None) -> _S:
         """Build settings from explicit arguments (``None`` means unset), then the environment, then defaults.
 
         Raises:
             ConfigurationError: an explicit argument is invalid.
         """
         env = os.environ if environ is None else environ
+        fields = cls.model_fields
         given = {k: v for k, v in (explicit or {}).items() if v is not None}
-        unknown = set(given) - set(cls.model_fields)
+        unknown = set(given) - set(fields)
         if unknown:
             raise ConfigurationError(f"unknown settings: {sorted(unknown)}")
         values: dict[str, Any] = {}
         otel_capture = capture_from_otel_env(env)
         if otel_capture is not None:
             values["capture_content"] = otel_capture
-        for name, field in cls.model_fields.items():
+        for name, field in fields.items():
             raw = env.get(ENV_PREFIX + name.upper())
             if raw is None or raw == "":
                 continue
             try:
-                value = TypeAdapter(field.annotation or str).validate_python(raw)
-                cls.model_validate({name: value})
-            except ValidationError:
-                shown = "***" if name.endswith("api_key") else raw[:80]
+                values[name] = field.coerce(raw)
+            except ValueError:
+                shown = "***" if field.secret else raw[:80]
                 logger.warning("ignoring invalid environment value", variable=ENV_PREFIX + name.upper(), value=shown)
-                continue
-            values[name] = value
         values.update(given)
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            raise ConfigurationError(str(exc)) from None
+        return cls(**values)

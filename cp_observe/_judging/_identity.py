@@ -44,12 +44,13 @@ def judge_identity(judge: Any) -> JudgeIdentity:
 
     Reading them never raises: a property that fails on a user's judge gives ``custom`` / ``none``.
     """
-    from cp_observe._judging._lexical import LexicalJudge
-
     declared_annotator = _declared(judge, "annotator_kind", "")
-    if isinstance(judge, LexicalJudge):
+    # Neither judge module is imported to ask: when one is not loaded, no judge can be its instance (the lexical
+    # judge's word tables cost an LLM-judged service ~9 ms at configure()).
+    lexical_module = sys.modules.get("cp_observe._judging._lexical")
+    if lexical_module is not None and isinstance(judge, lexical_module.LexicalJudge):
         return JudgeIdentity(n.JUDGE_KIND_LEXICAL, _NONE, _annotator(declared_annotator, n.ANNOTATOR_CODE))
-    llm_module = sys.modules.get("cp_observe._judging._llm_judge")  # not imported: no judge can be an LLMJudge
+    llm_module = sys.modules.get("cp_observe._judging._llm_judge")
     if llm_module is not None and isinstance(judge, llm_module.LLMJudge):
         from cp_observe._judging._prompt import PROMPT_VERSION
 

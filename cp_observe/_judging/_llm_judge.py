@@ -16,7 +16,6 @@ this module raises or logs.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import os
 import random
 import re
@@ -403,6 +402,8 @@ def _retry_after(exc: BaseException) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
+        import email.utils  # the rare HTTP-date form: imported here, it costs configure() nothing
+
         parsed = email.utils.parsedate_to_datetime(str(value)) if str(value).strip() else None
         if parsed is None:
             return None

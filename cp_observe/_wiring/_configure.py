@@ -8,15 +8,13 @@ providers are created with OTLP exporters configured from the standard ``OTEL_*`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from opentelemetry import _logs, metrics, trace
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from cp_observe._config import _runtime
 from cp_observe._config._sampling import TraceIdRatio
@@ -26,6 +24,9 @@ from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
 from cp_observe._processing._processor import ContextPrecisionProcessor
 from cp_observe._types import Judge
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from cp_observe._wiring._providers import (
     build_log_exporter,
     build_metric_readers,
@@ -153,6 +154,8 @@ def configure(  # noqa: D417  # the settings are documented once, in README's ta
         tracer_provider = TracerProvider(resource=resource)
         exporter = build_span_exporter(resolved)
         if exporter is not None:
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor  # only with an exporter (and its cost)
+
             export_processor = BatchSpanProcessor(exporter)
             if not (resolved.hold_spans and not resolved.capture_only):
                 tracer_provider.add_span_processor(export_processor)
@@ -170,6 +173,8 @@ def configure(  # noqa: D417  # the settings are documented once, in README's ta
         logger_provider = LoggerProvider(resource=resource)
         log_exporter = build_log_exporter(resolved)
         if log_exporter is not None:
+            from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+
             logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
         _logs.set_logger_provider(logger_provider)
 

@@ -1,23 +1,25 @@
 """The one provider factory: exporters, metric readers, the judge and the processor, from settings.
 
-Shared by ``configure()`` and ``cp-observe serve`` (and ``replay``), so the two set-ups cannot drift.
+Shared by ``configure()`` and ``cp-observe serve`` (and ``replay``), so the two set-ups cannot drift. What only
+building an exporter needs (the quiet wrappers, urllib, the metric reader) is imported when one is built, not
+when ``configure()`` attaches to the application's providers.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
-
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from typing import TYPE_CHECKING, Any
 
 from cp_observe._config._settings import Settings
-from cp_observe._emission._quiet_export import QuietLogExporter, QuietMetricExporter
 from cp_observe._emission._sinks import Sink
 from cp_observe._errors import ConfigurationError
 from cp_observe._judging._judges import resolve_judge
 from cp_observe._names import ENV_PHOENIX_API_KEY
 from cp_observe._processing._processor import ContextPrecisionProcessor
 from cp_observe._types import Judge
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
 
 __all__ = [
     "build_log_exporter",
@@ -119,6 +121,8 @@ def build_log_exporter(settings: Settings) -> Any:
     """The OTLP log exporter (quiet on trace-only backends), or None when none is asked for."""
     if not _wants_otlp(settings, "logs"):
         return None
+    from cp_observe._emission._quiet_export import QuietLogExporter
+
     if _protocol() == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 
@@ -133,6 +137,10 @@ def build_metric_readers(settings: Settings) -> list[MetricReader]:
     """The OTLP metric reader and the Prometheus endpoint the settings ask for."""
     readers: list[MetricReader] = []
     if _wants_otlp(settings, "metrics"):
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        from cp_observe._emission._quiet_export import QuietMetricExporter
+
         if _protocol() == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
 

@@ -13,61 +13,47 @@ serves its metrics on the admin port.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
-from pydantic import Field, SecretStr
-
-from cp_observe._config._settings import Settings
+from cp_observe._config._fields import setting
+from cp_observe._config._settings import Secret, Settings
 
 __all__ = ["SERVE_FIELDS", "ServeSettings"]
 
 
+@dataclass(frozen=True, kw_only=True)
 class ServeSettings(Settings):
     """Settings of ``cp-observe serve``; each field ``x`` is also read from ``CP_OBSERVE_X``."""
 
     # Inherited fields whose meaning differs in the service (same variables, same defaults).
-    capture_content: bool = Field(True, description="Export the judge's per-context reasons (they may quote content).")
-    queue_size: int = Field(1000, ge=1, description="Items held before requests are refused (429/RESOURCE_EXHAUSTED).")
-    otlp_endpoint: str | None = Field(None, description="Where evaluations go (else OTEL_EXPORTER_OTLP_ENDPOINT).")
-    service_name: str | None = Field(None, description="service.name (else OTEL_SERVICE_NAME, else cp-observe-scorer).")
+    capture_content: bool = setting(True, "Export the judge's per-context reasons (they may quote content).")
+    queue_size: int = setting(1000, "Items held before requests are refused (429/RESOURCE_EXHAUSTED).", ge=1)
+    otlp_endpoint: str | None = setting(None, "Where evaluations go (else OTEL_EXPORTER_OTLP_ENDPOINT).")
+    service_name: str | None = setting(None, "service.name (else OTEL_SERVICE_NAME, else cp-observe-scorer).")
     # The service's own.
-    evaluation_timeout_s: float = Field(300.0, gt=0, description="Longest one evaluation (all judge calls) may take.")
-    listen_host: str = Field("127.0.0.1", description="Address the OTLP ports bind to (0.0.0.0: every interface).")
-    grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC port (TraceService/Export); 0 picks one.")
-    http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP port (POST /v1/traces); 0 picks one.")
-    admin_port: int = Field(9464, ge=0, le=65535, description="Port of /healthz, /readyz, /metrics and /stats.")
-    drain_timeout_s: float = Field(30.0, gt=0, description="On SIGTERM: how long queued evaluations may finish.")
-    retry_after_s: float = Field(1.0, gt=0, description="Retry delay sent with a refusal (HTTP rounds up to 1 s).")
-    ready_high_water: float = Field(0.9, gt=0, le=1, description="Share of queue_size above which /readyz fails.")
-    max_request_bytes: int = Field(16 << 20, ge=1024, description="Largest OTLP request accepted (decompressed).")
+    evaluation_timeout_s: float = setting(300.0, "Longest one evaluation (all judge calls) may take.", gt=0)
+    listen_host: str = setting("127.0.0.1", "Address the OTLP ports bind to (0.0.0.0: every interface).")
+    grpc_port: int = setting(4317, "OTLP/gRPC port (TraceService/Export); 0 picks one.", ge=0, le=65535)
+    http_port: int = setting(4318, "OTLP/HTTP port (POST /v1/traces); 0 picks one.", ge=0, le=65535)
+    admin_port: int = setting(9464, "Port of /healthz, /readyz, /metrics and /stats.", ge=0, le=65535)
+    drain_timeout_s: float = setting(30.0, "On SIGTERM: how long queued evaluations may finish.", gt=0)
+    retry_after_s: float = setting(1.0, "Retry delay sent with a refusal (HTTP rounds up to 1 s).", gt=0)
+    ready_high_water: float = setting(0.9, "Share of queue_size above which /readyz fails.", gt=0, le=1)
+    max_request_bytes: int = setting(16 << 20, "Largest OTLP request accepted (decompressed).", ge=1024)
     # --- Securing serve (issue 16): bind addresses, TLS (the Collector's configtls names), bearer tokens, logs ---
-    admin_host: str = Field("127.0.0.1", description="Address the admin port binds to (kept apart from OTLP's).")
-    tls_cert_file: str | None = Field(None, description="PEM server certificate: TLS on the OTLP and admin ports.")
-    tls_key_file: str | None = Field(None, description="PEM private key of tls_cert_file.")
-    tls_client_ca_file: str | None = Field(None, description="PEM CA(s): OTLP senders must show a client cert (mTLS).")
-    tls_reload_interval_s: float = Field(
-        10.0, ge=0, description="How often the TLS files are checked for change and reloaded (0: never).")
-    admin_tls: bool = Field(True, description="Serve the admin port over TLS too when tls_cert_file is set.")
-    auth_token_file: str | None = Field(
-        None, description="File of bearer tokens (one a line) OTLP senders must present; or CP_OBSERVE_AUTH_TOKEN.")
-    auth_token: SecretStr | None = Field(None, description="The bearer token (environment only, never a flag).")
-    admin_auth: bool = Field(True, description="With a token set, /metrics and /stats require it too.")
-    log_level: str = Field("info", pattern=r"(?i)^(debug|info|warning|error|critical)$",
-                           description="Level of the service's log lines on stderr.")
-
-    @classmethod
-    def resolve(
-        cls, explicit: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
-    ) -> ServeSettings:
-        """Build settings from explicit arguments (``None`` means unset), then ``CP_OBSERVE_*``, then defaults.
-
-        Raises:
-            ConfigurationError: an explicit argument is invalid.
-        """
-        settings = super().resolve(explicit, environ)
-        assert isinstance(settings, ServeSettings)  # Settings.resolve builds cls
-        return settings
+    admin_host: str = setting("127.0.0.1", "Address the admin port binds to (kept apart from OTLP's).")
+    tls_cert_file: str | None = setting(None, "PEM server certificate: TLS on the OTLP and admin ports.")
+    tls_key_file: str | None = setting(None, "PEM private key of tls_cert_file.")
+    tls_client_ca_file: str | None = setting(None, "PEM CA(s): OTLP senders must show a client cert (mTLS).")
+    tls_reload_interval_s: float = setting(
+        10.0, "How often the TLS files are checked for change and reloaded (0: never).", ge=0)
+    admin_tls: bool = setting(True, "Serve the admin port over TLS too when tls_cert_file is set.")
+    auth_token_file: str | None = setting(
+        None, "File of bearer tokens (one a line) OTLP senders must present; or CP_OBSERVE_AUTH_TOKEN.")
+    auth_token: Secret | None = setting(None, "The bearer token (environment only, never a flag).")  # noqa: RUF009 - a field()
+    admin_auth: bool = setting(True, "With a token set, /metrics and /stats require it too.")
+    log_level: str = setting("info", "Level of the service's log lines on stderr.",
+                             pattern=r"(?i)^(debug|info|warning|error|critical)$")
 
 
 #: The fields ``cp-observe serve`` exposes as flags, in ``--help`` order (``judge_api_key``: environment only).
