@@ -237,6 +237,13 @@ def _to_float(value: object) -> float:
         return float(value)
     text = _text(value)
     if text is not None and text.strip().isascii():
+        if "_" in text:
+            # pydantic's rule for underscores (not Python's, which wants them between digits): no surrounding
+            # space, none at either end and never two together; the rest are dropped ("1_.5", "1_e5" and
+            # "in_f" read as numbers).
+            if text != text.strip() or text.startswith("_") or text.endswith("_") or "__" in text:
+                raise ValueError("must be a number")
+            text = text.replace("_", "")
         try:
             return float(text)
         except ValueError:
