@@ -162,6 +162,15 @@ def metadata_json(mapping: object, limit: int) -> str | None:
     non-mapping value is wrapped as ``{"value": ...}``. Never raises.
     """
     try:
+        if type(mapping) is dict and type(limit) is int and 0 < len(mapping) <= _FLAT_MAX_KEYS and _flat(mapping):
+            # The common case, a small flat dict of plain values: orjson, then the bound. (It refuses lone
+            # surrogates and integers below -2**63, which the general path below handles.)
+            try:
+                text = _orjson_dumps(mapping).decode()
+            except orjson.JSONEncodeError:
+                text = None
+            if text is not None and len(text) <= max(limit, _JSON_MIN):
+                return text
         if mapping is None:
             return None
         if not isinstance(mapping, Mapping):
@@ -170,17 +179,7 @@ def metadata_json(mapping: object, limit: int) -> str | None:
             mapping = {"value": mapping}
         if not mapping:
             return None
-        bound = max(_as_limit(limit), _JSON_MIN)
-        if type(mapping) is dict and len(mapping) <= _FLAT_MAX_KEYS and _flat(mapping):
-            # The common case, a small flat dict of plain values: orjson, then the same bound. (It refuses
-            # lone surrogates and integers below -2**63, which the general path below handles.)
-            try:
-                text = _orjson_dumps(mapping).decode()
-            except orjson.JSONEncodeError:
-                text = None
-            if text is not None and len(text) <= bound:
-                return text
-        return _metadata_json(mapping, bound)
+        return _metadata_json(mapping, max(_as_limit(limit), _JSON_MIN))
     except Exception:  # noqa: BLE001 - a mapping whose items() raises
         return None
 
