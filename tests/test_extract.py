@@ -825,3 +825,14 @@ def test_node_with_score_fast_reader_agrees_with_the_general_reader(
     fast = _extract._from_node(pair_cls(node, own), plan.node_score, 100, [0])
     if fast is not None:
         assert fast == _extract._context(pair_cls(node, own), 100, [0])
+
+
+def test_field_fast_reader_answers_for_a_plain_document_class() -> None:
+    """A Haystack-shaped dataclass is read by the fast path itself (not deferred), with the general answer."""
+    cls = _document_class(("content", "id", "score", "meta"), slots=True)
+    doc = cls(content="alpha", id="h1", score=0.4, meta={"f": 1})
+    plan = _extract._plan(cls)
+    assert plan.fast is not None
+    fast = _extract._from_fields(doc, plan.fast, 100, [0], None)
+    assert fast == Context("alpha", "h1", 0.4, {"f": 1})
+    assert fast == _extract._from_object(doc, dataclasses.replace(plan, fast=None), 100, [0], score=None, nested=False)

@@ -338,7 +338,6 @@ class _Keys:
     """
 
     text: str
-    text_more: bool
     meta: str | None
     meta_more: bool
     score: str | None
@@ -403,13 +402,13 @@ def _key_plan(shape: tuple[Any, ...]) -> _Keys | None:
         found = [name for name in names if name in present]
         return (found[0] if found else None), len(found) > 1
 
-    text, text_more = first(_TEXT_NAMES)
+    text, _ = first(_TEXT_NAMES)  # the first text key decides when its value is a string
     if text is None:
         return None  # no text key: the general reader looks further (document, _source, the metadata)
     meta, meta_more = first(_META_NAMES)
     score, score_more = first(_SCORE_KEYS)
     ident, ident_more = first(_ID_KEYS)
-    return _Keys(text, text_more, meta, meta_more, score, score_more or "distance" in present, ident, ident_more)
+    return _Keys(text, meta, meta_more, score, score_more or "distance" in present, ident, ident_more)
 
 
 def _from_mapping(doc: Mapping[Any, Any], max_chars: int, cut: list[int], score: Score) -> Context:
@@ -571,18 +570,17 @@ def _fields_reader(cls: type, roles: tuple[tuple[str, ...], ...], declared: froz
     try:
         if cls.__getattribute__ is not object.__getattribute__:  # type: ignore[comparison-overlap]
             return None  # every attribute read runs the class's own code
+        plain = [bool(role) and role[0] in declared and _plain_field(cls, role[0]) for role in roles]
+        if not plain[0]:
+            return None  # the text's first name is a property or method, or there is none
         names: list[str] = []
-        at: list[int] = []
-        for role in roles:
-            first = role[0] if role else None
-            if first is not None and first in declared and _plain_field(cls, first):
-                at.append(len(names))
-                names.append(first)
-            else:
-                at.append(0)
-        if not names or at[0] != 0 or names[0] != (roles[0][0] if roles[0] else None):
-            return None
-        more = [len(role) > 1 or (bool(role) and position == 0) for role, position in zip(roles, at, strict=True)]
+        at: list[int] = []  # position in the getter's tuple; 0 (the text's) means "not read here"
+        for role, readable in zip(roles, plain, strict=True):
+            at.append(len(names) if readable else 0)
+            if readable:
+                names.append(role[0])
+        # A role the getter cannot settle: it has names after the first, or its first is not a plain field.
+        more = [len(role) > 1 or (bool(role) and not readable) for role, readable in zip(roles, plain, strict=True)]
         getter = operator.attrgetter(*names)
         read = getter if len(names) > 1 else lambda obj: (getter(obj),)
         return _Fields(read, at[1], at[2], at[3], more[1], more[2], more[3])
