@@ -11,6 +11,10 @@ Two kinds of failure happen on the request path, and they are told apart:
   ``__str__``): ``report_host_error`` logs a line naming what was read, counts it, and the value is recorded as
   a placeholder. Never reported as ours, never raised, and the host's result is untouched.
 
+Every one of these runs on the request path, and so possibly inside the garbage collector (a collected
+generator's span ends there, with the user's callbacks and the reading of its items): the counts are a
+``Tally`` and the once-per-window decision a plain dict, so reporting a failure never waits on a lock.
+
 Re-raising internal errors is an explicit switch, ``set_raise_internal_errors(True)``, which only this
 project's own ``tests/conftest.py`` turns on. It is never inferred from pytest being imported: a user's own
 test suite must see the production behaviour.
@@ -18,15 +22,14 @@ test suite must see the production behaviour.
 
 from __future__ import annotations
 
-import threading
 import time
 import traceback
-from collections import Counter
 from collections.abc import Callable
 from typing import Any, Final
 
 from cp_observe._fork import at_fork
 from cp_observe._log import logger
+from cp_observe._tally import Tally
 
 __all__ = [
     "USER_FAILED",
@@ -47,8 +50,9 @@ _MAX_SITES: Final = 256  # distinct sites remembered for rate limiting (the site
 USER_FAILED: Final[Any] = object()
 
 _RAISE: list[bool] = [False]
-_lock = threading.Lock()  # guards _counts and _last_logged (never held while logging or calling out)
-_counts: Counter[tuple[str, str]] = Counter()  # ("internal" | "user" | "host", site) -> failures
+_counts: Tally[tuple[str, str]] = Tally()  # ("internal" | "user" | "host", site) -> failures; add() never waits
+# When each site last logged. No lock: each read and write is one dict operation, and two threads racing past
+# the window both log, which costs one line, never a count.
 _last_logged: dict[tuple[str, str], float] = {}
 
 
@@ -68,30 +72,27 @@ def raise_internal_errors() -> bool:
 
 def error_counts() -> dict[str, int]:
     """Failures so far by ``"internal:<site>"`` / ``"user:<site>"`` / ``"host:<site>"`` (rate-limited logs)."""
-    with _lock:
-        return {f"{kind}:{site}": count for (kind, site), count in sorted(_counts.items())}
+    return {f"{kind}:{site}": count for (kind, site), count in sorted(_counts.counts().items())}
 
 
 def reset_error_counts() -> None:
     """Forget the counts and the rate limiter's memory (tests start from a clean slate with this)."""
-    with _lock:
-        _counts.clear()
-        _last_logged.clear()
+    _counts.drain()
+    _last_logged.clear()
 
 
 def _note(kind: str, site: str) -> bool:
     """Count one failure; True when it should be logged (the first at the site in this time window)."""
     key = (kind, site)
     now = time.monotonic()
-    with _lock:
-        _counts[key] += 1
-        last = _last_logged.get(key)
-        if last is not None and now - last < _LOG_INTERVAL_S:
-            return False
-        if last is None and len(_last_logged) >= _MAX_SITES:
-            return False
-        _last_logged[key] = now
-        return True
+    _counts.add(key)
+    last = _last_logged.get(key)
+    if last is not None and now - last < _LOG_INTERVAL_S:
+        return False
+    if last is None and len(_last_logged) >= _MAX_SITES:
+        return False
+    _last_logged[key] = now
+    return True
 
 
 def _frames(exc: BaseException) -> str:
@@ -143,9 +144,4 @@ def call_user(where: str, func: Callable[..., Any], *args: Any) -> Any:
         return USER_FAILED
 
 
-def _after_fork() -> None:
-    global _lock  # noqa: PLW0603 - a fresh lock in a forked child: the parent's may be held by a dead thread
-    _lock = threading.Lock()
-
-
-at_fork(_after_fork)
+at_fork(_counts.after_fork)  # a fresh lock in a forked child: the parent's may be held by a dead thread

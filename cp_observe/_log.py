@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -34,23 +33,23 @@ class _LazyLogger:
 
     def __init__(self) -> None:
         self._logger: Any = None
-        self._lock = threading.Lock()  # guards the one-time construction
 
     def _get(self) -> Any:
+        # No lock around the one-time construction: logging happens on paths the garbage collector can run
+        # (a collected generator's span ending), possibly inside this very construction. Two threads racing
+        # here each build an equivalent logger and one assignment wins.
         if self._logger is None:
-            with self._lock:
-                if self._logger is None:
-                    import structlog
+            import structlog
 
-                    self._logger = structlog.wrap_logger(
-                        _stdlib_logger,
-                        wrapper_class=structlog.stdlib.BoundLogger,
-                        processors=[
-                            structlog.stdlib.filter_by_level,
-                            _mask_secrets,
-                            structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),
-                        ],
-                    )
+            self._logger = structlog.wrap_logger(
+                _stdlib_logger,
+                wrapper_class=structlog.stdlib.BoundLogger,
+                processors=[
+                    structlog.stdlib.filter_by_level,
+                    _mask_secrets,
+                    structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),
+                ],
+            )
         return self._logger
 
     def _log(self, level: int, method: str, event: str, **fields: Any) -> None:

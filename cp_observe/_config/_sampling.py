@@ -17,8 +17,6 @@ from datetime import datetime, timezone
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from cp_observe._fork import at_fork
-
 __all__ = ["DailyBudget", "ForcedTraces", "RateLimiter", "TraceIdRatio", "force_evaluation", "sampling_reason"]
 
 _RANDOM_BITS = 56
@@ -43,24 +41,27 @@ class TraceIdRatio:
 
 
 class ForcedTraces:
-    """Trace ids whose retrievals must be scored whatever the ratio says (bounded, oldest forgotten first)."""
+    """Trace ids whose retrievals must be scored whatever the ratio says (bounded, oldest forgotten first).
+
+    No lock: ``add`` runs when a decorated call starts, and a call can start inside a finalizer (user code in a
+    ``__del__`` or a collected generator's ``finally``) that the collector ran inside ``add`` itself. Each step
+    is one operation of the ordered dict, atomic under the GIL; racing adds may forget one id too many.
+    """
 
     def __init__(self, max_entries: int = 10_000) -> None:
         self._ids: OrderedDict[int, None] = OrderedDict()
         self._max = max_entries
-        self._lock = threading.Lock()  # guards _ids
 
     def add(self, trace_id: int) -> None:
         """Force scoring of every target span of ``trace_id``."""
-        with self._lock:
-            self._ids[trace_id] = None
-            self._ids.move_to_end(trace_id)
-            while len(self._ids) > self._max:
-                self._ids.popitem(last=False)
-
-    def after_fork(self) -> None:
-        """In a forked child: a fresh lock (one held at fork time would never be released)."""
-        self._lock = threading.Lock()
+        ids = self._ids
+        ids[trace_id] = None
+        ids.move_to_end(trace_id)
+        while len(ids) > self._max:
+            try:
+                ids.popitem(last=False)
+            except KeyError:  # emptied by a racing add
+                return
 
     def __contains__(self, trace_id: object) -> bool:
         return trace_id in self._ids
@@ -68,7 +69,6 @@ class ForcedTraces:
 
 #: Process-wide forced traces; ``force_evaluation()`` adds to it, every processor reads it.
 FORCED = ForcedTraces()
-at_fork(FORCED.after_fork)
 
 
 def is_forced(parent: otel_context.Context | None, trace_id: int) -> bool:

@@ -1,12 +1,15 @@
 """The evaluator: a bounded queue feeding one daemon thread that runs an asyncio loop of judge calls.
 
 ``submit`` is what ``on_end`` calls: an append to a deque, and a wake-up of the loop only when it is not
-already awake. It never waits: the thread starts when the evaluator is created (after a fork, on the
-next submit, without waiting for it), and a full queue costs a counter increment under a lock; the
-metrics of a refused target and the release of its held span are done by the evaluator thread on its
-next tick, never on the caller's. Everything else happens on the thread named ``cp-observe-evaluator``:
-turn assembly, the rate cap, the budget, the circuit breaker, at most ``concurrency`` judge calls at once (with
-instrumentation suppressed, so the judge's own HTTP calls are not traced or scored), and emission.
+already awake. It never waits, and it takes no lock that it could wait on: ``on_end`` runs wherever a span
+ends, and a span ends inside the garbage collector when it collects an abandoned decorated generator, on
+whatever thread, at whatever line, possibly inside one of our own locked blocks. So the queue bound is a
+deque of tokens (reserve, then check), a refusal is counted in a ``Tally``, and the thread (after a fork,
+on the next submit) is started under a lock that submit only tries. The metrics of a refused target and
+the release of its held span are done by the evaluator thread on its next tick, never on the caller's.
+Everything else happens on the thread named ``cp-observe-evaluator``: turn assembly, the rate cap, the
+budget, the circuit breaker, at most ``concurrency`` judge calls at once (with instrumentation suppressed, so
+the judge's own HTTP calls are not traced or scored), and emission.
 
 Accounting: each target is counted sampled exactly once and ends in exactly one of scored, failed,
 dropped or skipped, so ``sampled == scored + failed + dropped + skipped`` once nothing is pending.
@@ -19,7 +22,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +39,7 @@ from cp_observe._log import logger
 from cp_observe._processing._accounting import Accounting
 from cp_observe._processing._assembly import Assembler, Fold, Item, Ready, Skip
 from cp_observe._processing._gates import refusal
+from cp_observe._tally import Tally
 from cp_observe._types import Judge, ScoreResult
 
 __all__ = ["Evaluator"]
@@ -84,9 +88,12 @@ class Evaluator:
     def _reset(self) -> None:
         """Fresh state: at construction and in a forked child (the parent's thread does not exist there)."""
         self._queue: deque[Item] = deque()
-        self._lock = threading.Lock()  # guards _thread start, _closed and _refused
-        self._count_lock = threading.Lock()  # guards _queued_targets and the target bound check
-        self._queued_targets = 0
+        # One token per target queued or being admitted: submit appends one, then checks the bound and takes
+        # one back when over it; the evaluator thread takes one per target it moves out of the queue. The tokens
+        # are alike, so taking "one" back is exact whichever one it is, and no lock is needed (a finalizer may
+        # be the one submitting). Admission never exceeds the bound; racing submitters may refuse early.
+        self._tokens: deque[None] = deque()
+        self._thread_lock = threading.Lock()  # serialises starting the thread; submit only tries it
         self.accounting = Accounting()
         self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces)
         self._ready: deque[Ready] = deque()
@@ -102,7 +109,7 @@ class Evaluator:
         # Refused targets, accounted in stats at once; their metrics (by labels) and, in hold mode, the release
         # of their held spans wait for the evaluator thread. Both bounded: the keys by the data sources and
         # agents, the items by the held-span bound (only held spans' items are kept).
-        self._refused: Counter[tuple[str, str, str, str]] = Counter()  # (name, kind, sampling, reason); _lock
+        self._refused: Tally[tuple[str, str, str, str]] = Tally()  # (name, kind, sampling, reason)
         self._refused_items: deque[Item] = deque()
 
     def after_fork(self) -> None:
@@ -116,7 +123,7 @@ class Evaluator:
     # --- producer side (any thread; on_end) ----------------------------------------------------------------
     def depth(self) -> int:
         """Targets queued, waiting for an answer, ready or being judged."""
-        return self._queued_targets + self._load
+        return len(self._tokens) + self._load
 
     def submit(self, item: Item) -> bool:
         """Queue an ended span; False (and counted dropped, for a target) when the queue is full or closed.
@@ -127,14 +134,13 @@ class Evaluator:
         """
         queued = len(self._queue)
         if item.target:
-            with self._count_lock:
-                full = self._closed or self._queued_targets + self._load >= self.queue_size
-                if not full:
-                    self._queued_targets += 1
-                    self._queue.append(item)
-            if full:
+            tokens = self._tokens
+            tokens.append(None)  # reserve a place, then check: every admitted target saw itself counted
+            if self._closed or len(tokens) + self._load > self.queue_size:
+                tokens.pop()
                 self._refuse(item, "shutdown" if self._closed else "queue_full")
                 return False
+            self._queue.append(item)
         elif self._closed or queued >= _SIGNAL_BOUND_FACTOR * self.queue_size:
             return False
         else:
@@ -153,18 +159,15 @@ class Evaluator:
         return True
 
     def _refuse(self, item: Item, reason: str) -> None:
-        """Count a refused target on the caller's thread in O(1): no metric update, no export, no I/O."""
-        key = (item.name, item.kind, item.sampling_reason, reason)
-        self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
-        with self._lock:
-            self._refused[key] += 1
+        """Count a refused target on the caller's thread in O(1): no metric update, no export, no I/O, no wait."""
+        self.accounting.refused(reason)
+        self._refused.add((item.name, item.kind, item.sampling_reason, reason))
         if self.on_finished is not None:
             self._refused_items.append(item)  # released by the evaluator thread (or by shutdown)
 
     def _emit_refused(self) -> None:
         """On the evaluator thread (or at shutdown): the metrics and releases that ``_refuse`` deferred."""
-        with self._lock:
-            refused, self._refused = self._refused, Counter()
+        refused = self._refused.drain()
         for (name, kind, _, reason), count in refused.items():
             # What Emitter.labels(_target(item, ...)) gives: an agent target is labelled with its own name.
             labels = {n.GEN_AI_DATA_SOURCE_ID: name, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME}
@@ -194,11 +197,18 @@ class Evaluator:
                 logger.warning("releasing a held span failed", error_type=type(exc).__name__)
 
     def _start_thread(self) -> None:
-        with self._lock:
+        # Only tried: a submit from a finalizer may land while this very thread is starting the thread (the
+        # next submit starts it then, if the holder did not).
+        if not self._thread_lock.acquire(blocking=False):
+            return
+        try:
             if self._thread is not None or self._closed:
                 return
-            self._thread = threading.Thread(target=self._run_thread, name="cp-observe-evaluator", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run_thread, name="cp-observe-evaluator", daemon=True)
+            thread.start()
+            self._thread = thread
+        finally:
+            self._thread_lock.release()
         # No wait for the thread to be running: the loop wakes on its own every _TICK_S and drains the queue.
 
     # --- flush and shutdown (any thread) ----------------------------------------------------------------------
@@ -223,8 +233,7 @@ class Evaluator:
 
     def shutdown(self, timeout_s: float) -> None:
         """Stop taking work, drain within ``timeout_s``, count what could not finish as dropped (shutdown)."""
-        with self._lock:
-            self._closed = True
+        self._closed = True  # one bool, written once: submit reads it without a lock
         deadline = time.monotonic() + timeout_s
         self.flush(timeout_s)
         loop, thread = self._loop, self._thread
@@ -241,8 +250,7 @@ class Evaluator:
         while self._queue:
             item = self._queue.popleft()
             if item.target:
-                with self._count_lock:
-                    self._queued_targets -= 1
+                self._tokens.popleft()
                 self._drop(item, "shutdown")
 
     # --- the evaluator thread ------------------------------------------------------------------------------
@@ -283,9 +291,8 @@ class Evaluator:
         while self._queue:
             item = self._queue[0]
             if item.target:
-                with self._count_lock:
-                    self._load += 1  # counted before it leaves the queue, so depth() never reads low
-                    self._queued_targets -= 1
+                self._load += 1  # counted before its token goes, so depth() and the bound never read low
+                self._tokens.popleft()
             self._queue.popleft()
             added = self._assembler.add(item, now)  # may find the span is not a retrieval of its own (counts)
             if item.target and item.counts:

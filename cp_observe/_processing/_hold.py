@@ -8,7 +8,6 @@ released as it is. Spans are never lost: shutdown and flush release everything t
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -17,13 +16,21 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from cp_observe import _names as n
+from cp_observe._tally import Tally
 from cp_observe._types import ScoreResult
 
 __all__ = ["HeldSpans"]
 
 
 class HeldSpans:
-    """Spans waiting for their score, in arrival order (so expiry looks only at the front)."""
+    """Spans waiting for their score, in arrival order (so expiry looks only at the front).
+
+    No lock: ``hold`` runs in ``on_end``, which the garbage collector can run inside any line of ours, on any
+    thread (a collected generator's span ends there), including inside ``release`` or ``expire`` on the
+    evaluator thread. Each step is one operation of the ordered dict, atomic under the GIL: ``hold`` inserts
+    and takes its own entry back when over the bound, ``release`` and ``expire`` pop, and a pop that finds
+    nothing means another thread exported that span already. Each span is exported exactly once.
+    """
 
     def __init__(self, downstream: SpanProcessor, *, timeout_s: float, max_spans: int, threshold: float) -> None:
         self.downstream = downstream
@@ -31,56 +38,67 @@ class HeldSpans:
         self.max_spans = max_spans
         self.threshold = threshold
         self._held: OrderedDict[tuple[int, int], tuple[float, ReadableSpan]] = OrderedDict()
-        self._lock = threading.Lock()  # guards _held and the counters
-        self.enriched = 0
-        self.expired = 0
-        self.overflowed = 0
+        self._counts: Tally[str] = Tally()  # enriched, expired, overflowed
 
     def hold(self, span: ReadableSpan) -> bool:
         """Keep ``span`` until its evaluation ends; False (caller exports it now) when the store is full."""
         context = span.context
         if context is None:
             return False
-        with self._lock:
-            if len(self._held) >= self.max_spans:
-                self.overflowed += 1
-                return False
-            self._held[(context.trace_id, context.span_id)] = (time.monotonic() + self.timeout_s, span)
+        key = (context.trace_id, context.span_id)
+        held = self._held
+        held[key] = (time.monotonic() + self.timeout_s, span)  # insert, then check: the bound is never exceeded
+        if len(held) > self.max_spans:
+            if held.pop(key, None) is None:
+                return True  # released meanwhile (its evaluation ended already): it was exported
+            self._counts.add("overflowed")
+            return False
         return True
 
     def release(self, key: tuple[int, int], result: ScoreResult | None) -> None:
         """Export the held span, with the score added when there is one."""
-        with self._lock:
-            entry = self._held.pop(key, None)
-            if entry is not None and result is not None:
-                self.enriched += 1
+        entry = self._held.pop(key, None)
         if entry is None:
             return
         span = entry[1]
-        self.downstream.on_end(_enriched(span, result, self.threshold) if result is not None else span)
+        if result is not None:
+            self._counts.add("enriched")
+            span = _enriched(span, result, self.threshold)
+        self.downstream.on_end(span)
 
     def expire(self, now: float | None = None) -> None:
         """Export unenriched every span whose hold time is up."""
         now = time.monotonic() if now is None else now
-        out: list[ReadableSpan] = []
-        with self._lock:
-            while self._held:
-                key, (deadline, span) = next(iter(self._held.items()))
-                if deadline > now:
-                    break
-                del self._held[key]
-                self.expired += 1
-                out.append(span)
-        for span in out:
-            self.downstream.on_end(span)
+        held = self._held
+        while held:
+            try:
+                key, (deadline, _) = next(iter(held.items()))
+            except (StopIteration, RuntimeError):  # emptied or changed under us: look again
+                continue
+            if deadline > now:
+                break
+            entry = held.pop(key, None)
+            if entry is not None:
+                self._counts.add("expired")
+                self.downstream.on_end(entry[1])
 
     def release_all(self) -> None:
         """Export everything still held, unenriched (flush and shutdown)."""
-        with self._lock:
-            spans = [span for _, span in self._held.values()]
-            self._held.clear()
-        for span in spans:
+        held = self._held
+        while True:
+            try:
+                _, (_, span) = held.popitem(last=False)
+            except KeyError:
+                return
             self.downstream.on_end(span)
+
+    def counts(self) -> dict[str, int]:
+        """Spans released with their score, after their hold time, or at once because the store was full."""
+        return {"enriched": 0, "expired": 0, "overflowed": 0, **self._counts.counts()}
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock for the counts (one held at fork time would never be released)."""
+        self._counts.after_fork()
 
     def __len__(self) -> int:
         return len(self._held)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.context import Context
@@ -60,6 +60,21 @@ def _decorators_have_no_provider(runtime: _runtime.Runtime) -> bool:
         and runtime.tracer_provider is None
         and not isinstance(trace.get_tracer_provider(), SdkTracerProvider)
     )
+
+
+def _weak_depth(processor: ContextPrecisionProcessor) -> Callable[[], int]:
+    """The processor's queue depth, read through a weak reference, for the queue-depth gauge's callback.
+
+    A meter keeps its callbacks as long as it lives (the SDK's, until exit): a strong reference there would keep
+    every dropped processor alive, and its ``weakref.finalize`` from ever running.
+    """
+    ref = weakref.ref(processor)
+
+    def depth() -> int:
+        live = ref()
+        return live.depth() if live is not None else 0
+
+    return depth
 
 
 def _millis_left(deadline: float) -> int:
@@ -174,7 +189,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             logger_provider=logger_provider,
             threshold=threshold,
             capture_content=capture_content,
-            queue_depth=self._depth,
+            queue_depth=_weak_depth(self),
             judge=self.judge,
             sinks=self._sinks,
         )
@@ -203,11 +218,10 @@ class ContextPrecisionProcessor(SpanProcessor):
         self._evaluator.start()  # now, not on the first request: submit never waits for a thread to start
         at_fork_method(self._after_fork)
 
-    def _depth(self) -> int:
-        return self._evaluator.depth()
-
     def _after_fork(self) -> None:
         self._evaluator.after_fork()
+        if self._hold is not None:
+            self._hold.after_fork()
 
     def _release(self, item: Item, result: ScoreResult | None) -> None:
         if self._hold is not None and item.target:
