@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,8 +100,9 @@ def install(**changes: object) -> Runtime:
     return updated
 
 
-_LIVE_SAMPLERS: dict[int, TraceIdRatio] = {}  # live processors' samplers, by id(processor)
-_LIVE_LOCK = threading.Lock()  # guards _LIVE_SAMPLERS
+_LIVE_SAMPLERS: dict[int, TraceIdRatio] = {}  # live processors' samplers, by id(processor); _LIVE_LOCK
+_SAMPLER_CHANGES: deque[tuple[int, TraceIdRatio | None]] = deque()  # registrations not yet applied
+_LIVE_LOCK = threading.Lock()  # guards _LIVE_SAMPLERS; only ever tried, never waited on
 
 
 def register_sampler(owner: int, sampler: TraceIdRatio | None) -> None:
@@ -109,16 +111,34 @@ def register_sampler(owner: int, sampler: TraceIdRatio | None) -> None:
     Without ``configure()``, calls are marked sampled at the highest rate of the live processors: decisions
     nest (low bits of the trace id), so each processor's own share is a subset of what was marked, and a
     processor added for another provider never starves this one.
+
+    A dropped processor's ``weakref.finalize`` calls this from inside the garbage collector, which may have
+    interrupted this very function on the same thread. So the change is queued and the lock only tried: its
+    holder (another thread, or the interrupted call) applies every queued change before it lets go.
     """
-    with _LIVE_LOCK:
-        if sampler is None:
-            _LIVE_SAMPLERS.pop(owner, None)
-        else:
-            _LIVE_SAMPLERS[owner] = sampler
+    _SAMPLER_CHANGES.append((owner, sampler))
+    while _SAMPLER_CHANGES and _LIVE_LOCK.acquire(blocking=False):
+        try:
+            _apply_sampler_changes()
+        finally:
+            _LIVE_LOCK.release()
+        # A change queued between the last look and the release was left to us: look again.
+
+
+def _apply_sampler_changes() -> None:
+    """Apply the queued registrations, then re-derive the decorators' sampler (under ``_LIVE_LOCK``)."""
+    while _SAMPLER_CHANGES:
+        while _SAMPLER_CHANGES:
+            owner, sampler = _SAMPLER_CHANGES.popleft()
+            if sampler is None:
+                _LIVE_SAMPLERS.pop(owner, None)
+            else:
+                _LIVE_SAMPLERS[owner] = sampler
         if RUNTIME_HOLDER[0].configured:
-            return
+            continue
         best = max(_LIVE_SAMPLERS.values(), key=lambda s: s.rate, default=None)
         install(sampler=best if best is not None else from_environment().sampler)
+        # install() allocates, so a collection may have queued another change meanwhile: the loop looks again.
 
 
 class PayloadStore:
@@ -127,29 +147,40 @@ class PayloadStore:
     def __init__(self, max_entries: int = 10_000) -> None:
         self._data: dict[tuple[int, int], Payload] = {}
         self._max = max_entries
-        self._lock = threading.Lock()  # serialises eviction and guards evicted
+        self._lock = threading.Lock()  # serialises eviction and guards evicted; only ever tried, never waited on
         self.evicted = 0
 
     def put(self, key: tuple[int, int], payload: Payload) -> None:
         """Keep ``payload`` until ``take(key)``.
 
         A single dict store is atomic under the GIL, so the request path takes no lock; only eviction, rare,
-        does (it iterates the dict).
+        does (it iterates the dict), and it only tries the lock: ``put`` runs when a span's call ends, which
+        may be inside the garbage collector, inside this very eviction. Whoever holds the lock evicts down to
+        the bound, so the store exceeds it by at most the threads storing at once.
         """
         self._data[key] = payload
         if len(self._data) > self._max:
             self._evict()
 
     def _evict(self) -> None:
-        with self._lock:
-            while len(self._data) > self._max:
+        if not self._lock.acquire(blocking=False):
+            return  # another eviction is under way (on another thread, or interrupted on this one)
+        before = self.evicted
+        try:
+            data = self._data
+            while len(data) > self._max:
                 try:
-                    del self._data[next(iter(self._data))]
+                    del data[next(iter(data))]
                 except (KeyError, RuntimeError, StopIteration):  # taken or changed meanwhile: look again
                     continue
                 self.evicted += 1
-                if self.evicted in (1, 100, 10_000):
-                    logger.warning("payload store full; oldest payloads evicted", evicted=self.evicted)
+            after = self.evicted
+        finally:
+            self._lock.release()
+        for milestone in (1, 100, 10_000):
+            if before < milestone <= after:
+                logger.warning("payload store full; oldest payloads evicted", evicted=after)
+                break
 
     def take(self, key: tuple[int, int]) -> Payload | None:
         """Remove and return the payload, or ``None`` (``dict.pop`` is atomic: no lock)."""
@@ -160,8 +191,7 @@ class PayloadStore:
 
     def clear(self) -> None:
         """Forget everything."""
-        with self._lock:
-            self._data.clear()
+        self._data.clear()
 
     def after_fork(self) -> None:
         """In a forked child: a fresh lock and no payloads (the parent's calls are not the child's)."""
