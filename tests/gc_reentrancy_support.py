@@ -414,6 +414,7 @@ def after_fork() -> dict[str, Any]:
     pid = os.fork()
     if pid == 0:  # the child: one thread, no evaluator thread until the next span
         code = 1
+        signal.alarm(int(DEADLOCK_TIMEOUT_S))  # dies by itself (SIGALRM) should the parent be gone
         try:
             with CollectInside(abandoned_generator, files=("_processing/_evaluator.py",), limit=500):
                 _calls(10)
