@@ -134,6 +134,9 @@ METRIC_JUDGE_COST: Final = "context_precision.judge.cost_usd"
 METRIC_VERDICTS: Final = "context_precision.verdicts"
 #: up-down counter of evaluations waiting -> context_precision_queue_depth
 METRIC_QUEUE_DEPTH: Final = "context_precision.queue.depth"
+# Issue 21: what _internal.error_counts() counts (failures contained, never raised into the host), process-wide.
+#: observable counter of contained failures by kind and site -> context_precision_internal_errors_total
+METRIC_INTERNAL_ERRORS: Final = "context_precision.internal_errors"
 
 # `cp-observe serve`'s own instruments (SERVE_ prefix: not part of the library's METRIC_* set).
 #: counter of OTLP requests by protocol and result -> context_precision_serve_requests_total
@@ -163,6 +166,9 @@ OUTCOME_FAILED: Final = "failed"
 OUTCOME_DROPPED: Final = "dropped"
 OUTCOME_SKIPPED: Final = "skipped"
 OUTCOMES: Final = (OUTCOME_SCORED, OUTCOME_FAILED, OUTCOME_DROPPED, OUTCOME_SKIPPED)
+#: On METRIC_INTERNAL_ERRORS: whose failure (internal | user | host, as _internal tells them apart) and where.
+ERROR_KIND: Final = "kind"
+ERROR_SITE: Final = "site"
 
 # --- environment variables -----------------------------------------------------------------------------------
 ENV_PREFIX: Final = "CP_OBSERVE_"

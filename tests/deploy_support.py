@@ -90,6 +90,7 @@ def library_instruments() -> tuple[Instrument, ...]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import SpanContext, TraceFlags
 
+    from cp_observe import _internal
     from cp_observe._emission._emit import Emitter, Target
     from cp_observe._types import ScoreResult, Usage, Verdict
 
@@ -122,6 +123,8 @@ def library_instruments() -> tuple[Instrument, ...]:
     emitter.count_sampled(Emitter.labels(target))
     emitter.scored(target, result, start_ns=0, end_ns=1_000_000_000, model="judge")
     emitter.failed(target, RuntimeError("boom"), "judge_error", start_ns=0, end_ns=1_000_000_000, model="judge")
+    # The internal-errors counter reports what the error boundary counted: count one, so it has a point.
+    _internal.report_user_error("deploy_support", ValueError("one counted failure"))
     found = []
     data = reader.get_metrics_data()
     assert data is not None

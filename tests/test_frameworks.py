@@ -31,11 +31,15 @@ from cp_observe.testing import JudgeServer
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv-frameworks" / "bin" / "python"
-pytestmark = pytest.mark.skipif(
-    not PYTHON.exists(),
-    reason="needs .venv-frameworks: run scripts/install-frameworks.sh (scripts/test does, "
-    "unless CP_OBSERVE_SKIP_FRAMEWORKS=1)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not PYTHON.exists(),
+        reason="needs .venv-frameworks: run scripts/install-frameworks.sh (scripts/test does, "
+        "unless CP_OBSERVE_SKIP_FRAMEWORKS=1)",
+    ),
+    # The first test sets up the module's run: every family's app, each allowed 600 s, then a 60 s flush.
+    pytest.mark.timeout(900),
+]
 
 ANSWER = "The capital of France is Paris."
 QUESTION = "What is the capital of France?"

@@ -44,7 +44,11 @@ from cp_observe.testing import JudgeServer
 from tests.otlp_receiver import OtlpReceiver
 from tests.phoenix_support import INSTALL_HINT, PHOENIX_EXECUTABLE, PhoenixServer, phoenix_server
 
-pytestmark = pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists(), reason=INSTALL_HINT)
+pytestmark = [
+    pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists(), reason=INSTALL_HINT),
+    # The first test sets up Phoenix (90 s startup deadline) and the demo run into it (240 s), then waits 30 s.
+    pytest.mark.timeout(600),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "cp-observe-demo-phoenix"

@@ -23,7 +23,7 @@ def test_every_setting_and_its_variable_is_documented(name: str) -> None:
     "name",
     [
         n.METRIC_SCORE, n.METRIC_EVALUATIONS, n.METRIC_SAMPLED, n.METRIC_VERDICTS, n.METRIC_JUDGE_DURATION,
-        n.METRIC_TOKEN_USAGE, n.METRIC_JUDGE_COST, n.METRIC_QUEUE_DEPTH,
+        n.METRIC_TOKEN_USAGE, n.METRIC_JUDGE_COST, n.METRIC_QUEUE_DEPTH, n.METRIC_INTERNAL_ERRORS,
     ],
 )
 def test_every_metric_is_documented(name: str) -> None:

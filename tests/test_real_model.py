@@ -48,6 +48,9 @@ _INSTALL = (
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(bool(_MISSING) and not _REQUIRED, reason=f"{_INSTALL}; missing: {_MISSING}"),
+    # A CPU model answering one request at a time: one call may take CALL_TIMEOUT_S, a test makes several, and
+    # the first test also starts the server.
+    pytest.mark.timeout(900),
 ]
 
 #: Seconds for one HTTP call. Generous: the server answers one request at a time, so the judge's per-context

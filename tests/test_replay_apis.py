@@ -143,6 +143,7 @@ def test_jaeger_service_without_traces_reads_nothing(jaeger: JaegerApi, tmp_path
 
 
 @pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists(), reason=INSTALL_HINT)
+@pytest.mark.timeout(600)  # the demo export, Phoenix's startup (90 s deadline), a demo run into it (180 s), the replay
 def test_phoenix_project_replay_gives_the_live_scores(tmp_path: Path) -> None:
     """The demo exported to a real Phoenix, replayed from its REST API, scores every retrieval as it did live."""
     from tests.replay_support import export_demo

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +16,7 @@ from cp_observe._config import _runtime
 from cp_observe.serve import ScorerService, ServeSettings
 from cp_observe.serve._cli import add_arguments, run
 from cp_observe.testing import JudgeServer
-from tests.serve_support import ROOT, OtlpSink, post, retrieval_request, subprocess_env
+from tests.serve_support import ROOT, OtlpSink, post, read_line, retrieval_request, subprocess_env
 
 
 @pytest.fixture(autouse=True)
@@ -83,3 +85,25 @@ def test_llm_judge_from_settings_uses_the_key_from_the_environment() -> None:
     sink.close()
     assert (stats["scored"], stats["failed"]) == (1, 0)
     assert request.headers["authorization"] == "Bearer sk-from-env"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_drains_and_stops_serve_promptly(sig: signal.Signals) -> None:
+    """SIGTERM and SIGINT each wake the blocked main thread: serve drains, prints its stats and exits 0 at once."""
+    args = [sys.executable, "-m", "cp_observe.serve", "--judge", "lexical", "--grpc-port", "0", "--http-port", "0",
+            "--admin-port", "0", "--log-level", "error"]
+    process = subprocess.Popen(args, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        assert "cp-observe serve: grpc 127.0.0.1:" in read_line(process)
+        sent = time.monotonic()
+        process.send_signal(sig)
+        out, err = process.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "cp-observe serve: draining" in out and "stopped (drained)" in out, out
+    assert took < 10, took  # an idle service drains at once; 10 s leaves room for a loaded CI machine

@@ -16,6 +16,7 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.metrics import get_meter_provider as global_meter_provider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, TracerProvider
 
+from cp_observe import _internal
 from cp_observe import _names as n
 from cp_observe._emission._sinks import EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._judging._identity import JudgeIdentity, judge_identity
@@ -101,6 +102,14 @@ class Emitter:
             callbacks=[observe_depth],
             unit="{evaluation}",
             description="Evaluations waiting or running.",
+        )
+        # Read on the metric reader's collection (its export thread, or a /metrics scrape), never on the
+        # request path: the boundary in _internal only counts, this exports what it counted.
+        meter.create_observable_counter(
+            n.METRIC_INTERNAL_ERRORS,
+            callbacks=[_observe_errors],
+            unit="{error}",
+            description="Failures cp-observe contained (its own, a user callback's, a host object's), by site.",
         )
 
     @property
@@ -276,3 +285,12 @@ class Emitter:
             self._tokens.record(completion, {n.GEN_AI_REQUEST_MODEL: model, n.GEN_AI_TOKEN_TYPE: "output"})
         if cost:
             self._cost.add(cost, {n.GEN_AI_REQUEST_MODEL: model})
+
+
+def _observe_errors(_options: CallbackOptions) -> list[Observation]:
+    """One point per ``(kind, site)`` of ``_internal.error_counts()``, process-wide."""
+    points = []
+    for key, count in _internal.error_counts().items():
+        kind, _, site = key.partition(":")  # kinds never contain ":"; a site may
+        points.append(Observation(count, {n.ERROR_KIND: kind, n.ERROR_SITE: site}))
+    return points

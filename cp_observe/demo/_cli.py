@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import signal
 import sys
 import threading
@@ -94,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
     def ask(question: str) -> str:
         return answerer.answer(question, search(question))
 
-    stop = threading.Event()
+    stop = _Stop()
     _stop_on_signals(stop)
     turns = args.turns if args.turns is not None else (None if args.loop else len(QUESTIONS))
     if args.turns is None and args.degrade_after is None and not args.loop:
@@ -199,11 +200,46 @@ def _summary(printer: _Printer, degrade_after: int | None, processor: Any) -> No
               f"dropped {stats['dropped']}, skipped {stats['skipped']}", flush=True)
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
+class _Stop:
+    """Set by SIGINT or SIGTERM; the turn loop checks it and waits on it between turns.
+
+    The signal handler runs in the main thread between two bytecodes, possibly while that thread is inside
+    ``wait``: it must take no lock the main thread may hold. ``threading.Event.set`` would (the Condition's lock,
+    held while ``Event.wait`` is still setting up); ``SimpleQueue.put`` is documented reentrant for exactly this
+    use. Only the main thread reads ``_stopped``.
+    """
+
+    def __init__(self) -> None:
+        self._signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._stopped = False
+
+    def signal(self, signum: int, _frame: object) -> None:
+        """The handler: one reentrant put, nothing else."""
+        self._signals.put(signum)
+
+    def is_set(self) -> bool:
+        """True once a signal arrived."""
+        if not self._stopped and not self._signals.empty():
+            self._stopped = True
+        return self._stopped
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a signal; True when one arrived (now or before)."""
+        if self.is_set():
+            return True
+        try:
+            self._signals.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        self._stopped = True
+        return True
+
+
+def _stop_on_signals(stop: _Stop) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, stop.signal)
 
 
 def _shutdown() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import queue
 import signal
 import sys
-import threading
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -95,10 +95,13 @@ def _serve(args: argparse.Namespace) -> int:
     except (ConfigurationError, ValueError) as exc:
         print(f"cp-observe serve: {exc}", file=sys.stderr)
         return 2
-    stop = threading.Event()
+    # The handler runs in the main thread between two bytecodes, possibly while that thread is inside the wait
+    # below: it must take no lock the main thread may hold. Event.set() would (the Condition's lock, held while
+    # Event.wait() is still setting up); SimpleQueue.put is documented reentrant for exactly this use.
+    stop: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def on_signal(signum: int, frame: types.FrameType | None) -> None:
-        stop.set()
+        stop.put(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -113,8 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
               f"{settings.listen_host}:{service.port('http')} ({scheme}), admin {settings.admin_host}:"
               f"{service.port('admin')}, judge {service.processor.judge.model}, "
               f"queue {settings.queue_size}, concurrency {settings.concurrency}", flush=True)
-        while not stop.wait(3600):
-            pass
+        stop.get()  # until SIGTERM or SIGINT; the blocked get() still lets the handler run
         print("cp-observe serve: draining", flush=True)
         drained = service.stop()
         stats = service.processor.stats()
