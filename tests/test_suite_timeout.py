@@ -118,10 +118,11 @@ def test_a_hang_after_the_last_test_fails_with_a_stack_dump(tmp_path: Path) -> N
         pytest.skip("coreutils timeout is not installed")
     [line] = [line for line in (ROOT / "scripts" / "test").read_text(encoding="utf-8").splitlines()
               if line.startswith("exec ")]
-    match = re.fullmatch(r'exec (timeout -s ABRT -k \d+) "\$\{CP_OBSERVE_TEST_TIMEOUT_S:-\d+\}" '
+    # ($foreground is --foreground only from a terminal, so that Ctrl-C reaches pytest; not here.)
+    match = re.fullmatch(r'exec timeout \$foreground (-s ABRT -k \d+) "\$\{CP_OBSERVE_TEST_TIMEOUT_S:-\d+\}" '
                          r'\.venv/bin/python (.*)-m pytest "\$@"', line)
     assert match is not None, line
-    wrapper, python_options = match.group(1).split(), match.group(2).split()
+    wrapper, python_options = ["timeout", *match.group(1).split()], match.group(2).split()
     assert "-Xfaulthandler" in "".join(python_options)  # pytest's faulthandler is gone by atexit time
     started = time.monotonic()
     out = subprocess.run(
