@@ -223,10 +223,37 @@ def test_grpc_front_door_survives_hostile_input(
                 codes[(kind, code)] += 1
         grown = _peak_rss() - peak
         stats = service.stats()
+    # Over the limit, grpcio refuses before the message reaches us; the handler still sees the call end, and counts it.
     transport_refused = sum(count for (_, code), count in codes.items() if code is grpc.StatusCode.RESOURCE_EXHAUSTED)
-    assert sum(stats["requests"].values()) == sum(codes.values()) - transport_refused
+    assert transport_refused >= 1
+    assert sum(stats["requests"].values()) == sum(codes.values())
+    assert stats["requests"].get("grpc:receive_failed", 0) == transport_refused
+    assert stats["refusals"].get("grpc:receive_failed", 0) == transport_refused
     invalid = sum(count for (_, code), count in codes.items() if code is grpc.StatusCode.INVALID_ARGUMENT)
     assert stats["refusals"].get("grpc:parse", 0) == invalid and "grpc:internal" not in stats["refusals"]
     assert codes[("bomb", grpc.StatusCode.RESOURCE_EXHAUSTED)] == 1 and codes[("deep", grpc.StatusCode.OK)] >= 1
     assert grown < 4 * LIMIT * 8, f"peak memory grew by {grown >> 20} MiB"
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_grpc_counts_what_grpcio_refuses_and_streams_of_other_than_one_message(
+    sink: OtlpSink, keyword_judge: KeywordJudge
+) -> None:
+    """A message over the limit is refused by grpcio and counted receive_failed; zero or two messages are refused."""
+    with start_service(sink, keyword_judge, max_request_bytes=LIMIT, sample_rate=0.0) as service:
+        with grpc.insecure_channel(f"127.0.0.1:{service.port('grpc')}",
+                                   options=[("grpc.max_send_message_length", -1)]) as channel:
+            unary = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            with pytest.raises(grpc.RpcError) as huge:
+                unary(b"\x0a" * (LIMIT + 1), timeout=30)
+            assert huge.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            streaming = channel.stream_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            valid = retrieval_request(1)
+            for messages in ([], [valid, valid]):
+                with pytest.raises(grpc.RpcError) as refused:
+                    streaming(iter(messages), timeout=30)
+                assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert unary(valid, timeout=30) == b""  # one message is a request like any other
+        stats = service.stats()
+    assert stats["refusals"] == {"grpc:receive_failed": 1, "grpc:parse": 2}, stats["refusals"]
+    assert stats["requests"]["grpc:receive_failed"] == 1 and stats["requests"]["grpc:invalid"] == 2

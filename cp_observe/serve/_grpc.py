@@ -7,15 +7,21 @@ were left out). Refusals: ``RESOURCE_EXHAUSTED`` with a ``RetryInfo`` when the q
 bearer token (when one is set), ``INTERNAL`` if our own code fails (counted; the server keeps serving).
 
 The method is registered with a raw-bytes deserializer so that unreadable requests reach this code, where
-they are counted by reason, instead of failing inside grpcio. Two refusals happen in grpcio before any
-code of ours runs and are not counted here: a message over ``max_request_bytes`` (``RESOURCE_EXHAUSTED``,
-decompressed size included) and a failed TLS handshake.
+they are counted by reason, instead of failing inside grpcio. It is registered as client-streaming (the
+same bytes on the wire as unary: one message, then the half-close), so the handler runs when the call
+starts and sees grpcio end the call before its message arrived: a message over ``max_request_bytes``
+(``RESOURCE_EXHAUSTED``, on the wire or decompressed, checked by grpcio itself so an oversized message is
+never buffered), or a client that cancelled or ran out of deadline meanwhile. grpcio does not say which of
+these it was, so they are counted together as ``receive_failed``. A failed TLS handshake on the gRPC port
+is not counted: grpcio ends the connection in its C core before any call exists, and its Python API has no
+hook for it (its log, ``GRPC_VERBOSITY=debug``, shows it).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterator
 from concurrent import futures
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +57,18 @@ class _TraceService:
     def __init__(self, service: Backend) -> None:
         self._service = service
 
-    def export(self, raw: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
+    def export(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> ExportTraceServiceResponse:
+        try:
+            raw = next(requests, None)
+        except grpc.RpcError:  # grpcio ended the call first: too large, cancelled or past its deadline
+            self._service.count("grpc", "receive_failed")
+            self._service.refusals.record("grpc", "receive_failed", "RESOURCE_EXHAUSTED or CANCELLED")
+            return ExportTraceServiceResponse()  # nobody is left to read it
+        if raw is None or next(requests, None) is not None:
+            self._service.count("grpc", "invalid")
+            self._service.refusals.record("grpc", "parse", "not exactly one message")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Export takes exactly one request message")
+            raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
         code, message, trailing = self._handle(raw, context)
         if code is None:
             assert isinstance(message, ExportTraceServiceResponse)
@@ -107,7 +124,7 @@ class GrpcFrontDoor:
             futures.ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="cp-observe-serve-grpc"),
             options=[("grpc.max_receive_message_length", limit), ("grpc.so_reuseport", 0)],
         )
-        export = grpc.unary_unary_rpc_method_handler(
+        export = grpc.stream_unary_rpc_method_handler(  # see the module docstring: unary on the wire
             _TraceService(service).export, request_deserializer=None,
             response_serializer=ExportTraceServiceResponse.SerializeToString,
         )

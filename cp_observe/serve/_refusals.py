@@ -34,6 +34,7 @@ REASONS = (
     "encoding",  # unknown or broken Content-Encoding (415 / 400)
     "parse",  # unreadable protobuf or JSON, too deeply nested JSON (400 / INVALID_ARGUMENT)
     "incomplete",  # the connection ended or timed out before the body did (HTTP; nobody left to answer)
+    "receive_failed",  # gRPC: grpcio ended the call before its message arrived (over the size limit, cancelled)
     "internal",  # a bug: the handler failed (500 / INTERNAL); the service keeps serving
 )
 
