@@ -71,3 +71,24 @@ def test_method_hooks_are_forgotten_with_their_object() -> None:
         _fork.at_fork_method(_Owner(-1).after_fork)
         gc.collect()
     assert len(_fork._hooks) <= before + 1
+
+
+def test_the_sampler_registry_is_usable_in_a_child_forked_while_its_lock_was_held() -> None:
+    """A child forked while another thread held the sampler registry's lock still applies registrations."""
+    from cp_observe._config import _runtime
+    from cp_observe._config._sampling import TraceIdRatio
+
+    read_fd, write_fd = os.pipe()
+    _runtime._LIVE_LOCK.acquire()  # as if another thread were registering at the moment of the fork
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the parent's holder does not exist here
+            _runtime.register_sampler(-21, TraceIdRatio(0.25))
+            os.write(write_fd, b"applied" if _runtime._LIVE_SAMPLERS.pop(-21, None) is not None else b"queued")
+            os._exit(0)
+    finally:
+        _runtime._LIVE_LOCK.release()
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    assert os.read(read_fd, 64) == b"applied"
+    os.close(read_fd)

@@ -199,6 +199,12 @@ class PayloadStore:
         self._data = {}
 
 
+def _after_fork() -> None:
+    global _LIVE_LOCK  # noqa: PLW0603 - a fresh lock in a forked child: the parent's may be held by a dead thread
+    _LIVE_LOCK = threading.Lock()
+
+
 PAYLOADS = PayloadStore()
 at_fork(PAYLOADS.after_fork)  # a lock held by another thread at fork time would stay locked in the child
+at_fork(_after_fork)
 RUNTIME = RUNTIME_HOLDER
