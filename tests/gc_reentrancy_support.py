@@ -20,6 +20,7 @@ and the processor's accounting, which must balance.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import faulthandler
 import gc
 import json
@@ -152,10 +153,8 @@ def abandoned_async_generator() -> list[Any]:
     """
     generator = asearch("abandoned")
     step = generator.asend(None)
-    try:
+    with contextlib.suppress(StopIteration):  # the first item: the coroutine finishes without suspending
         step.send(None)
-    except StopIteration:
-        pass
     cycle: list[Any] = [generator]
     cycle.append(cycle)
     return cycle
@@ -210,9 +209,8 @@ class CollectInside:
         self.finalized += gc.collect()
 
     def _line(self, frame: Any, event: str, arg: Any) -> Any:
-        if event == "line":
-            if self.every == 1 or self._chance.randrange(self.every) == 0:
-                self._collect()
+        if event == "line" and (self.every == 1 or self._chance.randrange(self.every) == 0):
+            self._collect()
         return self._line
 
     def _call(self, frame: Any, event: str, arg: Any) -> Any:
@@ -290,7 +288,7 @@ def payload_eviction() -> dict[str, Any]:
     """The payload store, full, evicts while finalizers store more payloads."""
     from cp_observe._config._runtime import PAYLOADS
 
-    PAYLOADS._max = 2  # noqa: SLF001 - a store of 10,000 would need 10,000 untaken payloads to evict
+    PAYLOADS._max = 2  # a store of 10,000 would need 10,000 untaken payloads to evict
     tracer_provider = provider()
     # A processor that is not on the provider: calls are marked sampled and keep their payload for it, but no
     # on_end ever takes them (as when the processor serves another provider), so the store fills and evicts.
@@ -342,7 +340,7 @@ def error_boundary() -> dict[str, Any]:
 
 
 def forced_from_finalizer() -> dict[str, Any]:
-    """User code in ``__del__`` calls a decorated function inside ``force_evaluation`` while we record a forced trace."""
+    """User code in ``__del__`` calls a decorated function in ``force_evaluation`` while we record a forced trace."""
     tracer_provider = provider()
     made = processor(tracer_provider, sample_rate=0.0, queue_size=1000)
     with CollectInside(lambda: CallsInDel(forced=True), files=("_config/_sampling.py",), limit=1500) as inside:

@@ -8,6 +8,7 @@ code before issue 21 every scenario deadlocked; ARCHITECTURE.md lists the paths 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -15,14 +16,20 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from opentelemetry import context as otel_context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
+import cp_observe
 from cp_observe import ContextPrecisionProcessor
+from cp_observe import _names as n
 from cp_observe._tally import Tally
+from tests.conftest import Otel
 from tests.gc_reentrancy_support import SCENARIOS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,12 +75,12 @@ def _in_thread(action: object, timeout_s: float = 10.0) -> None:
 def test_tally_add_never_waits_and_loses_nothing() -> None:
     """While the fold lock is held (by another thread, or by this thread re-entered), add returns at once."""
     tally: Tally[str] = Tally()
-    tally._lock.acquire()  # noqa: SLF001 - stands for a fold interrupted by a collection on this very thread
+    tally._lock.acquire()  # stands for a fold interrupted by a collection on this very thread
     try:
         _in_thread(lambda: [tally.add("refused") for _ in range(100)])
         assert bool(tally)
     finally:
-        tally._lock.release()  # noqa: SLF001
+        tally._lock.release()
     assert tally.counts() == {"refused": 100}
     assert tally.drain() == {"refused": 100}
     assert tally.counts() == {}
@@ -138,3 +145,94 @@ def test_a_dropped_processor_is_collected() -> None:
     del processor
     gc.collect()
     assert ref() is None, "something still holds the dropped processor"
+
+
+def _ours(frame: Any) -> bool:
+    """Whether the caller of ``opentelemetry.context.attach``/``detach`` is cp-observe (not the SDK's exporter)."""
+    return frame.f_code.co_filename.startswith(str(ROOT / "cp_observe"))
+
+
+class _RecordingContext:
+    """The OpenTelemetry runtime context, recording each attach and detach of ours made while a collection runs."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.collecting = False
+        self.inside: list[str] = []
+
+    def track(self, phase: str, info: dict[str, Any]) -> None:
+        self.collecting = phase == "start"
+
+    def attach(self, context: Any) -> object:
+        if self.collecting and _ours(sys._getframe(2)):
+            self.inside.append("attach")
+        return self.real.attach(context)
+
+    def detach(self, token: Any) -> None:
+        if self.collecting and _ours(sys._getframe(2)):
+            self.inside.append("detach")
+        self.real.detach(token)
+
+    def get_current(self) -> Any:
+        return self.real.get_current()
+
+
+@cp_observe.retriever(name="collected")
+def _streaming(query: str) -> Iterator[str]:
+    yield from (f"{query} {i}" for i in range(4))
+
+
+@cp_observe.retriever(name="acollected")
+async def _astreaming(query: str) -> AsyncIterator[str]:
+    for i in range(4):
+        yield f"{query} {i}"
+
+
+@cp_observe.retriever(name="waiting")
+async def _waiting(query: str) -> list[str]:
+    await _Pending()  # never resumed
+    return [query]
+
+
+class _Pending:
+    """An awaitable that suspends once and is never resumed (the coroutine is collected while suspended)."""
+
+    def __await__(self) -> Iterator[None]:
+        yield None
+
+
+def test_spans_ended_by_the_collector_set_no_context_variable(otel: Otel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generators, async generators and coroutines collected mid-way end their spans without touching the context.
+
+    CPython frees a context's variables under an interrupted ``ContextVar.set`` when a finalizer sets one of the
+    same context (gh-148891): a crash later, anywhere. A call made from a finalizer runs untraced for that reason.
+    """
+    recording = _RecordingContext(otel_context._RUNTIME_CONTEXT)
+    monkeypatch.setattr(otel_context, "_RUNTIME_CONTEXT", recording)
+    gc.callbacks.append(recording.track)
+    try:
+        generator = _streaming("sync")
+        next(generator)
+        agen = _astreaming("async")
+        with contextlib.suppress(StopIteration):
+            agen.asend(None).send(None)  # stepped by hand: no loop, so only the collector closes it
+        coroutine = _waiting("coroutine")
+        coroutine.send(None)  # suspended in _Pending, never resumed
+
+        class CallsFromFinalizer:
+            def __del__(self) -> None:
+                for _ in _streaming("from a finalizer"):
+                    pass
+
+        cycle: list[Any] = [generator, agen, coroutine, CallsFromFinalizer()]
+        cycle.append(cycle)
+        del generator, agen, coroutine, cycle
+        assert gc.collect() > 0
+    finally:
+        gc.callbacks.remove(recording.track)
+    assert recording.inside == []
+    ended = {span.attributes[n.GEN_AI_DATA_SOURCE_ID]: span for span in otel.by_name("retrieval ")}
+    assert sorted(ended) == ["acollected", "collected", "waiting"]  # the finalizer's own call: untraced
+    assert ended["collected"].attributes[n.CP_PARTIAL] is True
+    assert ended["acollected"].attributes[n.CP_PARTIAL] is True
+    assert ended["waiting"].attributes[n.ERROR_TYPE] == "GeneratorExit"

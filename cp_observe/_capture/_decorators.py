@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar, overload
 
 from cp_observe._capture import _spans
+from cp_observe._capture._collecting import in_collection
 from cp_observe._capture._spans import Call
 from cp_observe._internal import USER_FAILED, report_user_error
 
@@ -196,7 +197,9 @@ def _wrap(func: F, call: Call) -> F:
 # collection of an unfinished generator (collection closes the wrapper, which closes the user's generator).
 # The span ends exactly once: on exhaustion (ok), on close or collection (ok, ``context_precision.partial``),
 # or when the generator raises (error). Only the first ``State.keep`` items are kept, and only while the span
-# records: that is all that can be recorded or judged.
+# records: that is all that can be recorded or judged. Closed by the garbage collector, the user's generator is
+# closed without making our span current (``quiet``): no context variable is set inside a collection
+# (``_collecting`` says why).
 
 
 def _wrap_async_generator(func: F, call: Call) -> F:
@@ -211,9 +214,9 @@ def _wrap_async_generator(func: F, call: Call) -> F:
         count = 0
         value: Any = None
         thrown: BaseException | None = None
-        closing = False
+        closing = quiet = False
         while True:
-            token = enter(state) if state is not None else None
+            token = enter(state) if state is not None and not quiet else None
             try:
                 if thrown is None:
                     item = await generator.asend(value)
@@ -245,6 +248,7 @@ def _wrap_async_generator(func: F, call: Call) -> F:
             except BaseException as exc:  # noqa: BLE001 - athrow / aclose: passed on to the user's generator as is
                 thrown, value = exc, None
                 closing = isinstance(exc, GeneratorExit)
+                quiet = closing and in_collection()
 
     return agen_wrapper  # type: ignore[return-value]
 
@@ -264,9 +268,9 @@ def _wrap_generator(func: F, call: Call) -> F:
         send = generator.send
         value: Any = None
         thrown: BaseException | None = None
-        closing = False
+        closing = quiet = False
         while True:
-            token = enter(state)
+            token = None if quiet else enter(state)
             try:
                 item = send(value) if thrown is None else generator.throw(thrown)
             except StopIteration as stop:
@@ -291,6 +295,7 @@ def _wrap_generator(func: F, call: Call) -> F:
             except BaseException as exc:  # noqa: BLE001 - throw / close: passed on to the user's generator as is
                 thrown, value = exc, None
                 closing = isinstance(exc, GeneratorExit)
+                quiet = closing and in_collection()
 
     return gen_wrapper  # type: ignore[return-value]
 
@@ -307,7 +312,8 @@ def _wrap_coroutine(func: F, call: Call) -> F:
         try:
             result = await func(*args, **kwargs)
         except BaseException as exc:
-            detach(token)
+            if not (type(exc) is GeneratorExit and in_collection()):  # collected: leave the context alone
+                detach(token)
             fail(state, exc)
             raise
         detach(token)

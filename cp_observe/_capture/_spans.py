@@ -24,6 +24,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from cp_observe import _names as n
 from cp_observe._capture._answer import answer_text
+from cp_observe._capture._collecting import COLLECTING, in_collection
 from cp_observe._capture._extract import NOT_CAPTURED, Context, extract_contexts
 from cp_observe._capture._serialize import finite_float, metadata_json, safe_str, type_name
 from cp_observe._config._runtime import PAYLOADS, RUNTIME_HOLDER, Payload, Runtime
@@ -115,8 +116,12 @@ class State:
 
 
 def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | None:
-    """Start the span of one call; ``None`` means run the function untraced."""
-    if _get_value(_SUPPRESS_INSTRUMENTATION_KEY):
+    """Start the span of one call; ``None`` means run the function untraced.
+
+    A call made from a finalizer inside a garbage collection runs untraced: making its span current there would
+    set a context variable inside the collection (``_collecting``).
+    """
+    if _get_value(_SUPPRESS_INSTRUMENTATION_KEY) or (COLLECTING[0] is not None and in_collection()):
         return None
     span: Span | None = None
     try:
@@ -168,8 +173,9 @@ def enter(state: State) -> object:
 
 
 def leave(token: object) -> None:
-    """Restore the context that was current before ``enter``."""
-    _detach(token)  # type: ignore[arg-type]
+    """Restore the context that was current before ``enter`` (nothing for ``None``: ``enter`` was skipped)."""
+    if token is not None:
+        _detach(token)  # type: ignore[arg-type]
 
 
 def finish(state: State, result: Any, *, partial: bool = False, yielded: int | None = None) -> None:
