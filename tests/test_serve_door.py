@@ -202,3 +202,20 @@ def test_stats_carry_the_sink_counts(sink: OtlpSink, keyword_judge: KeywordJudge
     sinks = json.loads(text)["sinks"]
     assert set(sinks) == set(expected) and sinks, sinks
     assert next(iter(sinks.values()))["offered"] == 2
+
+
+def test_the_bound_is_lowered_to_what_the_open_file_limit_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a hard RLIMIT_NOFILE below max_connections, the soft limit goes up to it and the bound fits under it."""
+    from cp_observe.serve import _limits
+
+    limits = {"now": (1024, 2048)}
+
+    def setrlimit(which: int, value: tuple[int, int]) -> None:
+        limits["now"] = value
+
+    monkeypatch.setattr(_limits.resource, "getrlimit", lambda which: limits["now"])
+    monkeypatch.setattr(_limits.resource, "setrlimit", setrlimit)
+    assert _limits.effective_limits(1000, 60.0, 30.0).max_connections == 1000  # 1000 + the reserve fit in 2048
+    assert limits["now"] == (1256, 2048)
+    assert _limits.effective_limits(4096, 60.0, 30.0).max_connections == 2048 - 256
+    assert limits["now"] == (2048, 2048)

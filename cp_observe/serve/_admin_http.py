@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
-from cp_observe.serve._connections import Connection, HttpDoor, Limits
+from cp_observe.serve._connections import Connection, HttpDoor
+from cp_observe.serve._limits import Limits
 
 if TYPE_CHECKING:
     from cp_observe.serve._backend import Backend

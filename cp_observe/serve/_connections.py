@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import resource
 import socket
 import threading
 from collections.abc import Awaitable, Callable
@@ -32,33 +31,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 
 from cp_observe._log import LOGGER_NAME, logger
+from cp_observe.serve._limits import MAX_HEADERS, MAX_LINE, Limits, classify
 from cp_observe.serve._tls import peer_identity
 
 if TYPE_CHECKING:
     from cp_observe.serve._backend import Backend
     from cp_observe.serve._tls import ServerTls
 
-__all__ = ["Connection", "HttpDoor", "Limits"]
+__all__ = ["Connection", "HttpDoor"]
 
-_FD_RESERVE = 256  # descriptors kept for everything else: the gRPC port, the admin port, exporters, files
-_MAX_LINE = 16 << 10  # request line or one header line (stdlib http.server: 64 KiB; bearer tokens fit)
-_MAX_HEADERS = 100  # as http.server
 _LINGER_S = 2.0  # after a refusal, how long an unread body is drained so the sender sees the answer
 _AIOHTTP_LOG = logging.getLogger(f"{LOGGER_NAME}.http")  # aiohttp's own lines (bugs only): quiet by default
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
-
-
-class Limits:
-    """The door's bounds: open connections, the idle time, and the time one request may take to arrive."""
-
-    def __init__(self, max_connections: int, idle_timeout_s: float, read_timeout_s: float) -> None:
-        self.max_connections = max_connections
-        self.idle_timeout_s = idle_timeout_s
-        self.read_timeout_s = read_timeout_s
 
 
 class Connection(web.RequestHandler):
@@ -139,7 +126,7 @@ class Connection(web.RequestHandler):
         """What the parser refuses (bad request line, framing, header size) or a handler's bug: counted, short."""
         if request.writer.output_size > 0:
             raise ConnectionError("the answer was already started")
-        status, reason = _classify(status, exc)
+        status, reason = classify(status, exc)
         text = self._door.refused_request(status, reason, type(exc).__name__ if exc is not None else "")
         response = web.Response(status=status, text=text, content_type="text/plain")
         response.force_close()
@@ -150,21 +137,6 @@ def cut_short(request: web.BaseRequest) -> None:
     """After the sender's EOF: a body still expected never comes, so its reader fails instead of waiting."""
     if not request.content.is_eof():
         request.content.set_exception(ConnectionResetError("the sender closed before the body ended"))
-
-
-def _classify(status: int, exc: BaseException | None) -> tuple[int, str]:
-    """The status and refusal reason of a request the parser could not read."""
-    if not isinstance(exc, HttpProcessingError):
-        return status, "internal"
-    text = str(exc).lower()
-    if isinstance(exc, LineTooLong):
-        return (414, "malformed") if "status line" in text or "url" in text else (431, "malformed")
-    if "header" in text and ("too many" in text or "too large" in text):
-        return 431, "malformed"
-    if any(word in text for word in ("chunk", "transfer-encoding", "transfer encoding", "content-length",
-                                     "content length")):
-        return 400, "length"
-    return 400, "malformed"
 
 
 class _Refused(asyncio.Protocol):
@@ -316,8 +288,8 @@ class HttpDoor:
         # aiohttp's own keep-alive timer only backs up the sweep, which closes idle connections first and counts them.
         backstop = 2 * (self.limits.idle_timeout_s + self.limits.read_timeout_s) + 60.0
         return Connection(self, self._manager, loop=self.loop, keepalive_timeout=backstop, tcp_keepalive=True,
-                          logger=_AIOHTTP_LOG, access_log=None, max_line_size=_MAX_LINE,
-                          max_field_size=_MAX_LINE, max_headers=_MAX_HEADERS, lingering_time=_LINGER_S,
+                          logger=_AIOHTTP_LOG, access_log=None, max_line_size=MAX_LINE,
+                          max_field_size=MAX_LINE, max_headers=MAX_HEADERS, lingering_time=_LINGER_S,
                           auto_decompress=False)
 
     def _accept(self) -> asyncio.Protocol:
@@ -413,27 +385,3 @@ def _quiet_exceptions(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) 
     exc = context.get("exception")
     logger.warning("HTTP port event loop error", message=str(context.get("message", ""))[:200],
                    error_type=type(exc).__name__ if exc is not None else "")
-
-
-def raise_open_file_limit(wanted: int) -> int:
-    """Raise the soft ``RLIMIT_NOFILE`` to ``wanted`` (at most the hard limit); returns the soft limit now."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= wanted:
-        return wanted
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = target
-    return soft
-
-
-def effective_limits(max_connections: int, idle_timeout_s: float, read_timeout_s: float) -> Limits:
-    """The OTLP door's limits, with the bound kept below the descriptors the process may open."""
-    soft = raise_open_file_limit(max_connections + _FD_RESERVE)
-    bound = max_connections
-    if soft < max_connections + _FD_RESERVE:
-        bound = max(16, soft - _FD_RESERVE)
-        logger.warning("the open-file limit is below max_connections; connections past it are refused",
-                       max_connections=max_connections, effective=bound, nofile=soft)
-    return Limits(bound, idle_timeout_s, read_timeout_s)
-
