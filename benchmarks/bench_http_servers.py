@@ -142,22 +142,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--path", help="where uvicorn (and httptools) are installed")
+    parser.add_argument("--quick", action="store_true", help="one round, 500 idle connections, 1 s each")
     args = parser.parse_args(argv)
     if args.serve:
         serve(args.serve, args.port)
         return 0
+    if args.quick:
+        args.idle, args.seconds, args.rounds = 500, 1.0, 1
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks._common import block_network, machine_line
+
+    blocked = block_network()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     results: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     for _ in range(args.rounds):
         for kind in KINDS:
             results[kind].append(measure(kind, args.idle, args.seconds, args.path))
-    print(f"\nmedian of {args.rounds} interleaved rounds; {args.idle:,} idle connections; 1 KiB POST bodies\n")
+    print(f"\n{machine_line()}; median of {args.rounds} interleaved rounds; {args.idle:,} idle connections; "
+          "1 KiB POST bodies\n")
     print("| server | KiB per idle connection | requests/s, kept alive | requests/s, new connection each |")
     print("| --- | --- | --- | --- |")
     for kind, rows in results.items():
         print(f"| {kind} | {statistics.median(r['kib'] for r in rows):.1f} | "
               f"{statistics.median(r['kept'] for r in rows):,.0f} | {statistics.median(r['new'] for r in rows):,.0f} |")
+    print(f"\nnon-loopback connections refused: {blocked.total}")
     return 0
 
 
