@@ -7,6 +7,7 @@ import re
 import socket
 import threading
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,3 +220,27 @@ def test_the_bound_is_lowered_to_what_the_open_file_limit_allows(monkeypatch: py
     assert limits["now"] == (1256, 2048)
     assert _limits.effective_limits(4096, 60.0, 30.0).max_connections == 2048 - 256
     assert limits["now"] == (2048, 2048)
+
+
+def test_a_tls_handshake_that_never_comes_is_closed_as_slow_client(
+    sink: OtlpSink, keyword_judge: KeywordJudge, tmp_path: Path
+) -> None:
+    """On a TLS port, a connection that never says hello is closed after http_read_timeout_s and counted."""
+    import ssl
+
+    from tests.tls_support import make_pki
+
+    pki = make_pki(tmp_path)
+    with start_service(sink, keyword_judge, tls_cert_file=str(pki.server_cert), tls_key_file=str(pki.server_key),
+                       http_read_timeout_s=0.3) as service:
+        port = service.port("http")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+            assert silent.recv(100) == b""
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as secure:
+            body = retrieval_request(1)
+            secure.sendall(f"{HEAD}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            assert _response(secure).startswith(b"HTTP/1.1 200")  # others still get through
+        stats = service.stats()
+    assert stats["refusals"] == {"http:slow_client": 1}
