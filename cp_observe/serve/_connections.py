@@ -55,13 +55,14 @@ class Connection(web.RequestHandler):
     it is being handled); ``idle_since``: when the connection last became idle.
     """
 
-    __slots__ = ("_door", "closed_reason", "counted", "current", "half_closed", "handling", "idle_since",
+    __slots__ = ("_door", "closed_reason", "counted", "current", "half_closed", "handling", "idle_since", "lost",
                  "reading_since")
 
     def __init__(self, door: HttpDoor, manager: web.Server, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._door = door
         self.counted = False  # holds one of the door's connection slots
+        self.lost = False  # connection_lost came (after a TLS handshake it can come before connection_made)
         self.closed_reason: str | None = None  # set when the door closed it (idle, slow): counted once, there
         self.handling = False
         self.half_closed = False  # the sender shut its side down: answer what it sent, then close
@@ -70,6 +71,8 @@ class Connection(web.RequestHandler):
         self.idle_since = door.loop.time()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.lost:  # the TLS peer left between its handshake and this call: its slot is already given back
+            return
         if not self.counted and not self._door.admit():
             _abort(transport)  # over the bound: counted by admit(); nothing was built for it beyond this object
             return
@@ -79,6 +82,7 @@ class Connection(web.RequestHandler):
         super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost = True
         if not self.counted:
             return
         self.counted = False
@@ -245,6 +249,8 @@ class HttpDoor:
                 future.result(grace_s + 5.0)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(grace_s + 5.0)
+        elif self._thread.ident is None:  # never started (another port failed to bind)
+            self.loop.close()
         self._sock.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
