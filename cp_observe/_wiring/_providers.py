@@ -25,6 +25,7 @@ __all__ = [
     "build_log_exporter",
     "build_metric_readers",
     "build_span_exporter",
+    "exemplar_prometheus_reader",
     "judge_from_settings",
     "processor_from_settings",
     "sinks_from_settings",
@@ -154,6 +155,13 @@ def build_metric_readers(settings: Settings) -> list[MetricReader]:
     if settings.metrics_port is not None:
         readers.append(start_prometheus_endpoint(settings.metrics_port))
     return readers
+
+
+def exemplar_prometheus_reader(registry: Any) -> MetricReader:
+    """A Prometheus reader into ``registry`` whose histogram buckets keep trace exemplars (``serve``'s /metrics)."""
+    from cp_observe._emission._exemplars import ExemplarPrometheusReader
+
+    return ExemplarPrometheusReader(registry=registry)
 
 
 def start_prometheus_endpoint(port: int, addr: str = "0.0.0.0") -> MetricReader:

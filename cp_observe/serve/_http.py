@@ -1,35 +1,41 @@
-"""The OTLP/HTTP front door (``POST /v1/traces``) and the admin port (health, readiness, metrics, stats).
+"""The OTLP/HTTP front door (``POST /v1/traces``), on aiohttp; the admin port is in ``_admin_http``.
 
 OTLP/HTTP: ``application/x-protobuf`` or ``application/json`` bodies, optionally ``gzip``/``deflate``;
 the answer uses the request's encoding. Refusals: 429 (queue full) and 503 (draining) with
 ``Retry-After``, both retried by the Collector and the SDK exporters; 413 for a request that can never
-fit; 400/411/415 for what cannot be read; 401 without the bearer token (when one is set). Bodies come
-framed by ``Content-Length`` or ``Transfer-Encoding: chunked`` (the Node.js exporter's), both held to
-``max_request_bytes``. Error bodies are ``google.rpc.Status`` messages, as OTLP asks. Every refusal is
-counted by reason (``_refusals``). With TLS set, each connection's handshake runs in its own thread.
+fit; 400/411/415 for what cannot be read; 401 without the bearer token (when one is set); 404/405 off
+``POST /v1/traces``. Bodies come framed by ``Content-Length`` or ``Transfer-Encoding: chunked`` (the Node.js
+exporter's), both held to ``max_request_bytes`` on the wire and again while decompressing. Error bodies are
+``google.rpc.Status`` messages, as OTLP asks. Every refusal is counted by reason (``_refusals``).
 
-Admin: ``GET /healthz`` (the process serves), ``GET /readyz`` (started, not draining, below the
-high-water mark; 503 with the reason otherwise), ``GET /metrics`` (Prometheus text) and ``GET /stats``
-(the accounting as JSON).
+Order of checks, before any body byte is read: the bearer token, the path, the framing and the declared size;
+only then does a sender that asked (``Expect: 100-continue``) get its ``100 Continue``, so an unauthenticated
+sender is told 401 instead of being invited to send its body. Decoding and ingestion (the processor's
+``on_end`` for every span) are CPU work: for a large or compressed body they run in a small thread pool, so the
+event loop keeps accepting and reading other connections meanwhile; a small plain body is handled on the loop,
+where the thread hop would cost more than the work.
+
+Why aiohttp: measured against uvicorn (ASGI) over h11 and over httptools (``benchmarks/bench_http_servers.py``),
+its low-level server is on par: about 6 KiB per idle connection (h11's 4.5, httptools' 5.6) and 6,000 requests/s
+on one kept-alive connection (httptools' 6,500, h11's 4,100). It decides on the rest: it is already installed
+(litellm depends on it; uvicorn would add uvicorn, click and httptools), aio-libs release it every few weeks, and
+it exposes the connection protocol, which the connection bound at accept, the idle and slow-client sweep and the
+per-connection TLS upgrade need; ASGI hides the connection from the application, and uvicorn times out only
+idle keep-alive connections (not a request's headers or body: slowloris) and loads its certificate once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import socket
-import sys
-import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type hints
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from aiohttp import web
 
-from cp_observe._log import logger
+from cp_observe.serve._admin_http import AdminServer
 from cp_observe.serve._admission import Decision
-from cp_observe.serve._framing import ClientGone, read_chunked
+from cp_observe.serve._connections import Connection, HttpDoor
+from cp_observe.serve._limits import effective_limits
 from cp_observe.serve._otlp import (
     JSON,
     PROTOBUF,
@@ -39,306 +45,194 @@ from cp_observe.serve._otlp import (
     encode_status,
     http_retry_after,
 )
-from cp_observe.serve._tls import peer_identity
 
 if TYPE_CHECKING:
-    from cp_observe.serve._backend import Backend
-    from cp_observe.serve._tls import ServerTls
+    from aiohttp.streams import StreamReader
+
+    from cp_observe.serve._backend import Backend, Ingested
 
 __all__ = ["AdminServer", "OtlpHttpServer"]
 
 _TRACES_PATH = "/v1/traces"
-_IDLE_TIMEOUT_S = 60.0
-_HANDSHAKE_TIMEOUT_S = 10.0
+_WORKERS = 4  # decoding and on_end are CPU work under the GIL: a few threads keep the loop free, more buy nothing
+# Small plain bodies are decoded and ingested on the loop: the hop to a worker costs more than the work (measured:
+# ~2x the requests/s of one-span requests inline). Larger or compressed ones (which may inflate to the limit) go to
+# the pool, so one big batch never stalls every other connection (benchmarks/README.md, "The HTTP door").
+_INLINE_BYTES = 32 << 10
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _REFUSALS = {
     Decision.BUSY: (HTTPStatus.TOO_MANY_REQUESTS, grpc.StatusCode.RESOURCE_EXHAUSTED, "the scorer's queue is full"),
     Decision.DRAINING: (HTTPStatus.SERVICE_UNAVAILABLE, grpc.StatusCode.UNAVAILABLE, "the scorer is shutting down"),
     Decision.TOO_LARGE: (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, grpc.StatusCode.INVALID_ARGUMENT,
                          "more sampled spans than the scorer's queue can hold; send smaller batches"),
 }
+_UNAUTHENTICATED = {"WWW-Authenticate": 'Bearer realm="cp-observe"'}
 
 
-class _Server(ThreadingHTTPServer):
-    """A threading HTTP server that knows its service, speaks TLS when told, and can close idle connections."""
+class OtlpHttpServer:
+    """The OTLP/HTTP front door: ``start()``, ``stop(grace_s)`` and the bound ``port``."""
 
-    daemon_threads = True
-    protocol = "http"  # the refusal counters' protocol label
+    name = "otlp-http"
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], service: Backend,
-                 tls: ServerTls | None, admin: bool) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.service = service
-        self.tls = tls
-        self.admin = admin
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()  # guards _connections
-        super().__init__(address, handler)
+    def __init__(self, service: Backend, host: str, port: int) -> None:
+        s = service.settings
+        limits = effective_limits(s.max_connections, s.http_idle_timeout_s, s.http_read_timeout_s)
+        self._service = service
+        self._door = HttpDoor(service, host, port, self._handle, admin=False, limits=limits, workers=_WORKERS,
+                              name=self.name)
+        self.port = self._door.port
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self._connections.add(request)
-        super().process_request(request, client_address)
+    def start(self) -> OtlpHttpServer:
+        """Start serving."""
+        self._door.start()
+        return self
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        """Handle one connection in its own thread: the TLS handshake first, so a slow one blocks nobody."""
-        with contextlib.suppress(OSError):
-            # Small writes (TLS 1.3 session tickets, then the answer; or headers, then a JSON body) must not wait
-            # for the sender's delayed ACK: Nagle's algorithm cost ~40 ms per new TLS connection.
-            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.tls is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(_HANDSHAKE_TIMEOUT_S)
+    def stop(self, grace_s: float) -> None:
+        """Stop accepting, finish requests in flight within ``grace_s``, close every connection."""
+        self._door.stop(grace_s)
+
+    @property
+    def open_connections(self) -> int:
+        """Connections holding a slot now (for tests and the benchmark)."""
+        return self._door.open_connections
+
+    # --- one request ----------------------------------------------------------------------------------------------
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Receive one OTLP trace request; a failure of ours becomes a counted 500, never a dropped connection."""
+        media = JSON if request.headers.get("Content-Type", "").lower().startswith(JSON) else PROTOBUF
         try:
-            secure = self.tls.context(admin=self.admin).wrap_socket(request, server_side=True)
-        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError: plaintext, unknown CA, no client cert
-            if not self.admin:
-                self.service.refusals.record(self.protocol, "tls", type(exc).__name__)
-            return
-        with self._connections_lock:
-            self._connections.discard(request)  # wrap_socket detached it: the TLS socket owns the descriptor
-            self._connections.add(secure)
-        if self.tls.mutual and not self.admin:
-            logger.debug("mTLS sender", identity=peer_identity((secure.getpeercert() or {}).get("subject")))
-        try:
-            super().finish_request(secure, client_address)
-        finally:
-            with self._connections_lock:
-                self._connections.discard(secure)
-            with contextlib.suppress(OSError):
-                secure.shutdown(socket.SHUT_RDWR)
-            secure.close()
+            if request.method != "POST":
+                return self._not_post(request, media)
+            return await self._receive(request, media)
+        except (OSError, web.RequestPayloadError) as exc:  # the sender went away mid-body
+            self._incomplete(request, type(exc).__name__)
+        except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the connection's task
+            return self._refuse(HTTPStatus.INTERNAL_SERVER_ERROR, media, "internal",
+                                "the scorer failed to read the request", detail=type(exc).__name__)
+        request.protocol.force_close()  # nobody is left to answer: close without one, as before
+        return web.Response(status=HTTPStatus.BAD_REQUEST)
 
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
+    def _incomplete(self, request: web.BaseRequest, detail: str) -> None:
+        connection = request.protocol
+        if isinstance(connection, Connection) and connection.closed_reason is not None:
+            return  # closed by the door's sweep (slow_client), and counted there
+        self._service.count("http", "invalid")
+        self._service.refusals.record("http", "incomplete", detail)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A handler escaped with an exception (a bug): one log line, no traceback on stderr."""
-        exc = sys.exc_info()[1]
-        logger.warning("HTTP connection failed", error_type=type(exc).__name__)
-
-    def close_connections(self) -> None:
-        """Shut down every open connection (handlers waiting on an idle keep-alive connection see EOF)."""
-        with self._connections_lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = _IDLE_TIMEOUT_S
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the service counts requests in its metrics instead."""
-
-    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _unauthenticated(self) -> str | None:
-        """The refusal reason when a token is required and missing or wrong (the value is never kept)."""
-        return self.server.service.tokens.check(self.headers.get("Authorization"))
-
-
-class _OtlpHandler(_Handler):
-    def do_POST(self) -> None:
-        """Receive one OTLP trace request; any failure of ours becomes a counted 500, never a dropped connection."""
-        media = JSON if self.headers.get("Content-Type", "").lower().startswith(JSON) else PROTOBUF
-        try:
-            self._receive(media)
-        except (OSError, ClientGone) as exc:
-            self.close_connection = True  # the sender went away or timed out mid-body: nobody to answer
-            self.server.service.count("http", "invalid")
-            self.server.service.refusals.record("http", "incomplete", type(exc).__name__)
-        except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the handler thread
-            self.close_connection = True
-            self._refuse(HTTPStatus.INTERNAL_SERVER_ERROR, media, "internal", "the scorer failed to read the request",
-                         detail=type(exc).__name__)
-
-    def _receive(self, media: str) -> None:
-        service = self.server.service
-        unauthenticated = self._unauthenticated()
+    def _not_post(self, request: web.BaseRequest, media: str) -> web.StreamResponse:
+        """Only POST is served here (the token is still checked first, so the paths say nothing to strangers)."""
+        _request_read(request)
+        unauthenticated = self._service.tokens.check(request.headers.get("Authorization"))
         if unauthenticated is not None:
-            self.close_connection = True  # the body is left unread
-            self._refuse(HTTPStatus.UNAUTHORIZED, media, unauthenticated, "missing or invalid bearer token",
-                         {"WWW-Authenticate": 'Bearer realm="cp-observe"'}, code=grpc.StatusCode.UNAUTHENTICATED)
-            return
-        if self.path.split("?", 1)[0] != _TRACES_PATH:
-            self.close_connection = True
-            self._refuse(HTTPStatus.NOT_FOUND, media, "path", f"no such path; send traces to {_TRACES_PATH}")
-            return
+            return self._refuse(HTTPStatus.UNAUTHORIZED, media, unauthenticated, "missing or invalid bearer token",
+                                _UNAUTHENTICATED, code=grpc.StatusCode.UNAUTHENTICATED)
+        status = HTTPStatus.METHOD_NOT_ALLOWED if request.path == _TRACES_PATH else HTTPStatus.NOT_FOUND
+        return self._refuse(status, media, "path", "send traces with POST /v1/traces", {"Allow": "POST"})
+
+    async def _receive(self, request: web.BaseRequest, media: str) -> web.StreamResponse:
+        service = self._service
+        unauthenticated = service.tokens.check(request.headers.get("Authorization"))
+        if unauthenticated is not None:  # before the path, the framing, any 100 Continue and any body byte
+            return self._refuse(HTTPStatus.UNAUTHORIZED, media, unauthenticated, "missing or invalid bearer token",
+                                _UNAUTHENTICATED, code=grpc.StatusCode.UNAUTHENTICATED)
+        if request.path != _TRACES_PATH:
+            return self._refuse(HTTPStatus.NOT_FOUND, media, "path", f"no such path; send traces to {_TRACES_PATH}")
         limit = service.settings.max_request_bytes
         try:
-            body = self._read_body(limit)
+            _framing(request, limit)
         except BadRequest as exc:
-            self.close_connection = True
             too_large = exc.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE
-            self._refuse(exc.status, media, "too_large" if too_large else "length", str(exc))
-            if too_large and self.headers.get("Transfer-Encoding") is None:
-                self._discard(int(self.headers.get("Content-Length", "0")), limit)
-            return
+            return self._refuse(exc.status, media, "too_large" if too_large else "length", str(exc))
+        if request.headers.get("Expect", "").strip().lower() == "100-continue" and request.version >= (1, 1):
+            await request.writer.write(_CONTINUE)
         try:
-            request = decode_body(body, self.headers.get("Content-Type", ""),
-                                  self.headers.get("Content-Encoding", ""), limit)
+            body = await _read_body(request.content, limit)
+        except BadRequest as exc:
+            return self._refuse(exc.status, media, "too_large", str(exc))
+        _request_read(request)
+        headers = request.headers
+        content_type, encoding = headers.get("Content-Type", ""), headers.get("Content-Encoding", "")
+        try:
+            if len(body) <= _INLINE_BYTES and encoding.strip().lower() in ("", "identity"):
+                result = _decode_and_ingest(service, body, content_type, encoding, limit)  # < 1 ms: no thread hop
+            else:
+                result = await self._door.run(_decode_and_ingest, service, body, content_type, encoding, limit)
         except BadRequest as exc:
             service.count("http", "invalid")
-            self._refuse(exc.status, media, exc.reason, str(exc), count_request=False)
-            return
-        result = service.ingest(request, "http")
+            return self._refuse(exc.status, media, exc.reason, str(exc), count_request=False)
         decision = result.offer.decision
         if decision is Decision.ACCEPTED:
-            self._send(HTTPStatus.OK, encode_response(media, result.rejected, result.error), media)
-            return
+            return _answer(HTTPStatus.OK, encode_response(media, result.rejected, result.error), media)
         status, code, message = _REFUSALS[decision]
         retry = service.settings.retry_after_s if decision is not Decision.TOO_LARGE else None
-        headers = {"Retry-After": http_retry_after(retry)} if retry is not None else None
-        self._send(status, encode_status(media, code.value[0], message, retry), media, headers)
-
-    def _read_body(self, limit: int) -> bytes:
-        """The body, framed by Content-Length or ``Transfer-Encoding: chunked``, at most ``limit`` bytes.
-
-        Raises:
-            BadRequest: no usable framing (411 or 400), or more than ``limit`` bytes on the wire (413).
-        """
-        transfer = self.headers.get("Transfer-Encoding")
-        length_header = self.headers.get("Content-Length")
-        if transfer is not None:
-            if length_header is not None:  # both: a request-smuggling shape (RFC 9112 6.1): refuse, never guess
-                raise BadRequest("both Transfer-Encoding and Content-Length", 400)
-            if transfer.strip().lower() != "chunked":
-                raise BadRequest("unsupported Transfer-Encoding; use chunked or Content-Length", 400)
-            return read_chunked(self.rfile, limit)
-        if length_header is None or not length_header.strip().isdigit():
-            raise BadRequest("Content-Length (or Transfer-Encoding: chunked) is required", 411)
-        length = int(length_header)
-        if length > limit:
-            raise BadRequest(f"request larger than {limit} bytes", 413)
-        body = self.rfile.read(length)
-        if len(body) < length:
-            raise ClientGone()
-        return body
-
-    def _discard(self, length: int, limit: int) -> None:
-        """Read and drop up to ``limit`` bytes of a refused body; larger bodies are cut off.
-
-        Most HTTP/1.1 clients write the whole body before reading: they then see the 413, not a broken pipe.
-        """
-        remaining = min(length, limit)
-        with contextlib.suppress(OSError):
-            while remaining > 0:
-                piece = self.rfile.read(min(remaining, 64 << 10))
-                if not piece:
-                    return
-                remaining -= len(piece)
-
-    def do_GET(self) -> None:
-        """Only POST is served here."""
-        self.close_connection = True
-        media = PROTOBUF
-        unauthenticated = self._unauthenticated()
-        if unauthenticated is not None:
-            self._refuse(HTTPStatus.UNAUTHORIZED, media, unauthenticated, "missing or invalid bearer token",
-                         {"WWW-Authenticate": 'Bearer realm="cp-observe"'}, code=grpc.StatusCode.UNAUTHENTICATED)
-            return
-        status = HTTPStatus.METHOD_NOT_ALLOWED if self.path.split("?", 1)[0] == _TRACES_PATH else HTTPStatus.NOT_FOUND
-        self._refuse(status, media, "path", "send traces with POST /v1/traces", {"Allow": "POST"})
-
-    do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The standard library refuses what it cannot parse (bad request line, huge headers): count that too."""
-        self.server.service.count("http", "invalid")
-        self.server.service.refusals.record("http", "malformed", str(int(code)))
-        super().send_error(code, message, explain)
+        extra = {"Retry-After": http_retry_after(retry)} if retry is not None else None
+        return _answer(status, encode_status(media, code.value[0], message, retry), media, extra)
 
     def _refuse(self, status: int, media: str, reason: str, message: str, headers: dict[str, str] | None = None,
-                *, code: Any = None, count_request: bool = True, detail: str = "") -> None:
-        """Count and (rate-limited) log the refusal, then answer with a ``google.rpc.Status`` body."""
-        service = self.server.service
+                *, code: Any = None, count_request: bool = True, detail: str = "") -> web.StreamResponse:
+        """Count and (rate-limited) log the refusal, then answer with a ``google.rpc.Status`` body and close."""
+        service = self._service
         if count_request:
             service.count("http", "unauthenticated" if status == HTTPStatus.UNAUTHORIZED else "invalid")
         service.refusals.record("http", reason, detail or str(int(status)))
         if code is None:
             code = grpc.StatusCode.INVALID_ARGUMENT if status < 500 else grpc.StatusCode.INTERNAL
-        self._send(status, encode_status(media, code.value[0], message), media, headers)
+        response = _answer(status, encode_status(media, code.value[0], message), media, headers)
+        response.force_close()  # the body, if any, is left unread (drained briefly so the sender sees this)
+        return response
 
 
-class _AdminHandler(_Handler):
-    def do_GET(self) -> None:
-        """Health, readiness, metrics and stats (the last two behind the bearer token when one is set)."""
-        service = self.server.service
-        path = self.path.split("?", 1)[0]
-        if path in ("/metrics", "/stats") and service.settings.admin_auth and self._unauthenticated() is not None:
-            self._send(HTTPStatus.UNAUTHORIZED, b"missing or invalid bearer token\n", "text/plain; charset=utf-8",
-                       {"WWW-Authenticate": 'Bearer realm="cp-observe"'})
-        elif path == "/healthz":
-            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
-        elif path == "/readyz":
-            ready, reason = service.ready()
-            status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
-            self._send(status, f"{reason}\n".encode(), "text/plain; charset=utf-8")
-        elif path == "/metrics":
-            self._send(HTTPStatus.OK, generate_latest(service.registry), CONTENT_TYPE_LATEST)
-        elif path == "/stats":
-            body = json.dumps(service.stats(), sort_keys=True).encode()
-            self._send(HTTPStatus.OK, body, "application/json")
-        else:
-            self._send(HTTPStatus.NOT_FOUND, b"not found: try /healthz, /readyz, /metrics or /stats\n",
-                       "text/plain; charset=utf-8")
-
-    do_HEAD = do_GET
+def _request_read(request: web.BaseRequest) -> None:
+    connection = request.protocol
+    if isinstance(connection, Connection):
+        connection.request_read()
 
 
-class _HttpServer:
-    """Serve ``handler`` on ``host:port`` in a daemon thread."""
+def _framing(request: web.BaseRequest, limit: int) -> None:
+    """Check the body's framing: chunked, or a Content-Length within ``limit``.
 
-    handler: type[BaseHTTPRequestHandler] = _Handler
-    name = "http"
-
-    def __init__(self, service: Backend, host: str, port: int) -> None:
-        admin = self.handler is _AdminHandler
-        tls = service.tls if not admin or service.settings.admin_tls else None
-        self._httpd = _Server((host, port), self.handler, service, tls, admin)
-        self.port = int(self._httpd.server_address[1])
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
-            name=f"cp-observe-serve-{self.name}-{self.port}", daemon=True,
-        )
-
-    def start(self) -> _HttpServer:
-        """Start serving."""
-        self._thread.start()
-        return self
-
-    def stop(self, grace_s: float) -> None:
-        """Stop accepting, close idle connections and the listening socket."""
-        if self._thread.is_alive():
-            self._httpd.shutdown()
-            self._thread.join(grace_s + 1.0)
-        self._httpd.close_connections()
-        self._httpd.server_close()
+    Raises:
+        BadRequest: no usable framing (411 or 400), or a declared length over ``limit`` (413).
+    """
+    transfer = request.headers.get("Transfer-Encoding")
+    length_header = request.headers.get("Content-Length")
+    if transfer is not None:
+        if length_header is not None:  # both: a request-smuggling shape (RFC 9112 6.1): refuse, never guess
+            raise BadRequest("both Transfer-Encoding and Content-Length", 400)
+        if transfer.strip().lower() != "chunked":
+            raise BadRequest("unsupported Transfer-Encoding; use chunked or Content-Length", 400)
+        return
+    if length_header is None or not length_header.strip().isdigit():
+        raise BadRequest("Content-Length (or Transfer-Encoding: chunked) is required", 411)
+    if int(length_header) > limit:
+        raise BadRequest(f"request larger than {limit} bytes", 413)
 
 
-class OtlpHttpServer(_HttpServer):
-    """The OTLP/HTTP front door."""
+async def _read_body(content: StreamReader, limit: int) -> bytes:
+    """The body, at most ``limit`` bytes (the parser decodes the chunks and holds Content-Length to its word).
 
-    handler = _OtlpHandler
-    name = "otlp-http"
+    Raises:
+        BadRequest: more than ``limit`` bytes arrived (413).
+        OSError: the connection ended before the body did (aiohttp sets the payload's exception).
+    """
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        piece = await content.readany()
+        if not piece:
+            break
+        total += len(piece)
+        if total > limit:
+            raise BadRequest(f"request larger than {limit} bytes", 413)
+        parts.append(piece)
+    return b"".join(parts)
 
 
-class AdminServer(_HttpServer):
-    """``/healthz``, ``/readyz``, ``/metrics`` and ``/stats``."""
+def _decode_and_ingest(service: Backend, body: bytes, content_type: str, encoding: str, limit: int) -> Ingested:
+    """In the pool: decompress (held to ``limit``), parse, convert and admit."""
+    request = decode_body(body, content_type, encoding, limit)
+    return service.ingest(request, "http")
 
-    handler = _AdminHandler
-    name = "admin"
+
+def _answer(status: int, body: bytes, media: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=int(status), body=body, headers={"Content-Type": media, **(headers or {})})

@@ -36,6 +36,10 @@ REASONS = (
     "incomplete",  # the connection ended or timed out before the body did (HTTP; nobody left to answer)
     "receive_failed",  # gRPC: grpcio ended the call before its message arrived (over the size limit, cancelled)
     "internal",  # a bug: the handler failed (500 / INTERNAL); the service keeps serving
+    # Connections the HTTP door closes (issue 22): counted per connection, not per request.
+    "too_many_connections",  # accepted past max_connections: closed at once (HTTP)
+    "idle_timeout",  # sent nothing for http_idle_timeout_s, new or kept alive (HTTP)
+    "slow_client",  # a request or TLS handshake took longer than http_read_timeout_s to arrive (HTTP)
 )
 
 

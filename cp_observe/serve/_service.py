@@ -42,6 +42,7 @@ from cp_observe._wiring._providers import (
     build_log_exporter,
     build_metric_readers,
     build_span_exporter,
+    exemplar_prometheus_reader,
     judge_from_settings,
     processor_from_settings,
 )
@@ -114,12 +115,10 @@ class ScorerService:
             self._owned.append(logger_provider)
         self.registry = CollectorRegistry()
         if meter_provider is None:
-            from opentelemetry.exporter.prometheus import PrometheusMetricReader
-
             readers = build_metric_readers(s.model_copy(update={"metrics_port": None}))
             # Flush these only: a flushed Prometheus reader would serve that collection again at the next scrape.
             self.metric_readers: list[Any] = list(readers)
-            readers.append(PrometheusMetricReader(registry=self.registry))
+            readers.append(exemplar_prometheus_reader(self.registry))  # /metrics: OpenMetrics exemplars too
             meter_provider = MeterProvider(resource=resource, metric_readers=readers)
             self._owned.append(meter_provider)  # last: its final export counts everything that happened
         else:
@@ -277,7 +276,8 @@ class ScorerService:
         with self._lock:
             requests = dict(sorted(self._counts.items()))
         out.update(occupancy=self.admission.occupancy(), queue_size=self.settings.queue_size,
-                   requests=requests, draining=self.admission.draining, refusals=self.refusals.counts())
+                   requests=requests, draining=self.admission.draining, refusals=self.refusals.counts(),
+                   sinks=self.processor.sink_stats())
         return out
 
     def flush(self, timeout_s: float = 30.0) -> bool:

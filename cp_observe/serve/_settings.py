@@ -54,6 +54,13 @@ class ServeSettings(Settings):
     admin_auth: bool = setting(True, "With a token set, /metrics and /stats require it too.")
     log_level: str = setting("info", "Level of the service's log lines on stderr.",
                              pattern=r"(?i)^(debug|info|warning|error|critical)$")
+    # --- The HTTP door (issue 22): bounded connections, idle and slow clients closed -------------------------------
+    max_connections: int = setting(
+        4096, "Open OTLP/HTTP connections at most; more are closed at accept and counted.", ge=1, le=1_000_000)
+    http_idle_timeout_s: float = setting(
+        60.0, "HTTP connections (new or kept alive) that send nothing this long are closed.", gt=0)
+    http_read_timeout_s: float = setting(
+        30.0, "Longest one HTTP request (or TLS handshake) may take to arrive; slower senders are closed.", gt=0)
 
 
 #: The fields ``cp-observe serve`` exposes as flags, in ``--help`` order (``judge_api_key``: environment only).
@@ -101,3 +108,6 @@ SERVE_FIELDS: tuple[str, ...] = (
 # --- evaluation sinks (issue 17): flags for the sink settings; the Phoenix API key is environment only
 # (CP_OBSERVE_PHOENIX_API_KEY, else PHOENIX_API_KEY), like the judge's. processor_from_settings builds the sinks.
 SERVE_FIELDS += ("phoenix_url", "sink_queue_size", "sink_batch_size", "sink_max_retries", "sink_timeout_s")
+
+# --- the HTTP door (issue 22): connection bound and timeouts.
+SERVE_FIELDS += ("max_connections", "http_idle_timeout_s", "http_read_timeout_s")
