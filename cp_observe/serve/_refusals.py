@@ -35,6 +35,10 @@ REASONS = (
     "parse",  # unreadable protobuf or JSON, too deeply nested JSON (400 / INVALID_ARGUMENT)
     "incomplete",  # the connection ended or timed out before the body did (HTTP; nobody left to answer)
     "internal",  # a bug: the handler failed (500 / INTERNAL); the service keeps serving
+    # Durable intake (issue 22): admitted, then refused by the store (429 / RESOURCE_EXHAUSTED, like a full queue).
+    "store_full",  # the stored spans would pass durable_max_bytes
+    "store_age",  # the oldest stored target is older than durable_max_age_s (the judge is not keeping up)
+    "store_error",  # the group commit failed or took longer than COMMIT_WAIT_S
 )
 
 

@@ -54,6 +54,14 @@ class ServeSettings(Settings):
     admin_auth: bool = setting(True, "With a token set, /metrics and /stats require it too.")
     log_level: str = setting("info", "Level of the service's log lines on stderr.",
                              pattern=r"(?i)^(debug|info|warning|error|critical)$")
+    # --- Durable intake (issue 22): what serve answered 200 for survives a crash until its outcome is counted ---
+    durable: bool = setting(True, "Write accepted sampled spans to the store in data_dir before answering 200.")
+    data_dir: str | None = setting(
+        None, "Directory of the durable store (default: $XDG_STATE_HOME/cp-observe, else ~/.local/state/cp-observe).")
+    durable_max_bytes: int = setting(
+        256 << 20, "Bytes of stored spans beyond which requests are refused (429/RESOURCE_EXHAUSTED).", ge=1 << 16)
+    durable_max_age_s: float = setting(
+        3600.0, "Age of the oldest stored target beyond which requests are refused; older at start: dropped.", gt=0)
 
 
 #: The fields ``cp-observe serve`` exposes as flags, in ``--help`` order (``judge_api_key``: environment only).
@@ -101,3 +109,6 @@ SERVE_FIELDS: tuple[str, ...] = (
 # --- evaluation sinks (issue 17): flags for the sink settings; the Phoenix API key is environment only
 # (CP_OBSERVE_PHOENIX_API_KEY, else PHOENIX_API_KEY), like the judge's. processor_from_settings builds the sinks.
 SERVE_FIELDS += ("phoenix_url", "sink_queue_size", "sink_batch_size", "sink_max_retries", "sink_timeout_s")
+
+# --- durable intake (issue 22): --durable / --no-durable, the store's directory and its bounds.
+SERVE_FIELDS += ("durable", "data_dir", "durable_max_bytes", "durable_max_age_s")
