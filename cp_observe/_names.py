@@ -147,6 +147,8 @@ SERVE_METRIC_SPANS: Final = "context_precision.serve.spans"
 SERVE_METRIC_OCCUPANCY: Final = "context_precision.serve.occupancy"
 #: counter of requests refused before admission, by protocol and reason -> context_precision_serve_refusals_total
 SERVE_METRIC_REFUSALS: Final = "context_precision.serve.refusals"
+#: counter of targets a restarted serve resumed from its durable store -> context_precision_serve_recovered_total
+SERVE_METRIC_RECOVERED: Final = "context_precision.serve.recovered"
 PROTOCOL: Final = "protocol"
 RESULT: Final = "result"
 

@@ -109,6 +109,12 @@ def _fresh_error_log() -> None:
     _internal.reset_error_counts()
 
 
+@pytest.fixture(autouse=True)
+def _own_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's `serve` gets its own durable store, so no test resumes what another one left."""
+    monkeypatch.setenv("CP_OBSERVE_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+
+
 @pytest.fixture
 def production_errors() -> Iterator[None]:
     """Internal errors are swallowed as in production (this suite otherwise turns re-raising on)."""

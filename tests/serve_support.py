@@ -23,6 +23,7 @@ import queue
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -512,6 +513,8 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     """The test process's environment, loopback-only, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CP_OBSERVE_"))}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(ROOT), NO_PROXY="*", no_proxy="*")
+    # A durable store of its own (a replica restarted with this environment resumes it).
+    env["CP_OBSERVE_DATA_DIR"] = tempfile.mkdtemp(prefix="cp-observe-data-")
     env.update(extra)
     return env
 

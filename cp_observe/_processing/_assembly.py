@@ -60,6 +60,9 @@ class Item:
     data_source: Callable[[Mapping[str, Any]], str | None] | None = None
     #: False once assembly found this span describes a retrieval already counted (or none): not counted sampled.
     counts: bool = True
+    #: Set by the evaluator just before ``on_finished``: "scored", "failed", "dropped:<reason>",
+    #: "skipped:<reason>", or "" (folded: counted under another span, or not at all).
+    outcome: str = ""
     _name: str | None = None
     _contexts: Any = _UNSET
 

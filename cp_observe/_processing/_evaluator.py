@@ -163,6 +163,7 @@ class Evaluator:
         self.accounting.refused(reason)
         self._refused.add((item.name, item.kind, item.sampling_reason, reason))
         if self.on_finished is not None:
+            item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"  # one slot store: no lock
             self._refused_items.append(item)  # released by the evaluator thread (or by shutdown)
 
     def _emit_refused(self) -> None:
@@ -182,11 +183,17 @@ class Evaluator:
         while self._refused_items:
             self._finished(self._refused_items.popleft(), None)
 
+    def drop(self, item: Item, reason: str) -> None:
+        """Count a target sampled and dropped without queueing it (``serve``'s recovery: ``expired``)."""
+        if item.target:
+            self._drop(item, reason)
+
     def _drop(self, item: Item, reason: str) -> None:
         labels = Emitter.labels(_target(item, "", item.sampling_reason))
         self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
         self.emitter.count_sampled(labels)
         self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+        item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"
         self._finished(item, None)
 
     def _finished(self, item: Item, result: ScoreResult | None) -> None:
@@ -353,12 +360,14 @@ class Evaluator:
         labels = Emitter.labels(_target(item, "", item.sampling_reason))
         self.accounting.outcome(n.OUTCOME_DROPPED, reason)
         self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+        item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"
         self._finished(item, None)
 
     def _finish_skip(self, item: Item, reason: str) -> None:
         labels = Emitter.labels(_target(item, "", item.sampling_reason))
         self.accounting.outcome(n.OUTCOME_SKIPPED, reason)
         self.emitter.count(n.OUTCOME_SKIPPED, reason, labels)
+        item.outcome = f"{n.OUTCOME_SKIPPED}:{reason}"
         self._finished(item, None)
 
     async def _evaluate(self, ready: Ready) -> None:
@@ -403,6 +412,7 @@ class Evaluator:
                         data_source=target.data_source)
             self._emit_safely(self.emitter.failed, target, exc, reason, start_ns=start_ns, end_ns=time.time_ns(),
                               model=model)
+            item.outcome = n.OUTCOME_FAILED
             self._finished(item, None)
             return
         otel_context.detach(token)
@@ -411,6 +421,7 @@ class Evaluator:
         self.accounting.outcome(n.OUTCOME_SCORED, "ok")
         self._emit_safely(self.emitter.scored, target, result, start_ns=start_ns, end_ns=time.time_ns(),
                           model=result.judge_model)
+        item.outcome = n.OUTCOME_SCORED
         self._finished(item, result)
 
     @staticmethod

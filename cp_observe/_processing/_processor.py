@@ -42,7 +42,7 @@ from cp_observe._processing._evaluator import Evaluator
 from cp_observe._processing._hold import HeldSpans
 from cp_observe._types import Judge, ScoreResult
 
-__all__ = ["ContextPrecisionProcessor"]
+__all__ = ["ContextPrecisionProcessor", "takes_as_target"]
 
 _SINK_SHUTDOWN_S = 5.0
 _role = role
@@ -75,6 +75,19 @@ def _weak_depth(processor: ContextPrecisionProcessor) -> Callable[[], int]:
         return live.depth() if live is not None else 0
 
     return depth
+
+
+def takes_as_target(span: ReadableSpan) -> bool:
+    """Whether ``on_end`` would queue ``span`` as a target (in a sampled trace); kept in step with ``_on_end``."""
+    lookup = _plain_attributes(span)
+    kind = _role(lookup, span)
+    if kind == ROLE_RETRIEVER:
+        return True
+    if kind == ROLE_ANSWER:
+        return lookup is not None and (
+            lookup.get(n.CP_CONTEXT_COUNT) is not None or lookup.get(n.CP_USER_ERROR) == "extractor_error"
+        )
+    return False
 
 
 def _millis_left(deadline: float) -> int:
@@ -227,6 +240,25 @@ class ContextPrecisionProcessor(SpanProcessor):
         if self._hold is not None and item.target:
             self._hold.release((item.span_context.trace_id, item.span_context.span_id), result)
 
+    # --- internal hooks of `cp-observe serve` (not public API) -----------------------------------------------
+    def _watch_finished(self, callback: Callable[[Item, ScoreResult | None], None]) -> None:
+        """Call ``callback(item, result)`` on the evaluator thread for every finished item (``item.outcome`` set).
+
+        ``serve``'s durable intake removes a target from its store here. Install it before the first span.
+        """
+        hold = self._release if self._hold is not None else None
+
+        def finished(item: Item, result: ScoreResult | None) -> None:
+            if hold is not None:
+                hold(item, result)
+            callback(item, result)
+
+        self._evaluator.on_finished = finished
+
+    def _drop_unjudged(self, span: ReadableSpan, reason: str) -> None:
+        """Count a target span sampled and dropped for ``reason`` without judging it (``serve``: ``expired``)."""
+        self._on_end(span, drop=reason)
+
     # --- SpanProcessor -------------------------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Nothing to do at start (the decorators mark spans); in hold mode, pass the span on."""
@@ -251,7 +283,7 @@ class ContextPrecisionProcessor(SpanProcessor):
                 except Exception as exc:  # noqa: BLE001 - see on_start
                     report_internal_error("export on_end", exc)
 
-    def _on_end(self, span: ReadableSpan, *, hold: bool = False) -> bool:
+    def _on_end(self, span: ReadableSpan, *, hold: bool = False, drop: str = "") -> bool:
         """Returns True when the span is held for enrichment (the caller then does not export it now)."""
         try:
             lookup = _plain_attributes(span)
@@ -284,7 +316,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             payload = PAYLOADS.take((trace_id, context.span_id)) if marked and item_kind != "root" else None
             held = hold and target and self._hold is not None and self._hold.hold(span)
             # A target the queue refuses is counted dropped and, in hold mode, released (exported) right there.
-            self._evaluator.submit(
+            (self._evaluator.submit if not drop else lambda item: self._evaluator.drop(item, drop))(
                 Item(  # positionally, in Item's field order: keyword passing costs 0.4 µs more per sampled span
                     item_kind,  # kind
                     context,  # span_context

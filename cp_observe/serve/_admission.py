@@ -29,6 +29,11 @@ for accepted work. ``offer`` holds one lock from the check to the last ``on_end`
 concurrent requests cannot both pass the check on the same free space (``on_end`` is O(1): the lock is
 held for microseconds per span).
 
+With durable intake (``_intake``), ``offer`` is given a ``persist`` step: the decision and a reservation of the
+request's items are taken under the lock; the spans are written to the store outside it (so concurrent
+requests share one group commit), then fed; the reservation counts in ``occupancy`` until the last ``on_end``.
+A store refusal is a ``BUSY`` decision with its own ``reason``.
+
 Spans the application marked ``context_precision.sampled = true`` in traces the scorer's ratio would not
 pick (``force_evaluation()`` in the app) are added to the forced traces first, so the app's forced
 decision holds here too.
@@ -38,7 +43,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -48,7 +53,7 @@ from cp_observe._capture._conventions import role
 from cp_observe._config._sampling import FORCED, sampling_reason
 from cp_observe._processing._processor import ContextPrecisionProcessor
 
-__all__ = ["Admission", "Decision", "Offer", "evaluator_queue_size"]
+__all__ = ["Admission", "Decision", "Offer", "Persist", "evaluator_queue_size"]
 
 
 
@@ -68,6 +73,11 @@ class Offer:
     decision: Decision
     items: int
     occupancy: int
+    reason: str = ""  # why a BUSY came from the durable store (store_full, store_age, store_error)
+
+
+#: Writes the admitted spans durably; returns ``("", spans to feed)`` or ``(refusal reason, ())``.
+Persist = Callable[[Sequence[ReadableSpan]], tuple[str, Sequence[ReadableSpan]]]
 
 
 def evaluator_queue_size(queue_size: int) -> int:
@@ -83,8 +93,11 @@ class Admission:
             raise ValueError("queue_size must be >= 1")
         self.processor = processor
         self.queue_size = queue_size
-        self._lock = threading.Lock()  # guards _draining, and spans from the check to the last on_end
+        self._lock = threading.Lock()  # guards _draining, _reserved, _persisting; spans check to last on_end
+        self._idle = threading.Condition(self._lock)  # notified when the last persisting request is fed
         self._draining = False
+        self._reserved = 0  # items of requests being persisted: decided, not yet fed
+        self._persisting = 0  # such requests
 
     @property
     def draining(self) -> bool:
@@ -95,25 +108,25 @@ class Admission:
         """An upper bound on the items the evaluator holds (queued, waiting for an answer, being judged)."""
         stats = self.processor.stats()
         finished = stats["scored"] + stats["failed"] + stats["dropped"] + stats["skipped"]
-        return int(stats["pending"]) + max(0, int(stats["sampled"]) - int(finished))
+        return int(stats["pending"]) + max(0, int(stats["sampled"]) - int(finished)) + self._reserved
+
+    def takes(self, span: ReadableSpan) -> bool:
+        """Whether ``on_end`` will queue ``span``: a retrieval, an answer or a local root of a sampled trace."""
+        context = span.context
+        if context is None:
+            return False
+        parent = span.parent
+        # The processor's own classification (one code path): retrievals and answers of every convention.
+        interesting = parent is None or parent.is_remote or role(span.attributes, span) is not None
+        return interesting and sampling_reason(context.trace_id, self.processor.sampler) is not None
 
     def items(self, spans: Sequence[ReadableSpan]) -> int:
         """How many of ``spans`` ``on_end`` will queue: never fewer (admission's guarantee rests on it)."""
-        sampler = self.processor.sampler
-        count = 0
-        for span in spans:
-            context = span.context
-            if context is None:
-                continue
-            parent = span.parent
-            # The processor's own classification (one code path): retrievals and answers of every convention.
-            interesting = parent is None or parent.is_remote or role(span.attributes, span) is not None
-            if interesting and sampling_reason(context.trace_id, sampler) is not None:
-                count += 1
-        return count
+        takes = self.takes
+        return sum(1 for span in spans if takes(span))
 
-    def offer(self, spans: Sequence[ReadableSpan]) -> Offer:
-        """Feed all of ``spans`` to ``processor.on_end`` (in order) or none of them."""
+    def mark_forced(self, spans: Sequence[ReadableSpan]) -> None:
+        """Add the traces the application forced (marked sampled, outside the ratio) to the forced traces."""
         sampler = self.processor.sampler
         for span in spans:
             context = span.context
@@ -121,6 +134,10 @@ class Admission:
             marked = context is not None and attributes is not None and attributes.get(n.CP_SAMPLED) is True
             if marked and context is not None and not sampler(context.trace_id):
                 FORCED.add(context.trace_id)  # the application forced this trace
+
+    def offer(self, spans: Sequence[ReadableSpan], persist: Persist | None = None) -> Offer:
+        """Feed all of ``spans`` to ``processor.on_end`` (in order) or none of them; ``persist`` first if given."""
+        self.mark_forced(spans)
         items = self.items(spans)
         with self._lock:
             if self._draining:
@@ -129,12 +146,30 @@ class Admission:
             if items and not (occupancy + items < self.queue_size or (occupancy == 0 and items < 2 * self.queue_size)):
                 decision = Decision.TOO_LARGE if items >= 2 * self.queue_size else Decision.BUSY
                 return Offer(decision, items, occupancy)
+            if persist is None:
+                on_end = self.processor.on_end
+                for span in spans:
+                    on_end(span)
+                return Offer(Decision.ACCEPTED, items, occupancy)
+            self._reserved += items
+            self._persisting += 1
+        try:
+            reason, feed = persist(spans)
+            if reason:
+                return Offer(Decision.BUSY, items, occupancy, reason)
             on_end = self.processor.on_end
-            for span in spans:
+            for span in feed:
                 on_end(span)
-        return Offer(Decision.ACCEPTED, items, occupancy)
+            return Offer(Decision.ACCEPTED, items, occupancy)
+        finally:
+            with self._lock:
+                self._reserved -= items
+                self._persisting -= 1
+                if not self._persisting:
+                    self._idle.notify_all()
 
-    def drain(self) -> None:
-        """Refuse every later request; returns once no request is being fed."""
+    def drain(self, timeout_s: float = 30.0) -> None:
+        """Refuse every later request; returns once no request is being fed (or after ``timeout_s``)."""
         with self._lock:
             self._draining = True
+            self._idle.wait_for(lambda: not self._persisting, timeout_s)

@@ -55,7 +55,8 @@ __all__ = ["AdminServer", "OtlpHttpServer"]
 
 _TRACES_PATH = "/v1/traces"
 _WORKERS = 4  # decoding and on_end are CPU work under the GIL: a few threads keep the loop free, more buy nothing
-# Small plain bodies are decoded and ingested on the loop: the hop to a worker costs more than the work (measured:
+# Small plain bodies are decoded and ingested on the loop (unless durable intake makes ingest wait for an fsync):
+# the hop to a worker costs more than the work (measured:
 # ~2x the requests/s of one-span requests inline). Larger or compressed ones (which may inflate to the limit) go to
 # the pool, so one big batch never stalls every other connection (benchmarks/README.md, "The HTTP door").
 _INLINE_BYTES = 32 << 10
@@ -153,7 +154,9 @@ class OtlpHttpServer:
         headers = request.headers
         content_type, encoding = headers.get("Content-Type", ""), headers.get("Content-Encoding", "")
         try:
-            if len(body) <= _INLINE_BYTES and encoding.strip().lower() in ("", "identity"):
+            # With durable intake, ingest waits for its group commit (an fsync): never on the loop.
+            if (not service.settings.durable and len(body) <= _INLINE_BYTES
+                    and encoding.strip().lower() in ("", "identity")):
                 result = _decode_and_ingest(service, body, content_type, encoding, limit)  # < 1 ms: no thread hop
             else:
                 result = await self._door.run(_decode_and_ingest, service, body, content_type, encoding, limit)

@@ -7,8 +7,12 @@ code: turn assembly, sampling, the judge, and emission of the evaluation span, t
 ``gen_ai.evaluation.result`` event and the metrics, here exported over OTLP (``OTEL_EXPORTER_OTLP_*`` or
 ``otlp_endpoint``, through the same exporter helpers ``configure()`` uses) and served on ``/metrics``.
 
-Lifecycle: ``start()`` binds the ports; ``stop()`` drains: refuse new requests (503 / ``UNAVAILABLE``),
-judge what was accepted within ``drain_timeout_s``, flush the exporters, close the ports.
+Durable intake (on unless ``durable=False``, see ``_intake``): accepted sampled spans are committed to the
+store in ``data_dir`` before the 200, and a restarted service resumes them before it opens its doors.
+
+Lifecycle: ``start()`` resumes what the store holds, then binds the ports; ``stop()`` drains: refuse new
+requests (503 / ``UNAVAILABLE``), judge what was accepted within ``drain_timeout_s`` (what is not stays in the
+store for the next start), flush the exporters, close the ports and the store.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ from cp_observe.serve._admission import Admission, Decision, evaluator_queue_siz
 from cp_observe.serve._auth import BearerTokens
 from cp_observe.serve._backend import Ingested
 from cp_observe.serve._convert import spans_from_request
+from cp_observe.serve._durable import DurableStore, default_data_dir
+from cp_observe.serve._intake import AcknowledgingExporter, DurableIntake
 from cp_observe.serve._refusals import Refusals
 from cp_observe.serve._settings import ServeSettings
 from cp_observe.serve._tls import ServerTls
@@ -96,11 +102,18 @@ class ScorerService:
         self.settings = s = settings if settings is not None else ServeSettings.resolve()
         self.tls, self.tokens = _security(s)  # first: bad TLS or token files leave nothing running
         chosen = judge if judge is not None else judge_from_settings(s)
+        # Next: an unwritable data_dir refuses to start with nothing running.
+        self.store = DurableStore(
+            s.data_dir or default_data_dir(), max_bytes=s.durable_max_bytes, max_age_s=s.durable_max_age_s,
+            linger_s=s.turn_timeout_s) if s.durable else None
+        acknowledging: AcknowledgingExporter | None = None
         self._owned: list[Any] = []  # providers created here: flushed and shut down by stop(), in this order
         resource = _resource(s.service_name)
         if tracer_provider is None:
             tracer_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
             exporter = build_span_exporter(s)
+            if exporter is not None and self.store is not None:
+                exporter = acknowledging = AcknowledgingExporter(exporter, self.store)
             if exporter is not None:
                 tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
             else:
@@ -139,6 +152,10 @@ class ScorerService:
         )
         self.admission = Admission(self.processor, s.queue_size)
         meter = meter_provider.get_meter("cp_observe.serve")
+        self.intake = DurableIntake(self.store, self.processor, self.admission, acknowledging, meter.create_counter(
+            n.SERVE_METRIC_RECOVERED, unit="{span}",
+            description="Targets a restarted service resumed from its durable store.",
+        )) if self.store is not None else None
         self._requests = meter.create_counter(
             SERVE_METRIC_REQUESTS, unit="{request}", description="OTLP trace requests by protocol and result."
         )
@@ -171,6 +188,8 @@ class ScorerService:
         from cp_observe.serve._http import AdminServer, OtlpHttpServer
 
         s = self.settings
+        if self.intake is not None and not self._started:
+            self.intake.recover()  # before the doors open: what a previous process accepted comes first
         try:
             with self._lock:
                 if self._started:
@@ -206,6 +225,8 @@ class ScorerService:
         deadline = time.monotonic() + timeout
         self.admission.drain()
         done = self.processor.force_flush(int(timeout * 1000))
+        if self.intake is not None:
+            self.intake.handover = True  # what shutdown drops now stays in the store for the next start
         self.processor.shutdown()
         for provider in self._owned:
             remaining_ms = max(1_000, int((deadline - time.monotonic()) * 1000))
@@ -215,6 +236,8 @@ class ScorerService:
             finally:
                 provider.shutdown()  # a meter provider's shutdown collects and exports one last time
         self._close_servers(1.0)
+        if self.store is not None:
+            self.store.close()  # after the exporters' last flush: their acknowledgements are committed
         logger.info("cp-observe serve stopped", drained=done, **self.processor.stats())
         return done
 
@@ -237,8 +260,13 @@ class ScorerService:
     def ingest(self, request: ExportTraceServiceRequest, protocol: str) -> Ingested:
         """Convert one OTLP request and offer it, whole, to the processor."""
         converted = spans_from_request(request)
-        offer = self.admission.offer(converted.spans)
+        if self.intake is not None:
+            offer = self.intake.offer(request, converted.spans)
+        else:
+            offer = self.admission.offer(converted.spans)
         self.count(protocol, offer.decision.value, spans=len(converted.spans) + converted.rejected)
+        if offer.reason:
+            self.refusals.record(protocol, offer.reason)
         if offer.decision is Decision.TOO_LARGE:
             self.refusals.warn("admission_too_large",
                                "request refused: more sampled items than the queue can hold; lower the batch size",
@@ -277,7 +305,9 @@ class ScorerService:
             requests = dict(sorted(self._counts.items()))
         out.update(occupancy=self.admission.occupancy(), queue_size=self.settings.queue_size,
                    requests=requests, draining=self.admission.draining, refusals=self.refusals.counts(),
-                   sinks=self.processor.sink_stats())
+                   sinks=self.processor.sink_stats(),
+                   recovered=self.intake.recovered if self.intake is not None else 0,
+                   durable=self.intake.stats() if self.intake is not None else None)
         return out
 
     def flush(self, timeout_s: float = 30.0) -> bool:

@@ -61,6 +61,14 @@ class ServeSettings(Settings):
         60.0, "HTTP connections (new or kept alive) that send nothing this long are closed.", gt=0)
     http_read_timeout_s: float = setting(
         30.0, "Longest one HTTP request (or TLS handshake) may take to arrive; slower senders are closed.", gt=0)
+    # --- Durable intake (issue 22): what serve answered 200 for survives a crash until its outcome is counted ---
+    durable: bool = setting(True, "Write accepted sampled spans to the store in data_dir before answering 200.")
+    data_dir: str | None = setting(
+        None, "Directory of the durable store (default: $XDG_STATE_HOME/cp-observe, else ~/.local/state/cp-observe).")
+    durable_max_bytes: int = setting(
+        256 << 20, "Bytes of stored spans beyond which requests are refused (429/RESOURCE_EXHAUSTED).", ge=1 << 16)
+    durable_max_age_s: float = setting(
+        3600.0, "Age of the oldest stored target beyond which requests are refused; older at start: dropped.", gt=0)
 
 
 #: The fields ``cp-observe serve`` exposes as flags, in ``--help`` order (``judge_api_key``: environment only).
@@ -111,3 +119,5 @@ SERVE_FIELDS += ("phoenix_url", "sink_queue_size", "sink_batch_size", "sink_max_
 
 # --- the HTTP door (issue 22): connection bound and timeouts.
 SERVE_FIELDS += ("max_connections", "http_idle_timeout_s", "http_read_timeout_s")
+# --- durable intake (issue 22): --durable / --no-durable, the store's directory and its bounds.
+SERVE_FIELDS += ("durable", "data_dir", "durable_max_bytes", "durable_max_age_s")
