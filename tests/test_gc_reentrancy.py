@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -202,7 +203,7 @@ class _Pending:
 
 
 def test_spans_ended_by_the_collector_set_no_context_variable(otel: Otel, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Generators, async generators and coroutines collected mid-way end their spans without touching the context.
+    """Generators and async generators collected mid-way end their spans without touching the context.
 
     CPython frees a context's variables under an interrupted ``ContextVar.set`` when a finalizer sets one of the
     same context (gh-148891): a crash later, anywhere. A call made from a finalizer runs untraced for that reason.
@@ -216,23 +217,35 @@ def test_spans_ended_by_the_collector_set_no_context_variable(otel: Otel, monkey
         agen = _astreaming("async")
         with contextlib.suppress(StopIteration):
             agen.asend(None).send(None)  # stepped by hand: no loop, so only the collector closes it
-        coroutine = _waiting("coroutine")
-        coroutine.send(None)  # suspended in _Pending, never resumed
 
         class CallsFromFinalizer:
             def __del__(self) -> None:
                 for _ in _streaming("from a finalizer"):
                     pass
 
-        cycle: list[Any] = [generator, agen, coroutine, CallsFromFinalizer()]
+        cycle: list[Any] = [generator, agen, CallsFromFinalizer()]
         cycle.append(cycle)
-        del generator, agen, coroutine, cycle
+        del generator, agen, cycle
         assert gc.collect() > 0
     finally:
         gc.callbacks.remove(recording.track)
     assert recording.inside == []
     ended = {span.attributes[n.GEN_AI_DATA_SOURCE_ID]: span for span in otel.by_name("retrieval ")}
-    assert sorted(ended) == ["acollected", "collected", "waiting"]  # the finalizer's own call: untraced
+    assert sorted(ended) == ["acollected", "collected"]  # the finalizer's own call: untraced
     assert ended["collected"].attributes[n.CP_PARTIAL] is True
     assert ended["acollected"].attributes[n.CP_PARTIAL] is True
-    assert ended["waiting"].attributes[n.ERROR_TYPE] == "GeneratorExit"
+
+
+def test_a_collected_coroutine_leaves_no_span_current(otel: Otel) -> None:
+    """A decorated coroutine driven by hand and collected while suspended restores this thread's context."""
+    before = trace.get_current_span()
+    coroutine = _waiting("coroutine")
+    coroutine.send(None)  # suspended in _Pending with its span current in this thread's context
+    assert trace.get_current_span() is not before
+    cycle: list[Any] = [coroutine]
+    cycle.append(cycle)
+    del coroutine, cycle
+    assert gc.collect() > 0
+    assert trace.get_current_span() is before
+    [span] = otel.by_name("retrieval waiting")
+    assert span.attributes[n.ERROR_TYPE] == "GeneratorExit"

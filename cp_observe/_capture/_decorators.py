@@ -312,8 +312,10 @@ def _wrap_coroutine(func: F, call: Call) -> F:
         try:
             result = await func(*args, **kwargs)
         except BaseException as exc:
-            if not (type(exc) is GeneratorExit and in_collection()):  # collected: leave the context alone
-                detach(token)
+            # Also when the collector closes it: the token may belong to this thread's own context (a coroutine
+            # driven by hand), which would otherwise keep our span current for good. Under asyncio it belongs to
+            # the dead task's context, and the reset is refused before it touches any variable.
+            detach(token)
             fail(state, exc)
             raise
         detach(token)
