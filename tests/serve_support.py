@@ -612,6 +612,23 @@ def produced(path: Path) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text()))
 
 
+def stop_by_signal(process: subprocess.Popen[str], sig: int, ready: Callable[[], None]) -> tuple[str, str, float]:
+    """Wait for ``ready()``, send ``sig``, and return the process's stdout, stderr and seconds to exit.
+
+    The process is killed if anything fails on the way, so a test never leaves it running.
+    """
+    try:
+        ready()
+        sent = time.monotonic()
+        process.send_signal(sig)
+        out, err = process.communicate(timeout=30)
+        return out, err, time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
 def read_line(process: subprocess.Popen[str]) -> str:
     """The next line a process prints (blocks until it does)."""
     assert process.stdout is not None

@@ -13,6 +13,8 @@ import urllib.request
 
 import pytest
 
+from tests.serve_support import stop_by_signal
+
 DEMO = [sys.executable, "-m", "cp_observe.cli", "demo"]
 
 # A SIGALRM every millisecond lands, sooner or later, inside the wait of the demo's stop signal. With a
@@ -112,19 +114,14 @@ def test_a_signal_stops_the_looping_demo_promptly(sig: signal.Signals) -> None:
     """SIGTERM and SIGINT end --loop inside its wait between turns (here 30 s): a summary and exit 0 at once."""
     process = subprocess.Popen([*DEMO, "--loop", "--interval", "30"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    try:
+
+    def first_turn_scored() -> None:  # then it waits 30 s for the next turn
         assert process.stdout is not None
         deadline = time.monotonic() + 60
-        while "ranks:" not in process.stdout.readline():  # the first turn is scored: now it waits 30 s
+        while "ranks:" not in process.stdout.readline():
             assert time.monotonic() < deadline and process.poll() is None
-        sent = time.monotonic()
-        process.send_signal(sig)
-        out, err = process.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+
+    out, err, took = stop_by_signal(process, sig, first_turn_scored)
     assert process.returncode == 0, err
     assert "sampled MAP over 1 scored turns" in out, out
     assert took < 10, took

@@ -6,7 +6,6 @@ import argparse
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +15,7 @@ from cp_observe._config import _runtime
 from cp_observe.serve import ScorerService, ServeSettings
 from cp_observe.serve._cli import add_arguments, run
 from cp_observe.testing import JudgeServer
-from tests.serve_support import ROOT, OtlpSink, post, read_line, retrieval_request, subprocess_env
+from tests.serve_support import ROOT, OtlpSink, post, read_line, retrieval_request, stop_by_signal, subprocess_env
 
 
 @pytest.fixture(autouse=True)
@@ -94,16 +93,11 @@ def test_a_signal_drains_and_stops_serve_promptly(sig: signal.Signals) -> None:
             "--admin-port", "0", "--log-level", "error"]
     process = subprocess.Popen(args, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-    try:
+
+    def listening() -> None:
         assert "cp-observe serve: grpc 127.0.0.1:" in read_line(process)
-        sent = time.monotonic()
-        process.send_signal(sig)
-        out, err = process.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+
+    out, err, took = stop_by_signal(process, sig, listening)
     assert process.returncode == 0, err
     assert "cp-observe serve: draining" in out and "stopped (drained)" in out, out
     assert took < 10, took  # an idle service drains at once; 10 s leaves room for a loaded CI machine

@@ -77,17 +77,18 @@ def _weak_depth(processor: ContextPrecisionProcessor) -> Callable[[], int]:
     return depth
 
 
+def _answer_is_target(lookup: Mapping[str, Any] | None) -> bool:
+    """An agent that reports contexts, or whose context_extractor raised (counted skipped/extractor_error)."""
+    return lookup is not None and (
+        lookup.get(n.CP_CONTEXT_COUNT) is not None or lookup.get(n.CP_USER_ERROR) == "extractor_error"
+    )
+
+
 def takes_as_target(span: ReadableSpan) -> bool:
-    """Whether ``on_end`` would queue ``span`` as a target (in a sampled trace); kept in step with ``_on_end``."""
+    """Whether ``on_end`` would queue ``span`` as a target (in a sampled trace): the same rule as ``_on_end``."""
     lookup = _plain_attributes(span)
     kind = _role(lookup, span)
-    if kind == ROLE_RETRIEVER:
-        return True
-    if kind == ROLE_ANSWER:
-        return lookup is not None and (
-            lookup.get(n.CP_CONTEXT_COUNT) is not None or lookup.get(n.CP_USER_ERROR) == "extractor_error"
-        )
-    return False
+    return kind == ROLE_RETRIEVER or (kind == ROLE_ANSWER and _answer_is_target(lookup))
 
 
 def _millis_left(deadline: float) -> int:
@@ -306,35 +307,33 @@ class ContextPrecisionProcessor(SpanProcessor):
             if role == ROLE_RETRIEVER:
                 item_kind, target = "retriever", True
             elif role == ROLE_ANSWER:
-                item_kind = "agent"
-                # An agent that reports contexts; or whose context_extractor raised (counted skipped/extractor_error).
-                target = lookup is not None and (
-                    lookup.get(n.CP_CONTEXT_COUNT) is not None or lookup.get(n.CP_USER_ERROR) == "extractor_error"
-                )
+                item_kind, target = "agent", _answer_is_target(lookup)
             else:
                 item_kind, target = "root", False
             payload = PAYLOADS.take((trace_id, context.span_id)) if marked and item_kind != "root" else None
             held = hold and target and self._hold is not None and self._hold.hold(span)
             # A target the queue refuses is counted dropped and, in hold mode, released (exported) right there.
-            (self._evaluator.submit if not drop else lambda item: self._evaluator.drop(item, drop))(
-                Item(  # positionally, in Item's field order: keyword passing costs 0.4 µs more per sampled span
-                    item_kind,  # kind
-                    context,  # span_context
-                    span.start_time or 0,  # start_ns
-                    span.end_time or 0,  # end_ns
-                    span.status.status_code is StatusCode.ERROR,  # error
-                    local_root,
-                    attributes,
-                    payload,
-                    target,
-                    reason,  # sampling_reason
-                    span.name,  # span_name
-                    # events: a retrieval's documents may be in them (vector-DB spans); not read when the
-                    # decorators kept the contexts (the SDK copies the events on every read)
-                    span.events if role == ROLE_RETRIEVER and (payload is None or payload.contexts is None) else (),
-                    self._data_source,  # data_source
-                )
+            item = Item(  # positionally, in Item's field order: keyword passing costs 0.4 µs more per sampled span
+                item_kind,  # kind
+                context,  # span_context
+                span.start_time or 0,  # start_ns
+                span.end_time or 0,  # end_ns
+                span.status.status_code is StatusCode.ERROR,  # error
+                local_root,
+                attributes,
+                payload,
+                target,
+                reason,  # sampling_reason
+                span.name,  # span_name
+                # events: a retrieval's documents may be in them (vector-DB spans); not read when the
+                # decorators kept the contexts (the SDK copies the events on every read)
+                span.events if role == ROLE_RETRIEVER and (payload is None or payload.contexts is None) else (),
+                self._data_source,  # data_source
             )
+            if drop:
+                self._evaluator.drop(item, drop)  # serve's recovery: counted, never judged
+            else:
+                self._evaluator.submit(item)
             return held
         except Exception as exc:  # noqa: BLE001 - on_end must never raise into the SDK or the host
             report_internal_error("on_end", exc)
