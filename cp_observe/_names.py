@@ -111,6 +111,22 @@ JUDGE_KIND_LLM: Final = "llm"
 JUDGE_KIND_LEXICAL: Final = "lexical"
 JUDGE_KIND_CUSTOM: Final = "custom"
 
+# Issue 23: segments (the user's own span attributes named by the ``segments`` setting). On the evaluation span
+# and its event each segment is ``CP_SEGMENT_PREFIX + <label name>``; on the metric series the label name itself
+# (the attribute name with every character but letters, digits and ``_`` replaced by ``_``).
+CP_SEGMENT_PREFIX: Final = "context_precision.segment."
+SEGMENT_NONE: Final = "none"
+SEGMENT_OTHER: Final = "other"
+# Issue 23: which ranking stage an evaluation scored, and what a reranker did to the retrieval it reordered.
+CP_STAGE: Final = "context_precision.stage"
+STAGE_RETRIEVAL: Final = "retrieval"
+STAGE_RERANK: Final = "rerank"
+CP_RERANK_AP_BEFORE: Final = "context_precision.rerank.average_precision_before"
+CP_RERANK_LIFT: Final = "context_precision.rerank.lift"
+CP_RERANK_DROPPED_RELEVANT: Final = "context_precision.rerank.dropped_relevant"
+# Issue 24: a scored retrieval drawn (uniformly, at ``calibration_rate``) for a person to label.
+CP_NEEDS_LABEL: Final = "context_precision.needs_label"
+
 REFERENCE_OUTPUT: Final = "output"
 REFERENCE_QUERY: Final = "query"
 
@@ -163,6 +179,10 @@ DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
 OUTCOME: Final = "outcome"
 REASON: Final = "reason"
 RELEVANT: Final = "relevant"
+#: Issue 23: the ranking stage an evaluation scored (STAGE_RETRIEVAL | STAGE_RERANK).
+STAGE: Final = "stage"
+#: Issue 23: on METRIC_SEGMENT_OVERFLOW, the segment (its label name) whose values overflowed.
+SEGMENT: Final = "segment"
 OUTCOME_SCORED: Final = "scored"
 OUTCOME_FAILED: Final = "failed"
 OUTCOME_DROPPED: Final = "dropped"
