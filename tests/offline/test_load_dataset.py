@@ -79,8 +79,8 @@ def test_an_agent_target_is_judged_against_its_own_answer(dataset: Path, keyword
     items = cp_observe.load_dataset(dataset)
     scorer = cp_observe.create_context_precision_scorer(
         keyword_judge, {"context_extractor": lambda _input, output: output["contexts"]})
-    result = cp_observe.run_evals(data=items, scorers=[scorer],
-                                  target=lambda q: {"answer": "Parental leave is twenty weeks.", "contexts": list(NOISE)})
+    reply = {"answer": "Parental leave is twenty weeks.", "contexts": list(NOISE)}
+    result = cp_observe.run_evals(data=items, scorers=[scorer], target=lambda q: reply)
     assert result.failed[scorer.id] == 0
     assert {reference for _, reference, _ in keyword_judge.calls} == {"Parental leave is twenty weeks."}
 
