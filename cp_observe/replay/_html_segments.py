@@ -73,7 +73,7 @@ def rerank_section(run: Any) -> str:
         return _SIZE - _PAD - max(0.0, min(1.0, value)) * inner
 
     out = [f"<h2>Rerank lift</h2><div class='meta'>{rerank.count} reranked evaluations, judged once over the union "
-           f"of documents: mean lift {rerank.lift_total / rerank.count:+.3f} (AP after &minus; AP before), "
+           f"of documents: mean lift {rerank.lift_total / rerank.count + 0.0:+.3f} (AP after &minus; AP before), "
            f"{rerank.improved} improved, {rerank.worsened} worsened, {rerank.dropped_total} relevant documents "
            "dropped by the reranker."
            + (f" The chart shows the first {len(rerank.points)}." if len(rerank.points) < rerank.count else "")
