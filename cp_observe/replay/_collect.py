@@ -7,8 +7,9 @@ the score and the segment and rerank attributes; its parent, the scored span, ho
 (read by the tracing-convention readers the processor uses); the answer is the nearest ancestor of the scored
 span that carries one (``answer_of``), when the evaluation was judged against an answer.
 
-Spans are remembered in bounded maps (``MAX_SPANS`` most recent; evaluations resolved when every input has been
-read, so their order in the input does not matter). What cannot become a record is counted by reason:
+Spans are remembered in a bounded map (the ``MAX_SPANS`` most recent) and evaluations in a bounded list
+(``MAX_EVALUATIONS``; more are counted, not kept), resolved when every input has been read, so their order in
+the input does not matter. What cannot become a record is counted by reason:
 evaluations that failed (no score), scored spans not found or without content (content capture off), ancestors
 evicted from the map.
 """
@@ -28,9 +29,10 @@ from cp_observe._dataset._record import Record, is_dataset_file, read_records
 from cp_observe.replay._source import Source
 from cp_observe.serve._convert import spans_from_request
 
-__all__ = ["MAX_SPANS", "Collected", "Collector", "is_dataset", "segments_of"]
+__all__ = ["MAX_EVALUATIONS", "MAX_SPANS", "Collected", "Collector", "is_dataset", "segments_of"]
 
 MAX_SPANS = 500_000
+MAX_EVALUATIONS = 1_000_000
 _MAX_DEPTH = 64
 
 
@@ -64,8 +66,9 @@ class Collector:
     def read_dataset(self, path: str) -> None:
         """Every record of a dataset file, as is."""
         for record in read_records(path):
-            self.result.records.append(record)
             self.result.evaluations += 1
+            if self._room():
+                self.result.records.append(record)
 
     def read(self, source: Source) -> None:
         """Every span of ``source``; ``ReplayInputError`` stops it (what was read is kept)."""
@@ -95,7 +98,8 @@ class Collector:
         if span.name == n.EVALUATION_SPAN_NAME or attributes.get(n.OPENINFERENCE_SPAN_KIND) == n.KIND_EVALUATOR:
             if attributes.get(n.GEN_AI_EVALUATION_NAME, n.EVALUATION_NAME) == n.EVALUATION_NAME:
                 self.result.evaluations += 1
-                self._pending.append((span, span.parent.span_id if span.parent is not None else None))
+                if self._room():
+                    self._pending.append((span, span.parent.span_id if span.parent is not None else None))
             return
         retrieved = retrieved_of(attributes, span.events)
         self._spans[context.span_id] = _Target(
@@ -106,6 +110,12 @@ class Collector:
         )
         while len(self._spans) > MAX_SPANS:
             self._spans.popitem(last=False)
+
+    def _room(self) -> bool:
+        if len(self._pending) + len(self.result.records) < MAX_EVALUATIONS:
+            return True
+        self.result.skipped[f"over the bound of {MAX_EVALUATIONS} evaluations read"] += 1
+        return False
 
     def _record(self, span: ReadableSpan, parent: int | None) -> Record | None:
         attributes: Any = span.attributes or {}

@@ -89,3 +89,37 @@ def test_an_unreachable_phoenix_is_an_error_not_a_silent_loss(tmp_path: Path) ->
                            "--phoenix-url", url], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1 and f"{url}/v1/datasets/upload" in done.stderr and "unreachable" in done.stderr
     assert len(load_dataset(tmp_path / "all.jsonl")) == 25
+
+
+@pytest.mark.timeout(600)  # a demo run into Phoenix (180 s at most) and Phoenix's ingestion lag
+def test_a_phoenix_project_is_an_input_and_the_selection_goes_back_as_a_dataset(phoenix: PhoenixServer,
+                                                                                 tmp_path: Path) -> None:
+    """The demo scored live into a real Phoenix; ``dataset --phoenix URL --project P`` reads its evaluations back
+    (the live APs, with query, contexts and answer) and uploads the failing ones as a dataset of the same Phoenix."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CP_OBSERVE_"))}
+    env.update(OTEL_RESOURCE_ATTRIBUTES="openinference.project.name=dataset-demo", OTEL_BSP_SCHEDULE_DELAY="50")
+    demo = subprocess.run([sys.executable, "-m", "cp_observe.cli", "demo", "--turns", "12", "--degrade-after", "6",
+                           "--quiet", "--otlp", phoenix.url], capture_output=True, text=True, timeout=180, check=False,
+                          env=env)
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    spans = phoenix.wait_for_spans("dataset-demo", lambda s: sum(x["name"].startswith("evaluation") for x in s) >= 12)
+    live = {span["parent_id"]: float(span["attributes"]["context_precision.average_precision"])
+            for span in spans if span["name"] == "evaluation context_precision"}
+    assert len(live) == 12
+    out = tmp_path / "all.jsonl"
+    done = subprocess.run([*CLI, "--phoenix", phoenix.url, "--project", "dataset-demo", "-o", str(out)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    items = load_dataset(out)
+    assert {i["span_id"]: i["average_precision"] for i in items} == live
+    assert all(i["query"] and i["contexts"] and i["answer"] for i in items)
+    failing = sorted(ap for ap in live.values() if round(ap, 2) <= 0.5)
+    assert failing, sorted(live.values())
+    done = subprocess.run([*CLI, "--phoenix", phoenix.url, "--project", "dataset-demo", "--max-score", "0.5",
+                           "-o", str(tmp_path / "failing.jsonl"), "--phoenix-dataset", "demo failures"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    _, examples = _dataset(phoenix, "demo failures")
+    assert sorted(e["metadata"]["average_precision"] for e in examples) == failing

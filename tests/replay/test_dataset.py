@@ -160,3 +160,16 @@ def test_nothing_to_read_and_stdout(canary: Path) -> None:
     assert done.returncode == 0
     (line,) = done.stdout.splitlines()
     assert json.loads(line)["score"] == 0.33 and "selected 1 of 25" in done.stderr
+
+
+def test_evaluations_over_the_bound_are_counted(canary: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector keeps at most MAX_EVALUATIONS evaluations; the rest are counted as skipped, never lost silently."""
+    from cp_observe.replay import _collect
+    from cp_observe.replay._files import TraceFile
+
+    monkeypatch.setattr(_collect, "MAX_EVALUATIONS", 10)
+    collector = _collect.Collector()
+    collector.read(TraceFile(canary))
+    result = collector.finish()
+    assert len(result.records) == 10 and result.evaluations == 25
+    assert result.skipped == {"over the bound of 10 evaluations read": 15}
