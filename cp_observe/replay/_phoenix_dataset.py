@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cp_observe._config._settings import Settings
 from cp_observe._dataset._record import Record
-from cp_observe._names import ENV_PHOENIX_API_KEY, ENV_PREFIX
+from cp_observe._names import ENV_PHOENIX_API_KEY
 from cp_observe.replay._source import ReplayInputError
 
 __all__ = ["Uploaded", "phoenix_examples", "upload_dataset"]
@@ -71,7 +72,8 @@ def upload_dataset(url: str, name: str, records: Sequence[Record], *, descriptio
     body = {"action": "append" if append else "create", "name": name, "description": description,
             **phoenix_examples(records)}
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    key = os.environ.get(f"{ENV_PREFIX}PHOENIX_API_KEY") or os.environ.get(ENV_PHOENIX_API_KEY)
+    secret = Settings.resolve({}).phoenix_api_key  # the one field table: CP_OBSERVE_PHOENIX_API_KEY
+    key = (secret.get_secret_value() if secret else None) or os.environ.get(ENV_PHOENIX_API_KEY)
     if key:
         headers["Authorization"] = f"Bearer {key}"
     request = urllib.request.Request(endpoint, data=json.dumps(body).encode("utf-8"), headers=headers,

@@ -123,3 +123,4 @@ def test_a_phoenix_project_is_an_input_and_the_selection_goes_back_as_a_dataset(
     assert done.returncode == 0, done.stderr
     _, examples = _dataset(phoenix, "demo failures")
     assert sorted(e["metadata"]["average_precision"] for e in examples) == failing
+

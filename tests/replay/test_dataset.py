@@ -173,3 +173,44 @@ def test_evaluations_over_the_bound_are_counted(canary: Path, monkeypatch: pytes
     result = collector.finish()
     assert len(result.records) == 10 and result.evaluations == 25
     assert result.skipped == {"over the bound of 10 evaluations read": 15}
+
+
+def test_the_api_key_is_sent_from_the_environment_and_never_printed(tmp_path: Path) -> None:
+    """CP_OBSERVE_PHOENIX_API_KEY goes out as a bearer token to the upload URL (a loopback server that records the
+    header and refuses, as Phoenix with authentication on does); neither output nor an error message shows it."""""
+    import http.server
+    import json
+    import os
+    import threading
+
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            seen.append(self.headers.get("Authorization", ""))
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"detail": "Invalid token"}).encode()
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    traces = tmp_path / "traces.jsonl"
+    write_traces(traces, canary_cases())
+    key = "sk-phoenix-secret-4242"
+    env = {**os.environ, "CP_OBSERVE_PHOENIX_API_KEY": key}
+    try:
+        done = subprocess.run([*CLI, str(traces), "-o", str(tmp_path / "o.jsonl"), "--phoenix-dataset", "x",
+                               "--phoenix-url", f"http://127.0.0.1:{server.server_address[1]}"],
+                              capture_output=True, text=True, timeout=60, check=False, env=env)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == [f"Bearer {key}"]
+    assert done.returncode == 1 and "HTTP 401" in done.stderr
+    assert key not in done.stdout + done.stderr
