@@ -9,7 +9,8 @@ One line holds what a regression test needs to re-run the retrieval and what pro
 - ``trace_id``, ``span_id`` (of the scored span, lowercase hex), ``data_source``, ``segments`` (label name ->
   value), ``time`` (ISO 8601 UTC) and ``time_unix_nano``, ``stage`` and, for a reranked retrieval, ``rerank``
   (``average_precision_before``, ``lift``, ``dropped_relevant``);
-- ``format``: ``FORMAT``, so a reader tells a dataset line from an OTLP/JSON line by its first object.
+- ``format``: ``FORMAT``, written first, so a reader tells a dataset file from an OTLP/JSON file by its first
+  bytes (a line edited with the key moved past the first 64 KiB reads as OTLP and fails with that error).
 
 ``run_evals`` reads each parsed line directly (a mapping with ``input``); ``load_dataset`` checks every line and
 says which one is wrong.
@@ -30,6 +31,7 @@ __all__ = ["FORMAT", "DatasetError", "Record", "is_dataset_file", "load_dataset"
 
 FORMAT: Final = "cp-observe-dataset/1"
 _MAX_LINE: Final = 64 << 20
+_SNIFF: Final = 64 << 10
 
 
 class DatasetError(CpObserveError, ValueError):
@@ -58,9 +60,10 @@ class Record:
     rerank: dict[str, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of one line (``input`` first: it is what ``run_evals`` reads)."""
+        """The JSON object of one line (``format`` first, so a reader tells the file's kind from its first bytes)."""
         out: dict[str, Any] = {
-            "input": self.query, "query": self.query, "contexts": list(self.contexts), "answer": self.answer,
+            "format": FORMAT, "input": self.query, "query": self.query, "contexts": list(self.contexts),
+            "answer": self.answer,
             "reference": self.reference, "verdicts": list(self.verdicts), "reasons": list(self.reasons),
             "score": self.score, "average_precision": self.average_precision, "judge_model": self.judge_model,
             "trace_id": self.trace_id, "span_id": self.span_id, "data_source": self.data_source,
@@ -71,7 +74,6 @@ class Record:
             out["stage"] = self.stage
         if self.rerank is not None:
             out["rerank"] = dict(self.rerank)
-        out["format"] = FORMAT
         return out
 
     @classmethod
@@ -141,20 +143,14 @@ def is_dataset_file(path: str | Path) -> bool:
             if head[:1] != b"{" and head.strip() != b"":
                 return False
             stream.seek(0)
-            for raw in stream:
-                if raw.strip():
-                    return b'"format"' in raw and FORMAT.encode() in raw and _is_record_line(raw)
+            while True:
+                head = stream.readline(_SNIFF)  # at most this much of a line: an OTLP line can be very long
+                if not head:
+                    return False
+                if head.strip():
+                    return b'"format"' in head and FORMAT.encode() in head
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return False
-
-
-def _is_record_line(raw: bytes) -> bool:
-    try:
-        document = json.loads(raw)
-    except ValueError:
-        return False
-    return isinstance(document, dict) and document.get("format") == FORMAT
 
 
 def read_records(path: str | Path) -> Iterator[Record]:
