@@ -108,7 +108,7 @@ class Record:
             segments={str(k): v for k, v in segments.items()},
             time_unix_nano=int(document.get("time_unix_nano") or 0), judge_model=str(document.get("judge_model", "")),
             stage=str(stage) if stage is not None else None,
-            rerank={str(k): float(v) for k, v in rerank.items()} if rerank is not None else None,
+            rerank={str(k): v if isinstance(v, int) else float(v) for k, v in rerank.items()} if rerank else None,
         )
 
 

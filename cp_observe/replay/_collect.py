@@ -141,7 +141,7 @@ class Collector:
         if n.CP_RERANK_AP_BEFORE in attributes:
             rerank = {"average_precision_before": float(attributes[n.CP_RERANK_AP_BEFORE]),
                       "lift": float(attributes.get(n.CP_RERANK_LIFT, 0.0)),
-                      "dropped_relevant": float(attributes.get(n.CP_RERANK_DROPPED_RELEVANT, 0))}
+                      "dropped_relevant": int(attributes.get(n.CP_RERANK_DROPPED_RELEVANT, 0))}
         stage = attributes.get(n.CP_STAGE)
         context = span.context
         return Record(

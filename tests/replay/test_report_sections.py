@@ -84,6 +84,15 @@ def test_segments_and_canary_by_hand(tmp_path: Path) -> None:
     reranked = [c for c in cases if c.rerank is not None]
     assert run.rerank.count == len(reranked) == 8 and run.rerank.dropped_total == 4
     assert run.rerank.improved == 4 and run.rerank.worsened == 3  # v1: 0.5 -> 1.0; v2: 1.0 -> 1/3 but one 1.0
+    # The same evaluations as a dataset file: the same numbers, and every one pairs with its trace.
+    from cp_observe.cli import main
+
+    assert main(["dataset", str(path), "-o", str(tmp_path / "all.jsonl")]) == 0
+    again = load_run([tmp_path / "all.jsonl"])
+    assert again.segments.canary("docs", "retriever_version", "v2") == pytest.approx((diff, bound))
+    assert (again.rerank.count, again.rerank.dropped_total, again.rerank.points) == (
+        run.rerank.count, run.rerank.dropped_total, run.rerank.points)
+    assert set(again.keys.keys) == set(run.keys.keys) and len(run.keys.keys) == 25
 
 
 def test_compare_forms_exit_codes_and_bad_options(tmp_path: Path) -> None:
