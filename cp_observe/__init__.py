@@ -38,8 +38,10 @@ __all__ = [
     "context_precision_score",
     "create_context_precision_scorer",
     "force_evaluation",
+    "load_dataset",
     "retriever",
     "run_evals",
+    "write_eval_results",
 ]
 __version__ = "0.1.0"
 
@@ -72,8 +74,10 @@ _WHERE: dict[str, str] = {
     "context_precision_score": "_judging._map",
     "create_context_precision_scorer": "_offline._scorer",
     "force_evaluation": "_config._sampling",
+    "load_dataset": "_dataset._record",
     "retriever": "_capture._decorators",
     "run_evals": "_offline._evals",
+    "write_eval_results": "_offline._results",
 }
 
 
@@ -93,6 +97,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from cp_observe._capture._decorators import agent, retriever
     from cp_observe._config._sampling import force_evaluation
+    from cp_observe._dataset._record import load_dataset
     from cp_observe._emission._phoenix import PhoenixSink
     from cp_observe._emission._sinks import Delivery, EvaluationRecord, Sink
     from cp_observe._errors import ConfigurationError, CpObserveError, JudgeError, JudgeTransportError
@@ -101,6 +106,7 @@ if TYPE_CHECKING:
     from cp_observe._judging._map import average_precision, context_precision_score
     from cp_observe._judging._prompt import Budget
     from cp_observe._offline._evals import EvalItemResult, EvalRunResult, arun_evals, run_evals
+    from cp_observe._offline._results import write_eval_results
     from cp_observe._offline._scorer import (
         ContextPrecisionOptions,
         ContextPrecisionScorer,

@@ -1,4 +1,4 @@
-"""The ``cp-observe`` command: ``demo`` (the bundled RAG app, scored live) and ``serve`` (the scoring service)."""
+"""The ``cp-observe`` command: ``demo``, ``serve``, ``replay``, ``report`` and ``dataset``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = commands.add_parser("report", help="write an HTML report of evaluations (MAP, ranks, worst retrievals)")
     add_report_arguments(report)
 
+    dataset = commands.add_parser("dataset", help="select failing retrievals from stored traces as a test set")
+    from cp_observe.replay._dataset_cli import add_dataset_arguments
+
+    add_dataset_arguments(dataset)
+
     args = parser.parse_args(argv)
     if args.command == "demo":
         from cp_observe.demo._cli import run as run_demo
@@ -51,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cp_observe.replay._cli import run_report
 
         return int(run_report(args))
+    if args.command == "dataset":
+        from cp_observe.replay._dataset_cli import run_dataset
+
+        return int(run_dataset(args))
     parser.print_help()
     return 2
 

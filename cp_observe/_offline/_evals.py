@@ -64,6 +64,7 @@ async def arun_evals(
     async def one(position: int, item: Any) -> None:
         async with semaphore:
             item_input = item.get("input") if isinstance(item, Mapping) else item
+            expected = item.get("answer") if isinstance(item, Mapping) else None
             result = EvalItemResult(item=item, output=None)
             try:
                 result.output = await _call(call, item_input)
@@ -72,7 +73,9 @@ async def arun_evals(
             else:
                 for scorer in scorers:
                     try:
-                        result.scorer_results[scorer.id] = await scorer.arun(input=item_input, output=result.output)
+                        extra = {"expected": expected} if expected is not None else {}
+                        result.scorer_results[scorer.id] = await scorer.arun(input=item_input, output=result.output,
+                                                                             **extra)
                     except (CpObserveError, ValueError, TypeError) as exc:
                         result.errors[scorer.id] = f"{type(exc).__name__}: {exc}"
             results[position] = result
@@ -104,7 +107,9 @@ def run_evals(
     """Run ``target`` on each item's ``input``, score its output with every scorer, and average.
 
     Args:
-        data: items, each a mapping with an ``input`` (a string or chat messages), or the input itself.
+        data: items, each a mapping with an ``input`` (a string or chat messages), or the input itself. An
+            item's ``answer`` (a ``load_dataset`` item's stored answer) reaches the scorers as ``expected``:
+            a retriever scorer (``contexts_from_output``) judges the target's contexts against it.
         scorers: scorers from ``create_context_precision_scorer``; results are keyed by ``scorer.id``.
         target: a callable (sync or async) taking the input, or an object with ``agenerate``/``generate``/
             ``ainvoke``/``invoke``/``run`` (an agent).

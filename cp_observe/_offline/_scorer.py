@@ -33,6 +33,10 @@ class ContextPrecisionOptions(BaseModel):
         context: the retrieved contexts in rank order (fixed for every run).
         context_extractor: ``(input, output) -> contexts``, called on each run; wins over ``context``.
         scale: the score's upper bound (default 1).
+        contexts_from_output: the target is a retriever: its output *is* the contexts, in rank order, and they
+            are judged against the item's stored ``answer`` (``run_evals`` passes it as ``expected``; a
+            ``load_dataset`` item carries it), or against the query when the item has none. Excludes
+            ``context`` and ``context_extractor``.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", populate_by_name=True, frozen=True)
@@ -40,6 +44,7 @@ class ContextPrecisionOptions(BaseModel):
     context: list[Any] | None = None
     context_extractor: ContextExtractor | None = Field(default=None, alias="contextExtractor")
     scale: float = 1.0
+    contexts_from_output: bool = Field(default=False, alias="contextsFromOutput")
 
     @field_validator("scale")
     @classmethod
@@ -64,21 +69,21 @@ class ContextPrecisionScorer:
         if scorer_id:
             self.id = scorer_id
 
-    async def arun(self, *, input: Any, output: Any = None) -> ScoreResult:
+    async def arun(self, *, input: Any, output: Any = None, expected: Any = None) -> ScoreResult:
         """Score one input/output pair.
+
+        ``expected`` is the stored answer of a data set item; only a retriever scorer (``contexts_from_output``)
+        judges against it, since any other scorer's output is itself the answer.
 
         Raises:
             JudgeError: the judge could not give one aligned verdict per context.
         """
-        from cp_observe._capture._extract import extract_contexts
-
         query = query_text(input)
-        answer = message_text(output) if output is not None else ""
-        if self.options.context_extractor is not None:
-            raw_contexts: Any = self.options.context_extractor(input, output)
+        if self.options.contexts_from_output:
+            answer = message_text(expected) if expected is not None else ""
         else:
-            raw_contexts = self.options.context
-        contexts = [c.text for c in extract_contexts(raw_contexts, max_items=10_000).contexts]
+            answer = message_text(output) if output is not None else ""
+        contexts = self.contexts_of(input, output)
         reference: Reference = "output" if answer.strip() else "query"
         return await evaluate(
             self.judge,
@@ -89,10 +94,22 @@ class ContextPrecisionScorer:
             scale=self.options.scale,
         )
 
-    def run(self, *, input: Any, output: Any = None) -> ScoreResult:
+    def run(self, *, input: Any, output: Any = None, expected: Any = None) -> ScoreResult:
         """Synchronous ``arun``; works inside a running event loop too (it then runs on a helper thread)."""
-        result: ScoreResult = run_sync(self.arun(input=input, output=output))
+        result: ScoreResult = run_sync(self.arun(input=input, output=output, expected=expected))
         return result
+
+    def contexts_of(self, input: Any, output: Any) -> list[str]:
+        """The context texts this scorer judges for one input/output pair, in rank order."""
+        from cp_observe._capture._extract import extract_contexts
+
+        if self.options.contexts_from_output:
+            raw_contexts: Any = output
+        elif self.options.context_extractor is not None:
+            raw_contexts = self.options.context_extractor(input, output)
+        else:
+            raw_contexts = self.options.context
+        return [c.text for c in extract_contexts(raw_contexts, max_items=10_000).contexts]
 
 
 def create_context_precision_scorer(
@@ -107,16 +124,22 @@ def create_context_precision_scorer(
         model: a litellm model string (``"openai/gpt-4o-mini"``), ``"lexical"`` for the offline judge, or
             any object implementing the ``Judge`` protocol.
         options: ``context`` or ``context_extractor`` (one is required; the extractor wins when both are
-            given) and ``scale``, as a mapping or ``ContextPrecisionOptions``.
+            given), or ``contexts_from_output`` (a retriever target), and ``scale``, as a mapping or
+            ``ContextPrecisionOptions``.
         scorer_id: the key of this scorer in ``run_evals`` results (default ``"context-precision-scorer"``).
 
     Raises:
-        ValueError: neither context nor extractor, an empty context list, a bad scale or model.
+        ValueError: neither context nor extractor (nor ``contexts_from_output``), an empty context list, a bad
+            scale or model.
     """
     if options is None:
         raise ValueError("options must give context or context_extractor")
     opts = options if isinstance(options, ContextPrecisionOptions) else ContextPrecisionOptions.model_validate(options)
-    if opts.context_extractor is None:
+    if opts.contexts_from_output:
+        if opts.context is not None or opts.context_extractor is not None:
+            raise ValueError("contexts_from_output takes the contexts from the target's output: "
+                             "give neither context nor context_extractor")
+    elif opts.context_extractor is None:
         if opts.context is None:
             raise ValueError("options must give context or context_extractor")
         if len(opts.context) == 0:

@@ -3,7 +3,9 @@
 ``replay`` reads OTLP/JSON lines (the Collector's ``file`` exporter), OTLP protobuf files, a Jaeger or Tempo
 query API or a Phoenix project, and feeds every span through ``cp-observe serve``'s conversion into one
 ``ContextPrecisionProcessor``. ``load_run`` / ``write_report`` turn evaluations into one self-contained HTML
-report. The command line is ``cp-observe replay`` and ``cp-observe report``.
+report (with a second run: the A/B verdict). ``cp-observe dataset`` reads the same inputs and writes their
+evaluations, selected, as a test set (``_dataset/``). The command line is ``cp-observe replay``,
+``cp-observe report`` and ``cp-observe dataset``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ from typing import Any
 
 from cp_observe._errors import ConfigurationError
 
-__all__ = ["add_replay_arguments", "add_report_arguments", "parse_time", "run_replay", "run_report"]
+__all__ = ["EXIT_WORSE", "add_replay_arguments", "add_report_arguments", "add_source_arguments", "build_sources",
+           "parse_time", "run_replay", "run_report"]
+
+#: ``report --compare``'s exit status when the second run is worse than the first (1 and 2 mean bad input).
+EXIT_WORSE = 3
 
 _REPLAY_EPILOG = """\
 Inputs (one or more):
@@ -40,11 +44,8 @@ def parse_time(text: str) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
-def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
-    """The replay's options."""
-    parser.description = "Score stored traces through the same path as live scoring."
-    parser.epilog = _REPLAY_EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """The inputs ``replay`` and ``dataset`` share: files, Jaeger, Tempo, Phoenix, and the time window."""
     parser.add_argument("files", nargs="*", metavar="FILE", help="trace files, read in order")
     parser.add_argument("--format", choices=("auto", "jsonl", "proto"), default="auto",
                         help="format of the files (default: told from the first bytes)")
@@ -53,12 +54,45 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service", help="service whose traces the Jaeger or Tempo query reads")
     parser.add_argument("--phoenix", metavar="URL", help="Phoenix base URL")
     parser.add_argument("--project", help="Phoenix project name")
+    parser.add_argument("--since", type=parse_time, help="only spans ending at or after this time")
+    parser.add_argument("--until", type=parse_time, help="only spans ending before this time")
+
+
+def build_sources(args: argparse.Namespace, files: list[str]) -> list[Any]:
+    """The ``Source`` objects the options name (``files`` as trace files); raises on a bad combination.
+
+    Raises:
+        ConfigurationError: ``--phoenix`` without ``--project``.
+        ReplayInputError: a file cannot be opened or its format is unknown.
+    """
+    from cp_observe.replay._apis import JaegerQuery, PhoenixProject, TempoQuery
+    from cp_observe.replay._files import TraceFile
+
+    sources: list[Any] = [TraceFile(path, format=args.format) for path in files]
+    until = args.until or datetime.now(timezone.utc)
+    if args.jaeger:
+        since = args.since or until - timedelta(hours=1)
+        sources.append(JaegerQuery(args.jaeger, args.service or "", since=since, until=until))
+    if args.tempo:
+        since = args.since or until - timedelta(hours=1)
+        sources.append(TempoQuery(args.tempo, args.service or "", since=since, until=until))
+    if args.phoenix:
+        if not args.project:
+            raise ConfigurationError("--phoenix needs --project")
+        sources.append(PhoenixProject(args.phoenix, args.project, since=args.since, until=args.until))
+    return sources
+
+
+def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    """The replay's options."""
+    parser.description = "Score stored traces through the same path as live scoring."
+    parser.epilog = _REPLAY_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_source_arguments(parser)
     parser.add_argument("--judge", help="litellm model string of the judge, or 'lexical' [CP_OBSERVE_JUDGE]")
     parser.add_argument("--judge-api-base", help="endpoint of the judge model [CP_OBSERVE_JUDGE_API_BASE]")
     parser.add_argument("--sample-rate", type=float,
                         help="share of traces scored, by trace id [CP_OBSERVE_SAMPLE_RATE]")
-    parser.add_argument("--since", type=parse_time, help="only spans ending at or after this time")
-    parser.add_argument("--until", type=parse_time, help="only spans ending before this time")
     parser.add_argument("--data-source", action="append", metavar="ID",
                         help="only retrievals of this data source id (agents: agent name); repeatable")
     parser.add_argument("--max-evaluations", type=int, metavar="N", help="stop reading after N targets are fed")
@@ -80,11 +114,9 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_replay(args: argparse.Namespace) -> int:
     """Run ``cp-observe replay``; returns the exit code."""
-    from cp_observe.replay._apis import JaegerQuery, PhoenixProject, TempoQuery
-    from cp_observe.replay._files import TraceFile
     from cp_observe.replay._progress import Progress
     from cp_observe.replay._run import ReplayOptions, replay
-    from cp_observe.replay._source import ReplayInputError, Source
+    from cp_observe.replay._source import ReplayInputError
 
     try:
         if args.output is None and args.otlp_endpoint is None and not args.dry_run:
@@ -95,18 +127,7 @@ def run_replay(args: argparse.Namespace) -> int:
         for label, value in (("--max-evaluations", args.max_evaluations), ("--budget-usd", args.budget_usd)):
             if value is not None and value < 0:
                 raise ConfigurationError(f"{label} must be >= 0")
-        sources: list[Source] = [TraceFile(path, format=args.format) for path in args.files]
-        until = args.until or datetime.now(timezone.utc)
-        if args.jaeger:
-            since = args.since or until - timedelta(hours=1)
-            sources.append(JaegerQuery(args.jaeger, args.service or "", since=since, until=until))
-        if args.tempo:
-            since = args.since or until - timedelta(hours=1)
-            sources.append(TempoQuery(args.tempo, args.service or "", since=since, until=until))
-        if args.phoenix:
-            if not args.project:
-                raise ConfigurationError("--phoenix needs --project")
-            sources.append(PhoenixProject(args.phoenix, args.project, since=args.since, until=args.until))
+        sources = build_sources(args, args.files)
         if not sources:
             raise ConfigurationError(
                 "nothing to replay: give FILE, --jaeger/--tempo URL --service S, or --phoenix URL --project P")
@@ -171,10 +192,20 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """The report's options."""
     parser.description = ("Write one self-contained HTML report (no network, opens from disk) from evaluations "
                           "in OTLP/JSON lines, and print a plain-text summary.")
-    parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="OTLP/JSON-lines files with evaluation spans (a replay's --output, a Collector file)")
+    parser.epilog = ("Inputs: OTLP/JSON-lines or protobuf files with evaluation spans (a replay's --output, a "
+                     "Collector file), or dataset files (cp-observe dataset, cp_observe.write_eval_results).\n"
+                     "report A --compare B, or report --compare A B: the A/B verdict of B against A (paired "
+                     "where both hold the same evaluations) at --confidence.\n"
+                     "Exit status: 0 written; 1 an input could not be read; 2 bad options; "
+                     f"{EXIT_WORSE} B is worse than A (for CI).")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("files", nargs="*", metavar="FILE",
+                        help="files with evaluation spans, or dataset files (the first run)")
     parser.add_argument("--compare", nargs="+", metavar="FILE",
-                        help="a second run (other period, judge or retriever) to compare with")
+                        help="the second run (other period, judge or retriever) to compare with; without FILE, "
+                             "exactly two files: the first run and the second")
+    parser.add_argument("--confidence", type=float, default=0.95, metavar="C",
+                        help="confidence of the A/B verdict (default 0.95)")
     parser.add_argument("--label", action="append", metavar="NAME", help="names of the run and of --compare")
     parser.add_argument("--output", "-o", type=Path, default=Path("cp-observe-report.html"), metavar="FILE",
                         help="the HTML file to write (default cp-observe-report.html)")
@@ -184,19 +215,32 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Run ``cp-observe report``; returns the exit code."""
-    from cp_observe.replay._report import load_run, summary_text, write_report
+    from cp_observe.replay._report import load_run, summary_text, verdict, write_report
     from cp_observe.replay._source import ReplayInputError
 
     labels = list(args.label or [])
+    first, second = list(args.files), list(args.compare or [])
+    if not first:
+        if len(second) != 2:
+            print("cp-observe report: give FILE..., or --compare A B (exactly two files)", file=sys.stderr)
+            return 2
+        first, second = second[:1], second[1:]
+    if not 0.5 <= args.confidence < 1.0:
+        print(f"cp-observe report: --confidence must be in [0.5, 1), got {args.confidence}", file=sys.stderr)
+        return 2
     try:
-        run = load_run(args.files, label=labels[0] if labels else "run", worst=args.worst)
-        other = None
-        if args.compare:
-            other = load_run(args.compare, label=labels[1] if len(labels) > 1 else "compared", worst=args.worst)
-        write_report(args.output, run, other, title=args.title)
+        run = load_run(first, label=labels[0] if labels else "run", worst=args.worst)
+        other = comparison = None
+        if second:
+            other = load_run(second, label=labels[1] if len(labels) > 1 else "compared", worst=args.worst)
+            comparison = verdict(run, other, args.confidence)
+        write_report(args.output, run, other, title=args.title, comparison=comparison)
     except ReplayInputError as exc:
         print(f"cp-observe report: {exc}", file=sys.stderr)
         return 1
-    print(summary_text(run, other), flush=True)
+    except OSError as exc:
+        print(f"cp-observe report: {args.output}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(summary_text(run, other, comparison), flush=True)
     print(f"report written to {args.output}", flush=True)
-    return 0
+    return EXIT_WORSE if comparison is not None and comparison.verdict == "worse" else 0

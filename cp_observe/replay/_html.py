@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from cp_observe.replay._html_segments import rerank_section, segment_section, verdict_block
+
 __all__ = ["render"]
 
 _W, _H = 440, 200
@@ -30,7 +32,8 @@ details{font-size:12px}ol{margin:2px 0 2px 18px;padding:0}.up{color:#137333}.dow
 
 
 def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str, Any, Any]],
-           difference: Callable[[Any, Any], tuple[float, tuple[float, float] | None]]) -> str:
+           difference: Callable[[Any, Any], tuple[float, tuple[float, float] | None]],
+           comparison: Any | None = None) -> str:
     """The whole report as one HTML string."""
     e = html.escape
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -49,7 +52,9 @@ def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str
                   f"<div class='meta'>{e(other.label)}: {other.evaluations} evaluations from "
                   f"{e(', '.join(other.files))}."
                   " Difference = MAP of the second minus MAP of the first, with its 95 % interval (Welch).</div>",
+                  verdict_block(comparison, run.label, other.label) if comparison is not None else "",
                   _comparison(pairs, difference, run.label, other.label)]
+    parts += [segment_section(run), rerank_section(run)]
     for stats in sorted(run.sources.values(), key=lambda s: s.name):
         parts.append(_source_section(stats, other.sources.get(stats.name) if other is not None else None))
     parts.append("<script>console.log('cp-observe report: ' + document.querySelectorAll('svg.chart-svg').length"

@@ -27,12 +27,15 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from cp_observe import _names as n
+from cp_observe._dataset._record import DatasetError, Record, is_dataset_file, read_records
+from cp_observe.replay._collect import segments_of
+from cp_observe.replay._compare import Comparison, Moments, Paired, Rerank, Segments, compare
 from cp_observe.replay._files import TraceFile
 from cp_observe.replay._source import ReplayInputError
 from cp_observe.serve._convert import spans_from_request
 
 __all__ = ["MAX_TARGETS", "Evaluation", "Run", "SourceStats", "evaluations_from_run_evals", "load_run",
-           "summary_text", "write_report"]
+           "summary_text", "verdict", "verdict_text", "write_report"]
 
 MAX_TARGETS = 100_000
 MAX_RANKS = 50
@@ -55,6 +58,9 @@ class Evaluation:
     contexts: tuple[str, ...] = ()
     judge_model: str = ""
     reference: str = ""
+    key: str = ""  # what pairs it with the same evaluation in another run: trace:span id, else source and query
+    segments: tuple[tuple[str, str], ...] = ()
+    rerank: tuple[float, float, int] | None = None  # AP before, lift, relevant documents dropped
 
 
 @dataclass
@@ -165,6 +171,13 @@ class Run:
     spans_read: int = 0
     evaluations: int = 0
     without_target: int = 0
+    keys: Paired = field(default_factory=Paired)
+    segments: Segments = field(default_factory=Segments)
+    rerank: Rerank = field(default_factory=Rerank)
+
+    def moments(self) -> Moments:
+        """Count, sum and sum of squares of every evaluation (the overall MAP)."""
+        return Moments(self.overall.count, self.overall.total, self.overall.total_sq)
 
 
 def _difference(a: SourceStats, b: SourceStats) -> tuple[float, tuple[float, float] | None]:
@@ -192,6 +205,13 @@ class _Reader:
         stats.add(evaluation, self.sequence)
         self.run.overall.add(evaluation, self.sequence)
         self.run.evaluations += 1
+        ap = evaluation.average_precision
+        if evaluation.key:
+            self.run.keys.add(evaluation.key, ap)
+        self.run.segments.add(evaluation.data_source, dict(evaluation.segments), ap)
+        if evaluation.rerank is not None:
+            before, lift, dropped = evaluation.rerank
+            self.run.rerank.add(before, ap, lift, dropped)
 
     def span(self, span: ReadableSpan) -> None:
         attributes = span.attributes or {}
@@ -230,6 +250,12 @@ class _Reader:
         if target is None:
             self.run.without_target += 1
         verdicts = tuple(bool(v) for v in attributes.get(n.CP_VERDICTS, ()))
+        context = span.context
+        key = f"{context.trace_id:032x}:{span.parent.span_id:016x}" if context is not None and span.parent else ""
+        rerank = None
+        if n.CP_RERANK_AP_BEFORE in attributes:
+            rerank = (float(attributes[n.CP_RERANK_AP_BEFORE]), float(attributes.get(n.CP_RERANK_LIFT, 0.0)),
+                      int(attributes.get(n.CP_RERANK_DROPPED_RELEVANT, 0)))
         reasons = tuple(str(r) for r in attributes.get(n.CP_REASONS, ()))
         self.add(Evaluation(
             data_source=source,
@@ -241,19 +267,47 @@ class _Reader:
             contexts=target[2] if target is not None else (),
             judge_model=str(attributes.get(n.CP_JUDGE_MODEL, "")),
             reference=str(attributes.get(n.CP_REFERENCE, "")),
+            key=key or (f"{source}\x00{target[1]}" if target is not None and target[1] else ""),
+            segments=tuple(sorted(segments_of(attributes).items())), rerank=rerank,
+        ))
+
+    def record(self, record: Record) -> None:
+        """One line of a dataset file (a run's output)."""
+        key = f"{record.trace_id}:{record.span_id}" if record.trace_id and record.span_id else \
+            f"{record.data_source}\x00{record.query}"
+        rerank = None
+        if record.rerank is not None:
+            rerank = (record.rerank.get("average_precision_before", 0.0), record.rerank.get("lift", 0.0),
+                      int(record.rerank.get("dropped_relevant", 0)))
+        self.add(Evaluation(
+            data_source=record.data_source, average_precision=record.average_precision,
+            verdicts=tuple(record.verdicts), time_ns=record.time_unix_nano, reasons=tuple(record.reasons),
+            query=record.query, contexts=tuple(c[:_PREVIEW] for c in record.contexts),
+            judge_model=record.judge_model, reference=record.reference, key=key,
+            segments=tuple(sorted(record.segments.items())), rerank=rerank,
         ))
 
 
 def load_run(paths: Sequence[str | Path], *, label: str = "run", worst: int = 10) -> Run:
-    """Read evaluation spans (and the spans they scored) from OTLP/JSON-lines or protobuf trace files.
+    """Read evaluations from trace files (OTLP/JSON lines or protobuf) or dataset files.
+
+    Trace files hold evaluation spans and the spans they scored; dataset files are ``cp-observe dataset``'s
+    output or ``write_eval_results``'.
 
     Raises:
         ReplayInputError: a file cannot be read; the message names the file and line.
     """
     reader = _Reader(label, worst)
     for path in paths:
-        source = TraceFile(path)
         reader.run.files.append(str(path))
+        try:
+            if is_dataset_file(path):
+                for record in read_records(path):
+                    reader.record(record)
+                continue
+        except DatasetError as exc:
+            raise ReplayInputError(str(exc)) from None
+        source = TraceFile(path)
         for batch in source.batches():
             converted = spans_from_request(batch.request)
             reader.run.spans_read += len(converted.spans)
@@ -288,7 +342,20 @@ def _fmt_interval(interval: tuple[float, float] | None) -> str:
     return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval is not None else "(n < 2)"
 
 
-def summary_text(run: Run, other: Run | None = None) -> str:
+def verdict(run: Run, other: Run, confidence: float = 0.95) -> Comparison:
+    """The A/B verdict of ``other`` against ``run`` (paired where both hold the same evaluations)."""
+    return compare(run.moments(), other.moments(), run.keys, other.keys, confidence)
+
+
+def verdict_text(comparison: Comparison, first: str, second: str) -> str:
+    """One line: both MAPs, the difference with its interval, and the verdict."""
+    how = f"paired over {comparison.paired} shared evaluations" if comparison.paired else "unpaired (Welch)"
+    return (f"verdict: {second} vs {first} at {comparison.confidence:.0%} confidence: {comparison.verdict.upper()}; "
+            f"MAP {comparison.first_map:.3f} -> {comparison.second_map:.3f}, difference "
+            f"{comparison.difference:+.3f} {_fmt_interval(comparison.interval)} ({how})")
+
+
+def summary_text(run: Run, other: Run | None = None, comparison: Comparison | None = None) -> str:
     """The plain-text summary printed on the terminal."""
     lines = [f"{run.label}: {run.evaluations} evaluations ({run.overall.failed} failed) from {', '.join(run.files)}"]
     rows: Iterable[SourceStats] = [*sorted(run.sources.values(), key=lambda s: s.name), run.overall]
@@ -304,6 +371,17 @@ def summary_text(run: Run, other: Run | None = None) -> str:
         for name, a, b in _pairs(run, other):
             diff, interval = _difference(a, b)
             lines.append(f"  {name:<28} {a.mean:.3f} -> {b.mean:.3f}  diff {diff:+.3f} {_fmt_interval(interval)}")
+        if comparison is not None:
+            lines.append(verdict_text(comparison, run.label, other.label))
+    for (source, label), values in sorted(run.segments.by_value.items()):
+        for value in sorted(values):
+            diff, bound = run.segments.canary(source, label, value)
+            if bound is not None and bound < 0:
+                lines.append(f"canary: {source} {label}={value} is below the rest of {source} by {-diff:.3f} "
+                             f"(99% one-sided bound {bound:+.3f})")
+    if run.rerank.count:
+        lines.append(f"rerank: {run.rerank.count} reranked, mean lift {run.rerank.lift_total / run.rerank.count:+.3f}, "
+                     f"{run.rerank.dropped_total} relevant documents dropped")
     return "\n".join(lines)
 
 
@@ -314,9 +392,11 @@ def _pairs(run: Run, other: Run) -> list[tuple[str, SourceStats, SourceStats]]:
 
 
 def write_report(path: str | Path, run: Run, other: Run | None = None, *,
-                 title: str = "Context precision report") -> None:
-    """Write the self-contained HTML report to ``path``."""
+                 title: str = "Context precision report", comparison: Comparison | None = None) -> None:
+    """Write the self-contained HTML report to ``path`` (with ``other``: the verdict, at 95 % unless given)."""
     from cp_observe.replay._html import render
 
+    if other is not None and comparison is None:
+        comparison = verdict(run, other)
     Path(path).write_text(render(run, other, title=title, pairs=_pairs(run, other) if other else [],
-                                 difference=_difference), encoding="utf-8")
+                                 difference=_difference, comparison=comparison), encoding="utf-8")

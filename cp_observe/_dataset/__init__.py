@@ -1,0 +1,1 @@
+"""Failing retrievals as a test set: the dataset record (one JSON line per evaluation) and its selection."""
