@@ -54,6 +54,7 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "sink_batch_size": settings.sink_batch_size,
         "sink_max_retries": settings.sink_max_retries,
         "data_source": settings.data_source_attributes(),
+        "calibration_rate": settings.calibration_rate,
     }
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)
