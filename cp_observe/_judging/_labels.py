@@ -21,7 +21,7 @@ from typing import Any
 
 from cp_observe._errors import LabelError
 
-__all__ = ["HumanLabel", "label_line", "parse_label_line"]
+__all__ = ["HumanLabel", "label_line", "label_position", "parse_label_line"]
 
 _TRACE = re.compile(r"[0-9a-f]{32}")
 _SPAN = re.compile(r"[0-9a-f]{16}")
@@ -41,6 +41,20 @@ class HumanLabel:
     reason: str | None = None
     annotator: str | None = None
     where: str = ""  # file:line, or the Phoenix annotation it came from
+
+
+def label_position(label: HumanLabel, judged: int, document_ids: tuple[str | None, ...] = ()) -> int | None:
+    """The judged position ``label`` names on a retrieval with ``judged`` verdicts, or ``None``: the judge never saw it.
+
+    By position: the retrieval order recorded on the span. By ``document_id``: its first entry in ``document_ids``
+    (the span's ``retrieval.documents.{i}.document.id``, in that order).
+    """
+    if label.position is not None:
+        return label.position if label.position < judged else None
+    if label.document_id is not None and label.document_id in document_ids:
+        index = document_ids.index(label.document_id)
+        return index if index < judged else None
+    return None
 
 
 def _hex(value: Any, pattern: re.Pattern[str], digits: int, what: str, where: str) -> int:

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cp_observe._judging._agreement import Agreement
-from cp_observe._judging._labels import HumanLabel
+from cp_observe._judging._labels import HumanLabel, label_position
 from cp_observe._judging._map import average_precision
 from cp_observe.replay._judged import JudgedRetrieval, JudgeKey
 
-__all__ = ["Calibration", "Disagreement", "GroupFigures", "calibrate", "corrected_map"]
+__all__ = ["Calibration", "Disagreement", "GroupFigures", "calibrate", "calibration_lines", "corrected_map"]
 
 ALL = "all data sources"
 _Z = 1.959963984540054
@@ -102,15 +102,6 @@ class Calibration:
         }
 
 
-def _position(label: HumanLabel, retrieval: JudgedRetrieval) -> int | None:
-    if label.position is not None:
-        return label.position if label.position < len(retrieval.verdicts) else None
-    if label.document_id in retrieval.document_ids:
-        index = retrieval.document_ids.index(label.document_id)
-        return index if index < len(retrieval.verdicts) else None
-    return None
-
-
 def _context_key(retrieval: JudgedRetrieval, position: int) -> str:
     if position < len(retrieval.document_ids) and retrieval.document_ids[position]:
         return f"document {retrieval.document_ids[position]}"
@@ -172,7 +163,7 @@ def calibrate(retrievals: Iterable[JudgedRetrieval], labels: Iterable[HumanLabel
             continue
         seen = False
         for retrieval in candidates:
-            position = _position(label, retrieval)
+            position = label_position(label, len(retrieval.verdicts), retrieval.document_ids)
             if position is not None:
                 seen = True
                 per_retrieval[id(retrieval)][position].append(label)
@@ -230,3 +221,29 @@ def _majority(labels: list[HumanLabel]) -> bool:
     if counts[True] == counts[False]:
         return labels[0].relevant
     return counts[True] > counts[False]
+
+
+def _fmt(p: dict[str, Any]) -> str:
+    if p.get("value") is None:
+        return "-"
+    return f"{p['value']:.3f} [{p['low']:.3f}, {p['high']:.3f}]"
+
+
+def calibration_lines(figures: dict[str, Any]) -> list[str]:
+    """The terminal summary of ``Calibration.as_dict()`` (``calibrate``, and ``report --labels``)."""
+    apart = figures["counted_apart"]
+    lines = [f"{figures['labels']} labels; counted apart: {apart['unmatched']} on spans with no judgement read, "
+             f"{apart['unseen']} on documents the judge never saw, {apart['unreadable']} unreadable"]
+    for g in figures["groups"]:
+        lines.append(f"  {g['data_source']} / {g['judge']['model']}: {g['labels']} labels, agreement "
+                     f"{_fmt(g['agreement'])}, TPR {_fmt(g['tpr'])}, TNR {_fmt(g['tnr'])}, kappa {_fmt(g['kappa'])}")
+        corrected = g["corrected_map"] or {}
+        judge_map = g["judge_only_map"]
+        if judge_map["estimate"] is not None:
+            text = f"    MAP judge only {judge_map['estimate']:.3f} (n {judge_map['n']})"
+            for key, name in (("ppi", "PPI"), ("ppi_plus_plus", "PPI++")):
+                if key in corrected:
+                    e = corrected[key]
+                    text += f", {name} {e['estimate']:.3f} [{e['low']:.3f}, {e['high']:.3f}]"
+            lines.append(text + f" from {g['labelled_retrievals']} labelled retrievals")
+    return lines

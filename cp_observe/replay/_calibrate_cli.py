@@ -140,7 +140,7 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """Run ``cp-observe calibrate``; returns the exit code."""
-    from cp_observe.replay._calibrate import calibrate
+    from cp_observe.replay._calibrate import calibrate, calibration_lines
 
     try:
         judged, labels, unreadable, status = _read(args)
@@ -149,7 +149,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return 2
     result = calibrate(judged.retrievals, labels, inputs=judged.inputs, unreadable=unreadable)
     figures = result.as_dict()
-    for line in summary_lines(figures):
+    for line in calibration_lines(figures):
         print(line, flush=True)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2), encoding="utf-8")
@@ -169,29 +169,3 @@ def run_calibrate(args: argparse.Namespace) -> int:
             return 2
         print(f"pushed agreement of {pushed} data source and judge pairs")
     return status
-
-
-def _fmt(p: dict[str, Any]) -> str:
-    if p.get("value") is None:
-        return "-"
-    return f"{p['value']:.3f} [{p['low']:.3f}, {p['high']:.3f}]"
-
-
-def summary_lines(figures: dict[str, Any]) -> list[str]:
-    """The terminal summary."""
-    apart = figures["counted_apart"]
-    lines = [f"{figures['labels']} labels; counted apart: {apart['unmatched']} on spans with no judgement read, "
-             f"{apart['unseen']} on documents the judge never saw, {apart['unreadable']} unreadable"]
-    for g in figures["groups"]:
-        lines.append(f"  {g['data_source']} / {g['judge']['model']}: {g['labels']} labels, agreement "
-                     f"{_fmt(g['agreement'])}, TPR {_fmt(g['tpr'])}, TNR {_fmt(g['tnr'])}, kappa {_fmt(g['kappa'])}")
-        corrected = g["corrected_map"] or {}
-        judge_map = g["judge_only_map"]
-        if judge_map["estimate"] is not None:
-            text = f"    MAP judge only {judge_map['estimate']:.3f} (n {judge_map['n']})"
-            for key, name in (("ppi", "PPI"), ("ppi_plus_plus", "PPI++")):
-                if key in corrected:
-                    e = corrected[key]
-                    text += f", {name} {e['estimate']:.3f} [{e['low']:.3f}, {e['high']:.3f}]"
-            lines.append(text + f" from {g['labelled_retrievals']} labelled retrievals")
-    return lines

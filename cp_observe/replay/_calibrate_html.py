@@ -12,7 +12,7 @@ from typing import Any
 
 from cp_observe.replay._html import _CSS
 
-__all__ = ["render_calibration"]
+__all__ = ["corrected_table", "render_calibration"]
 
 _W = 420
 
@@ -90,22 +90,7 @@ def render_calibration(result: dict[str, Any], *, title: str = "Judge calibratio
                      f"{e(judge['kind'])} {e(judge['prompt_version'])}</span></td><td class='num'>{g['labels']}</td>"
                      f"{_share(g['agreement'])}{_share(g['tpr'])}{_share(g['tnr'])}{_kappa(g['kappa'])}</tr>")
     parts.append("</table>")
-    parts.append("<h2>MAP: judge only and corrected with the labels</h2><div class='meta'>Corrected MAP "
-                 "(prediction-powered inference, PPI and PPI++) is valid only when the labelled retrievals are a "
-                 "uniform random subsample of the scored ones; <code>calibration_rate</code> draws one.</div>"
-                 "<table><tr><th>data source</th><th>judge</th><th>scored</th><th>labelled</th><th>judge-only MAP</th>"
-                 "<th>labels only</th><th>PPI</th><th>PPI++ (&lambda;)</th><th>labelled outside the draw</th></tr>")
-    for g in result["groups"]:
-        c = g["corrected_map"] or {}
-        lam = c.get("ppi_plus_plus", {}).get("lam")
-        parts.append(f"<tr><td>{e(g['data_source'])}</td><td>{e(g['judge']['model'])}</td>"
-                     f"<td class='num'>{g['retrievals']}</td><td class='num'>{g['labelled_retrievals']}</td>"
-                     f"<td class='num'>{_estimate(g['judge_only_map'])}</td>"
-                     f"<td class='num'>{_estimate(c.get('classical'))}</td><td class='num'>{_estimate(c.get('ppi'))}"
-                     f"</td><td class='num'>{_estimate(c.get('ppi_plus_plus'))}"
-                     f"{f' <span class=small>(&lambda; {lam:.2f})</span>' if lam is not None else ''}</td>"
-                     f"<td class='num'>{g['labelled_outside_draw']}</td></tr>")
-    parts.append("</table>")
+    parts.append(corrected_table(result))
     for g in result["groups"]:
         parts.append(f"<h2>{e(g['data_source'])} &middot; {e(g['judge']['model'])}</h2><div class='charts'>"
                      f"{_bars(g)}</div>")
@@ -122,4 +107,27 @@ def render_calibration(result: dict[str, Any], *, title: str = "Judge calibratio
             parts.append("</table>")
     parts.append("<script>console.log('cp-observe calibrate: ' + document.querySelectorAll('svg.chart-svg').length"
                  " + ' groups');</script></body></html>")
+    return "".join(parts)
+
+
+def corrected_table(result: dict[str, Any]) -> str:
+    """The judge-only and corrected MAP of every group, with the assumption they rest on (also in the report)."""
+    e = html.escape
+    parts: list[str] = []
+    parts.append("<h2>MAP: judge only and corrected with the labels</h2><div class='meta'>Corrected MAP "
+                 "(prediction-powered inference, PPI and PPI++) is valid only when the labelled retrievals are a "
+                 "uniform random subsample of the scored ones; <code>calibration_rate</code> draws one.</div>"
+                 "<table><tr><th>data source</th><th>judge</th><th>scored</th><th>labelled</th><th>judge-only MAP</th>"
+                 "<th>labels only</th><th>PPI</th><th>PPI++ (&lambda;)</th><th>labelled outside the draw</th></tr>")
+    for g in result["groups"]:
+        c = g["corrected_map"] or {}
+        lam = c.get("ppi_plus_plus", {}).get("lam")
+        parts.append(f"<tr><td>{e(g['data_source'])}</td><td>{e(g['judge']['model'])}</td>"
+                     f"<td class='num'>{g['retrievals']}</td><td class='num'>{g['labelled_retrievals']}</td>"
+                     f"<td class='num'>{_estimate(g['judge_only_map'])}</td>"
+                     f"<td class='num'>{_estimate(c.get('classical'))}</td><td class='num'>{_estimate(c.get('ppi'))}"
+                     f"</td><td class='num'>{_estimate(c.get('ppi_plus_plus'))}"
+                     f"{f' <span class=small>(&lambda; {lam:.2f})</span>' if lam is not None else ''}</td>"
+                     f"<td class='num'>{g['labelled_outside_draw']}</td></tr>")
+    parts.append("</table>")
     return "".join(parts)

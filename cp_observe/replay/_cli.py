@@ -180,23 +180,49 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the HTML file to write (default cp-observe-report.html)")
     parser.add_argument("--title", default="Context precision report", help="the report's title")
     parser.add_argument("--worst", type=int, default=10, metavar="N", help="worst retrievals listed per data source")
+    parser.add_argument("--labels", action="append", type=Path, metavar="FILE",
+                        help="people's labels (JSON lines): add the MAP corrected by them (PPI, PPI++); repeatable")
+
+
+def _calibration(files: list[str], label_files: list[Path]) -> dict[str, Any]:
+    """``calibrate``'s figures for the report's files and these label files (the corrected MAP section)."""
+    from cp_observe.replay._calibrate import calibrate
+    from cp_observe.replay._files import TraceFile
+    from cp_observe.replay._judged import read_judged
+    from cp_observe.replay._label_files import read_label_file
+
+    judged = read_judged([TraceFile(path) for path in files])
+    labels = [label for path in label_files for label in read_label_file(path)]
+    return calibrate(judged.retrievals, labels, inputs=judged.inputs).as_dict()
 
 
 def run_report(args: argparse.Namespace) -> int:
     """Run ``cp-observe report``; returns the exit code."""
+    from cp_observe._errors import LabelError
     from cp_observe.replay._report import load_run, summary_text, write_report
     from cp_observe.replay._source import ReplayInputError
 
     labels = list(args.label or [])
+    calibration = None
     try:
         run = load_run(args.files, label=labels[0] if labels else "run", worst=args.worst)
         other = None
         if args.compare:
             other = load_run(args.compare, label=labels[1] if len(labels) > 1 else "compared", worst=args.worst)
-        write_report(args.output, run, other, title=args.title)
+        if args.labels:
+            calibration = _calibration(args.files, args.labels)
+        write_report(args.output, run, other, title=args.title, calibration=calibration)
     except ReplayInputError as exc:
         print(f"cp-observe report: {exc}", file=sys.stderr)
         return 1
+    except LabelError as exc:
+        print(f"cp-observe report: {exc}", file=sys.stderr)
+        return 2
     print(summary_text(run, other), flush=True)
+    if calibration is not None:
+        from cp_observe.replay._calibrate import calibration_lines
+
+        for line in calibration_lines(calibration):
+            print(line, flush=True)
     print(f"report written to {args.output}", flush=True)
     return 0

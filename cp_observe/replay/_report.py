@@ -314,9 +314,11 @@ def _pairs(run: Run, other: Run) -> list[tuple[str, SourceStats, SourceStats]]:
 
 
 def write_report(path: str | Path, run: Run, other: Run | None = None, *,
-                 title: str = "Context precision report") -> None:
-    """Write the self-contained HTML report to ``path``."""
+                 title: str = "Context precision report", calibration: dict[str, Any] | None = None) -> None:
+    """Write the self-contained HTML report to ``path`` (with ``calibration``: the MAP corrected by labels)."""
+    from cp_observe.replay._calibrate_html import corrected_table
     from cp_observe.replay._html import render
 
+    corrected = corrected_table(calibration) if calibration is not None else ""
     Path(path).write_text(render(run, other, title=title, pairs=_pairs(run, other) if other else [],
-                                 difference=_difference), encoding="utf-8")
+                                 difference=_difference, corrected=corrected), encoding="utf-8")
