@@ -41,7 +41,9 @@ def wilson(successes: int, total: int, *, z: float = _Z) -> Proportion:
     denominator = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denominator
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
-    return Proportion(p, max(0.0, centre - half), min(1.0, centre + half), successes, total)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exactly 0 and 1 there; rounding would miss them
+    high = 1.0 if successes == total else min(1.0, centre + half)
+    return Proportion(p, low, high, successes, total)
 
 
 def kappa(tp: int, fp: int, fn: int, tn: int, *, z: float = _Z) -> tuple[float | None, float | None, float | None,

@@ -57,7 +57,6 @@ def push_agreement(groups: Iterable[Any], *, otlp_endpoint: str | None, service_
     provider = MeterProvider(metric_readers=readers, resource=resource)
     try:
         pushed = record_agreement(provider, groups)
-        provider.force_flush()
     finally:
-        provider.shutdown()
+        provider.shutdown()  # the reader's last collection exports the gauges, once
     return pushed

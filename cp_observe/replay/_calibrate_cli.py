@@ -106,12 +106,12 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
     status = 0
     if args.phoenix and not args.project:
         raise ConfigurationError("--phoenix needs --project")
-    sources = _sources(args)
-    if not sources and not args.phoenix:
+    if not (args.files or args.jaeger or args.tempo or args.phoenix):
         raise ConfigurationError("no verdicts: give FILE, --jaeger/--tempo URL --service S, or --phoenix URL "
                                  "--project P")
     if not args.labels and not args.phoenix:
         raise ConfigurationError("no labels: give --labels FILE or --phoenix URL --project P")
+    sources = _sources(args)
     for path in args.labels or ():
         labels.extend(read_label_file(path))
     with tempfile.TemporaryDirectory(prefix="cp-observe-calibrate-") as directory:
@@ -141,12 +141,16 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
 def run_calibrate(args: argparse.Namespace) -> int:
     """Run ``cp-observe calibrate``; returns the exit code."""
     from cp_observe.replay._calibrate import calibrate, calibration_lines
+    from cp_observe.replay._source import ReplayInputError
 
     try:
         judged, labels, unreadable, status = _read(args)
     except (ConfigurationError, LabelError, ValueError) as exc:
         print(f"cp-observe calibrate: {exc}", file=sys.stderr)
         return 2
+    except ReplayInputError as exc:  # an input that cannot even be opened
+        print(f"cp-observe calibrate: {exc}", file=sys.stderr)
+        return 1
     result = calibrate(judged.retrievals, labels, inputs=judged.inputs, unreadable=unreadable)
     figures = result.as_dict()
     for line in calibration_lines(figures):
