@@ -250,6 +250,7 @@ class Emitter:
             agent_name=target.agent_name,
             reference=target.reference,
             needs_label=needs_label,
+            judge_kind=self.identity.kind,
         )
         for sink in self.sinks:
             sink.offer(record)

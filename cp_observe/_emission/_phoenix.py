@@ -154,6 +154,10 @@ def span_annotation(record: EvaluationRecord) -> dict[str, Any]:
         "reference": record.reference,
         "data_source": record.data_source,
         "contexts_judged": len(record.verdicts),
+        # The verdicts again, where people's labels cannot replace them: Phoenix keeps one document annotation
+        # per (name, span, position), so a person's "relevance" label overwrites the judge's (issue 24).
+        "verdicts": list(record.verdicts),
+        "judge_kind": record.judge_kind,
     }
     if record.agent_name:
         metadata["agent_name"] = record.agent_name

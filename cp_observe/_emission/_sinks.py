@@ -81,6 +81,7 @@ class EvaluationRecord:
     agent_name: str | None
     reference: str
     needs_label: bool = False  # drawn at calibration_rate for a person to label (issue 24)
+    judge_kind: str = ""  # llm | lexical | custom (_judging/_identity.py), so calibrate groups Phoenix like files
 
 
 class Delivery(enum.Enum):

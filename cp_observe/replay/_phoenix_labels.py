@@ -7,9 +7,12 @@ span's ``documentEvaluations`` (every document annotation, any annotator) and it
 1. the scored spans are the ones carrying cp-observe's ``context_precision`` span annotation (identifier
    ``cp-observe``, with the judge, prompt version and data source in its metadata), plus its ``needs_label``
    one when the retrieval was drawn for labelling; or, when the verdicts come from files, the spans they name;
-2. for those spans, in batches of aliased ``getSpanByOtelId`` queries: the ``LLM``/``CODE`` document
-   annotations named ``relevance`` are cp-observe's verdicts, by position; the ``HUMAN`` ones named
-   ``label_name`` (default ``relevance``) are people's labels. A human annotation is relevant when its score is
+2. for those spans, in batches of aliased ``getSpanByOtelId`` queries: the ``HUMAN`` document annotations
+   named ``label_name`` (default ``relevance``) are people's labels. The verdicts are the ``verdicts`` list of
+   the span annotation's metadata: Phoenix keeps one document annotation per (name, span, position), so a
+   person's ``relevance`` label *replaces* the judge's there. (Annotations from before that list existed: the
+   ``LLM``/``CODE`` document annotations, when none is missing.) The judge's reasons are read from the document
+   annotations that are still the judge's. A human annotation is relevant when its score is
    ≥ 0.5, else when its label reads relevant/yes/true/1 (irrelevant/not relevant/no/false/0 for not); any
    other is *unreadable*: counted and listed, never guessed.
 """
@@ -170,18 +173,20 @@ class PhoenixLabels:
                 note = annotation.get("metadata") or {}
                 if not judge_model and isinstance(note, dict):
                     judge_model = str(note.get("judge_model", ""))
-        if not metadata or not verdicts:
+        if not metadata:
             return  # labels only (the verdicts come from files)
-        count = int(metadata.get("contexts_judged") or (max(verdicts) + 1))
-        if any(i not in verdicts for i in range(min(count, max(verdicts) + 1))):
-            return  # a hole: these verdicts cannot be aligned to positions
+        recorded = metadata.get("verdicts")
+        if isinstance(recorded, list) and all(isinstance(v, bool) for v in recorded):
+            ordered = [(v, verdicts[i][1] if i in verdicts else "") for i, v in enumerate(recorded)]
+        elif verdicts and all(i in verdicts for i in range(max(verdicts) + 1)):
+            ordered = [verdicts[i] for i in sorted(verdicts)]  # before the metadata carried them (and unlabelled)
+        else:
+            return  # no verdicts, or holes where people's labels replaced them: nothing to align
         ids, contents = _documents(node.get("attributes"))
-        kind = "llm" if any(a.get("annotatorKind") == n.ANNOTATOR_LLM for a in node.get("documentEvaluations") or []) \
-            else "code"
-        ordered = [verdicts[i] for i in sorted(verdicts)]
+        kind = str(metadata.get("judge_kind") or "")
         out.retrievals.append(JudgedRetrieval(
             trace_id=trace_id, span_id=span_id, data_source=str(metadata.get("data_source", "unknown")),
-            judge=JudgeKey(judge_model, str(metadata.get("prompt_version") or ""), kind),
+            judge=JudgeKey(judge_model, str(metadata.get("prompt_version") or "none"), kind),  # as on the span
             verdicts=tuple(v for v, _ in ordered), reasons=tuple(r for _, r in ordered),
             document_ids=ids, contexts=contents, needs_label=bool(metadata.get("needs_label")), source=self.name,
         ))
