@@ -41,8 +41,8 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jaeger", metavar="URL", help="Jaeger query API base URL")
     parser.add_argument("--tempo", metavar="URL", help="Tempo API base URL")
     parser.add_argument("--service", help="service whose traces the Jaeger or Tempo query reads")
-    parser.add_argument("--since", help="only spans ending at or after this time (ISO 8601 or 30m / 6h / 7d)")
-    parser.add_argument("--until", help="only spans ending before this time")
+    parser.add_argument("--since", help="--jaeger/--tempo: from this time (ISO 8601 or 30m / 6h / 7d ago; default 1h)")
+    parser.add_argument("--until", help="--jaeger/--tempo: until this time (default now)")
     parser.add_argument("--judge", help="replay the inputs through this judge (litellm model string or 'lexical')")
     parser.add_argument("--judge-api-base", help="endpoint of that judge [CP_OBSERVE_JUDGE_API_BASE]")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
@@ -106,6 +106,8 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
     status = 0
     if args.phoenix and not args.project:
         raise ConfigurationError("--phoenix needs --project")
+    if args.judge and not (args.files or args.jaeger or args.tempo):
+        raise ConfigurationError("--judge replays FILE, --jaeger or --tempo inputs: give one")
     if not (args.files or args.jaeger or args.tempo or args.phoenix):
         raise ConfigurationError("no verdicts: give FILE, --jaeger/--tempo URL --service S, or --phoenix URL "
                                  "--project P")
@@ -171,5 +173,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         except ConfigurationError as exc:
             print(f"cp-observe calibrate: {exc}", file=sys.stderr)
             return 2
+        except OSError as exc:
+            print(f"cp-observe calibrate: {exc}", file=sys.stderr)
+            return 1
         print(f"pushed agreement of {pushed} data source and judge pairs")
     return status

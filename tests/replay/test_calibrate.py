@@ -193,6 +193,20 @@ def test_push_without_an_endpoint_is_a_clear_error(exported: Exported, tmp_path:
     assert done.returncode == 2 and "--push needs --otlp-endpoint" in done.stderr
 
 
+def test_push_to_an_endpoint_that_does_not_take_them_fails(exported: Exported, tmp_path: Path) -> None:
+    """Nothing listens on the endpoint: exit status 1 and a message, not 'pushed'."""
+    from tests.phoenix_support import free_port
+
+    labels = tmp_path / "labels.jsonl"
+    _labels(exported, labels)
+    env = {"PATH": "/usr/bin:/bin", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
+    done = subprocess.run([*CLI, "calibrate", str(exported.jsonl), "--labels", str(labels), "--push",
+                           "--otlp-endpoint", f"http://127.0.0.1:{free_port()}"], capture_output=True, text=True,
+                          timeout=120, check=False, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "did not take the agreement gauges" in done.stderr and "pushed" not in done.stdout
+
+
 def test_the_cronjob_runs_a_valid_calibrate_command_that_pushes() -> None:
     """The CronJob's args parse as ``cp-observe calibrate`` options, push, and name the gateway as endpoint."""
     [job] = load_yaml_all(ROOT / "deploy" / "k8s" / "calibrate-cronjob.yaml")
