@@ -119,6 +119,28 @@ def test_the_calibrate_page_renders_in_chromium_without_console_errors(exported:
     assert shot.exists() and shot.stat().st_size > 20_000
 
 
+def test_calibrate_replays_the_inputs_through_another_judge(exported: Exported, tmp_path: Path) -> None:
+    """--judge scores the stored retrievals again (an LLM judge over loopback HTTP) and calibrates those verdicts."""
+    from cp_observe.testing import JudgeServer
+
+    labels = tmp_path / "labels.jsonl"
+    pairs, _, _ = _labels(exported, labels)
+    out = tmp_path / "figures.json"
+    env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "CP_OBSERVE_JUDGE_API_KEY": "sk-test-0"}
+    with JudgeServer() as judge:
+        done = subprocess.run([*CLI, "calibrate", str(exported.jsonl), "--labels", str(labels), "--json", str(out),
+                               "--judge", "openai/judge-test", "--judge-api-base", judge.url],
+                              capture_output=True, text=True, timeout=300, check=False, env=env)
+        calls = len(judge.requests)
+    assert done.returncode == 0, done.stderr
+    assert calls >= len(exported.live)
+    figures = json.loads(out.read_text(encoding="utf-8"))
+    models = {g["judge"]["model"] for g in figures["groups"]}
+    assert models in ({"judge-test"}, {"openai/judge-test"}), models
+    [group] = [g for g in figures["groups"] if g["data_source"] != "all data sources"]
+    assert group["labels"] == len(pairs) and group["retrievals"] == len(exported.live)
+
+
 def test_report_with_labels_shows_the_corrected_map(exported: Exported, tmp_path: Path) -> None:
     """``report --labels`` adds the judge-only and PPI/PPI++ MAP section and prints the same figures."""
     labels = tmp_path / "labels.jsonl"
