@@ -95,7 +95,7 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
         ConfigurationError: bad options.
         LabelError: a label file is malformed.
     """
-    from cp_observe.replay._judged import Judged, read_judged
+    from cp_observe.replay._judged import MAX_RETRIEVALS, Judged, read_judged
     from cp_observe.replay._label_files import read_label_file
     from cp_observe.replay._phoenix_labels import PhoenixLabels
     from cp_observe.replay._source import ReplayInputError
@@ -134,6 +134,9 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
             status = 1
         else:
             judged.inputs.append(phoenix.name)
+            if read.truncated:
+                print(f"cp-observe calibrate: {phoenix.name}: more than {MAX_RETRIEVALS} scored spans; the newest "
+                      f"{MAX_RETRIEVALS} were read", file=sys.stderr)
             judged.retrievals.extend(read.retrievals)
             labels.extend(read.labels)
             unreadable.extend(read.unreadable)

@@ -30,7 +30,7 @@ from typing import Any
 
 from cp_observe import _names as n
 from cp_observe._judging._labels import HumanLabel
-from cp_observe.replay._judged import JudgedRetrieval, JudgeKey
+from cp_observe.replay._judged import MAX_RETRIEVALS, JudgedRetrieval, JudgeKey
 from cp_observe.replay._source import ReplayInputError
 
 __all__ = ["PhoenixLabels", "PhoenixRead"]
@@ -51,6 +51,7 @@ class PhoenixRead:
     retrievals: list[JudgedRetrieval] = field(default_factory=list)
     labels: list[HumanLabel] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)  # human annotations neither relevant nor not, where
+    truncated: bool = False  # more than MAX_RETRIEVALS scored spans: the newest were read, the rest left
 
 
 class PhoenixLabels:
@@ -72,6 +73,7 @@ class PhoenixLabels:
         self.label_name = label_name
         self.name = f"{self.url} (Phoenix project {project})"
         self.timeout_s = timeout_s
+        self.truncated = False
         key = api_key or os.environ.get(n.ENV_PREFIX + "PHOENIX_API_KEY") or os.environ.get(n.ENV_PHOENIX_API_KEY)
         self._headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "cp-observe"}
         if key:
@@ -116,6 +118,9 @@ class PhoenixLabels:
             cursor = body.get("next_cursor")
             if not cursor:
                 break
+            if len(found) >= MAX_RETRIEVALS:
+                self.truncated = True
+                break
         for span_id, metadata in found.items():
             metadata["needs_label"] = span_id in needs
         return found
@@ -127,7 +132,7 @@ class PhoenixLabels:
             ReplayInputError: Phoenix cannot be read; the message names the URL.
         """
         scored = self.scored_spans() if span_ids is None else {s: {} for s in span_ids}
-        out = PhoenixRead()
+        out = PhoenixRead(truncated=self.truncated)
         ids = sorted(scored)
         for start in range(0, len(ids), _BATCH):
             chunk = ids[start:start + _BATCH]
