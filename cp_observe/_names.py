@@ -153,6 +153,12 @@ METRIC_QUEUE_DEPTH: Final = "context_precision.queue.depth"
 # Issue 21: what _internal.error_counts() counts (failures contained, never raised into the host), process-wide.
 #: observable counter of contained failures by kind and site -> context_precision_internal_errors_total
 METRIC_INTERNAL_ERRORS: Final = "context_precision.internal_errors"
+# Issue 24 (calibrate): judge against people, set by ``cp-observe calibrate --push`` (a scheduled run, not the
+# emitter), by data source and judge identity (model, prompt version, kind).
+#: gauge, share of labelled contexts where the judge's verdict equals the person's -> context_precision_judge_agreement
+METRIC_JUDGE_AGREEMENT: Final = "context_precision.judge.agreement"
+#: gauge, labelled contexts that agreement is computed over -> context_precision_judge_agreement_labels
+METRIC_JUDGE_AGREEMENT_LABELS: Final = "context_precision.judge.agreement.labels"
 
 # `cp-observe serve`'s own instruments (SERVE_ prefix: not part of the library's METRIC_* set).
 #: counter of OTLP requests by protocol and result -> context_precision_serve_requests_total
@@ -216,5 +222,10 @@ LABEL_RELEVANT: Final = "relevant"
 LABEL_IRRELEVANT: Final = "irrelevant"
 ANNOTATOR_LLM: Final = "LLM"
 ANNOTATOR_CODE: Final = "CODE"
+# Issue 24 (calibrate): people's labels read back from Phoenix, and the retrievals drawn for them to label.
+ANNOTATOR_HUMAN: Final = "HUMAN"
+#: Span annotation posted on a scored span drawn at ``calibration_rate`` (label "yes", score 1): Phoenix lists
+#: and filters span annotations, so people can pick exactly the unbiased set to label.
+PHOENIX_NEEDS_LABEL_ANNOTATION_NAME: Final = "needs_label"
 #: Phoenix's own variable for its API key, read when CP_OBSERVE_PHOENIX_API_KEY is unset.
 ENV_PHOENIX_API_KEY: Final = "PHOENIX_API_KEY"

@@ -33,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_replay_arguments(replay)
     report = commands.add_parser("report", help="write an HTML report of evaluations (MAP, ranks, worst retrievals)")
     add_report_arguments(report)
+    calibrate = commands.add_parser("calibrate", help="judge agreement with people's labels, and MAP corrected by them")
+    from cp_observe.replay._calibrate_cli import add_calibrate_arguments
+
+    add_calibrate_arguments(calibrate)
 
     dataset = commands.add_parser("dataset", help="select failing retrievals from stored traces as a test set")
     from cp_observe.replay._dataset_cli import add_dataset_arguments
@@ -60,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cp_observe.replay._dataset_cli import run_dataset
 
         return int(run_dataset(args))
+    if args.command == "calibrate":
+        from cp_observe.replay._calibrate_cli import run_calibrate
+
+        return int(run_calibrate(args))
     parser.print_help()
     return 2
 

@@ -58,6 +58,7 @@ ALERT_NAMES = (
     "ContextPrecisionLowVolume",
     "ContextPrecisionJudgeFailing",
     "ContextPrecisionEvaluationsDropped",
+    "ContextPrecisionJudgeAgreementLow",
 )
 RULE_GROUPS = ("context_precision.recording", "context_precision.alerts")
 
@@ -95,9 +96,10 @@ def library_instruments() -> tuple[Instrument, ...]:
     from cp_observe._types import ScoreResult, Usage, Verdict
 
     reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
     emitter = Emitter(
         tracer_provider=TracerProvider(),
-        meter_provider=MeterProvider(metric_readers=[reader]),
+        meter_provider=meter_provider,
         logger_provider=LoggerProvider(),
         threshold=0.5,
         capture_content=False,
@@ -125,6 +127,15 @@ def library_instruments() -> tuple[Instrument, ...]:
     emitter.failed(target, RuntimeError("boom"), "judge_error", start_ns=0, end_ns=1_000_000_000, model="judge")
     # The internal-errors counter reports what the error boundary counted: count one, so it has a point.
     _internal.report_user_error("deploy_support", ValueError("one counted failure"))
+    # The judge-agreement gauges are recorded by `cp-observe calibrate --push`, not the emitter: record one group.
+    from cp_observe._judging._labels import HumanLabel
+    from cp_observe.replay._agreement_metrics import record_agreement
+    from cp_observe.replay._calibrate import calibrate
+    from cp_observe.replay._judged import JudgedRetrieval, JudgeKey
+
+    judged = JudgedRetrieval(trace_id=1, span_id=2, data_source="docs", judge=JudgeKey("judge", "cp-2", "llm"),
+                             verdicts=(True, False))
+    record_agreement(meter_provider, calibrate([judged], [HumanLabel(1, 2, True, position=0)]).groups)
     found = []
     data = reader.get_metrics_data()
     assert data is not None

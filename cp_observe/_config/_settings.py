@@ -75,6 +75,9 @@ class Settings:
     sink_batch_size: int = setting(100, "Most evaluations a sink sends in one request.", ge=1)
     sink_max_retries: int = setting(5, "Retries (with backoff) of an evaluation a sink failed to send.", ge=0)
     sink_timeout_s: float = setting(10.0, "Seconds allowed for one sink HTTP request.", gt=0)
+    # Issue 24: the uniform share of scored retrievals marked needs_label, for people to label (calibrate).
+    calibration_rate: float = setting(0.0, "Share of scored retrievals marked needs_label for people to label.",
+                                      ge=0, le=1)
     data_source: str | None = setting(
         None, "Span attributes naming a retrieval's data source, comma-separated, tried in order "
         "before the conventions (gen_ai.data_source.id, decorator name, retriever name)."

@@ -19,6 +19,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, Sta
 from cp_observe import _internal
 from cp_observe import _names as n
 from cp_observe._emission._sinks import EvaluationRecord, SinkRunner, recorded_documents
+from cp_observe._judging._calibration import needs_label
 from cp_observe._judging._identity import JudgeIdentity, judge_identity
 from cp_observe._types import ScoreResult
 
@@ -54,6 +55,7 @@ class Emitter:
         queue_depth: Any,
         judge: Any = None,
         sinks: Sequence[SinkRunner] = (),
+        calibration_rate: float = 0.0,
     ) -> None:
         self._tracer_provider = tracer_provider
         self.sinks = tuple(sinks)
@@ -62,6 +64,7 @@ class Emitter:
         meter = (meter_provider or global_meter_provider()).get_meter(_SCOPE)
         self.threshold = threshold
         self.capture_content = capture_content
+        self.calibration_rate = calibration_rate
         self.identity = judge_identity(judge) if judge is not None else JudgeIdentity(n.JUDGE_KIND_CUSTOM, "none")
         self._score = meter.create_histogram(
             n.METRIC_SCORE,
@@ -164,6 +167,10 @@ class Emitter:
         }
         if result.truncated:
             attributes[n.CP_TRUNCATED_CONTEXTS] = list(result.truncated)
+        context = target.span_context
+        needs = self.calibration_rate > 0 and needs_label(context.trace_id, context.span_id, self.calibration_rate)
+        if needs:
+            attributes[n.CP_NEEDS_LABEL] = True
         if self.capture_content:
             # Judges' reasons may quote the content, so they travel only when content capture is on.
             attributes[n.CP_REASONS] = [v.reason[:_MAX_REASON] for v in result.verdicts]
@@ -187,7 +194,7 @@ class Emitter:
         self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
                             cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED)
         if self.sinks:  # last: whatever a sink does, the span, event and metrics above are already out
-            self._to_sinks(target, span, label, result, model, explanation=explanation)
+            self._to_sinks(target, span, label, result, model, explanation=explanation, needs_label=needs)
 
     def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
                model: str) -> None:
@@ -223,7 +230,7 @@ class Emitter:
         )
 
     def _to_sinks(self, target: Target, span: Any, label: str, result: ScoreResult, model: str, *,
-                  explanation: str) -> None:
+                  explanation: str, needs_label: bool = False) -> None:
         """Offer the evaluation to every sink (a bounded append each; the sinks' threads do the sending)."""
         record = EvaluationRecord(
             trace_id=target.span_context.trace_id,
@@ -242,6 +249,8 @@ class Emitter:
             data_source=target.data_source,
             agent_name=target.agent_name,
             reference=target.reference,
+            needs_label=needs_label,
+            judge_kind=self.identity.kind,
         )
         for sink in self.sinks:
             sink.offer(record)

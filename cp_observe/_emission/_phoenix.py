@@ -6,6 +6,8 @@ Per evaluation it posts, with ``sync=true`` so Phoenix answers with what it did:
   explanation; ``annotator_kind`` ``LLM`` for an LLM judge, else ``CODE``; metadata naming the evaluation span, the
   judge and the prompt version). Its identifier is fixed (``cp-observe``): Phoenix upserts on (name, span,
   identifier), so re-sending, or scoring the same span again, replaces the annotation instead of adding one.
+- a ``needs_label`` span annotation (label ``yes``, ``CODE``) on a retrieval drawn at ``calibration_rate``, so
+  people can filter Phoenix to exactly the unbiased set to label (issue 24).
 - ``POST /v1/document_annotations``: one ``relevance`` annotation per judged context that is recorded on the span
   (position ``i`` is the ``i``-th ``retrieval.documents`` entry), score 1 or 0, label, and the judge's reason only
   when content capture is on. Phoenix refuses identifiers here and upserts on (name, span, position), so these are
@@ -71,7 +73,8 @@ class PhoenixSink:
 
     def send(self, records: Sequence[EvaluationRecord]) -> list[Delivery]:
         """Post the span annotations, then the document annotations of the records whose span annotation landed."""
-        outcome = self._post_grouped(_SPAN_ANNOTATIONS, [[span_annotation(r)] for r in records])
+        outcome = self._post_grouped(_SPAN_ANNOTATIONS, [[span_annotation(r), *needs_label_annotation(r)]
+                                                         for r in records])
         landed = [i for i, delivery in enumerate(outcome) if delivery is Delivery.SENT]
         documents = self._post_grouped(_DOCUMENT_ANNOTATIONS, [document_annotations(records[i]) for i in landed])
         for i, delivery in zip(landed, documents, strict=True):
@@ -151,6 +154,10 @@ def span_annotation(record: EvaluationRecord) -> dict[str, Any]:
         "reference": record.reference,
         "data_source": record.data_source,
         "contexts_judged": len(record.verdicts),
+        # The verdicts again, where people's labels cannot replace them: Phoenix keeps one document annotation
+        # per (name, span, position), so a person's "relevance" label overwrites the judge's (issue 24).
+        "verdicts": list(record.verdicts),
+        "judge_kind": record.judge_kind,
     }
     if record.agent_name:
         metadata["agent_name"] = record.agent_name
@@ -162,6 +169,21 @@ def span_annotation(record: EvaluationRecord) -> dict[str, Any]:
         "metadata": metadata,
         "identifier": n.PHOENIX_ANNOTATION_IDENTIFIER,
     }
+
+
+def needs_label_annotation(record: EvaluationRecord) -> list[dict[str, Any]]:
+    """The ``needs_label`` span annotation of a retrieval drawn at ``calibration_rate`` (none when not drawn)."""
+    if not record.needs_label:
+        return []
+    return [{
+        "span_id": _hex_span(record.span_id),
+        "name": n.PHOENIX_NEEDS_LABEL_ANNOTATION_NAME,
+        "annotator_kind": n.ANNOTATOR_CODE,
+        "result": {"score": 1.0, "label": "yes",
+                   "explanation": "drawn uniformly at calibration_rate: label its documents (relevance, HUMAN)"},
+        "metadata": {"trace_id": f"{record.trace_id:032x}", "evaluation_span_id": _hex_span(record.evaluation_span_id)},
+        "identifier": n.PHOENIX_ANNOTATION_IDENTIFIER,
+    }]
 
 
 def document_annotations(record: EvaluationRecord) -> list[dict[str, Any]]:

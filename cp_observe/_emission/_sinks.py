@@ -61,6 +61,7 @@ class EvaluationRecord:
         prompt_version: the judge prompt's version, ``None`` for a judge without one.
         data_source: the retriever's data source id; ``agent_name`` the agent, when known.
         reference: ``output`` or ``query``: what the contexts were judged against.
+        needs_label: drawn at ``calibration_rate`` for a person to label (``_judging/_calibration.py``).
     """
 
     trace_id: int
@@ -79,6 +80,8 @@ class EvaluationRecord:
     data_source: str
     agent_name: str | None
     reference: str
+    needs_label: bool = False  # drawn at calibration_rate for a person to label (issue 24)
+    judge_kind: str = ""  # llm | lexical | custom (_judging/_identity.py), so calibrate groups Phoenix like files
 
 
 class Delivery(enum.Enum):

@@ -162,9 +162,12 @@ class ContextPrecisionProcessor(SpanProcessor):
         sink_batch_size: int = 100,
         sink_max_retries: int = 5,
         data_source: DataSource = None,
+        calibration_rate: float = 0.0,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
+        if not 0.0 <= calibration_rate <= 1.0:
+            raise ValueError("calibration_rate must be within [0, 1]")
         for label, value in (("queue_size", queue_size), ("concurrency", concurrency),
                              ("max_pending_traces", max_pending_traces), ("max_judged_contexts", max_judged_contexts),
                              ("circuit_failures", circuit_failures)):
@@ -206,6 +209,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             queue_depth=_weak_depth(self),
             judge=self.judge,
             sinks=self._sinks,
+            calibration_rate=calibration_rate,
         )
         self._hold = (
             HeldSpans(export_processor, timeout_s=hold_timeout_s, max_spans=max_held_spans, threshold=threshold)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "build_log_exporter",
+    "build_metric_exporter",
     "build_metric_readers",
     "build_span_exporter",
     "exemplar_prometheus_reader",
@@ -54,6 +55,7 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "sink_batch_size": settings.sink_batch_size,
         "sink_max_retries": settings.sink_max_retries,
         "data_source": settings.data_source_attributes(),
+        "calibration_rate": settings.calibration_rate,
     }
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)
@@ -134,24 +136,29 @@ def build_log_exporter(settings: Settings) -> Any:
     return QuietLogExporter(OTLPLogExporter(**_endpoint(settings, "logs")))
 
 
+def build_metric_exporter(settings: Settings) -> Any:
+    """The OTLP metric exporter the settings ask for (gRPC or HTTP), or ``None`` when no endpoint is set."""
+    if not _wants_otlp(settings, "metrics"):
+        return None
+    from cp_observe._emission._quiet_export import QuietMetricExporter
+
+    if _protocol() == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
+
+        return QuietMetricExporter(GrpcExporter(**_endpoint(settings, "metrics")))  # see the logs
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return QuietMetricExporter(OTLPMetricExporter(**_endpoint(settings, "metrics")))  # see the logs
+
+
 def build_metric_readers(settings: Settings) -> list[MetricReader]:
     """The OTLP metric reader and the Prometheus endpoint the settings ask for."""
     readers: list[MetricReader] = []
-    if _wants_otlp(settings, "metrics"):
+    exporter = build_metric_exporter(settings)
+    if exporter is not None:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-        from cp_observe._emission._quiet_export import QuietMetricExporter
-
-        if _protocol() == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
-
-            grpc_exporter = QuietMetricExporter(GrpcExporter(**_endpoint(settings, "metrics")))  # see the logs
-            readers.append(PeriodicExportingMetricReader(grpc_exporter))
-        else:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-            exporter = QuietMetricExporter(OTLPMetricExporter(**_endpoint(settings, "metrics")))  # see the logs
-            readers.append(PeriodicExportingMetricReader(exporter))
+        readers.append(PeriodicExportingMetricReader(exporter))
     if settings.metrics_port is not None:
         readers.append(start_prometheus_endpoint(settings.metrics_port))
     return readers

@@ -211,10 +211,25 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the HTML file to write (default cp-observe-report.html)")
     parser.add_argument("--title", default="Context precision report", help="the report's title")
     parser.add_argument("--worst", type=int, default=10, metavar="N", help="worst retrievals listed per data source")
+    parser.add_argument("--labels", action="append", type=Path, metavar="FILE",
+                        help="people's labels (JSON lines): add the MAP corrected by them (PPI, PPI++); repeatable")
+
+
+def _calibration(files: list[str], label_files: list[Path]) -> dict[str, Any]:
+    """``calibrate``'s figures for the report's files and these label files (the corrected MAP section)."""
+    from cp_observe.replay._calibrate import calibrate
+    from cp_observe.replay._files import TraceFile
+    from cp_observe.replay._judged import read_judged
+    from cp_observe.replay._label_files import read_label_file
+
+    judged = read_judged([TraceFile(path) for path in files])
+    labels = [label for path in label_files for label in read_label_file(path)]
+    return calibrate(judged.retrievals, labels, inputs=judged.inputs).as_dict()
 
 
 def run_report(args: argparse.Namespace) -> int:
     """Run ``cp-observe report``; returns the exit code."""
+    from cp_observe._errors import LabelError
     from cp_observe.replay._report import load_run, summary_text, verdict, write_report
     from cp_observe.replay._source import ReplayInputError
 
@@ -228,19 +243,30 @@ def run_report(args: argparse.Namespace) -> int:
     if not 0.5 <= args.confidence < 1.0:
         print(f"cp-observe report: --confidence must be in [0.5, 1), got {args.confidence}", file=sys.stderr)
         return 2
+    calibration = None
     try:
         run = load_run(first, label=labels[0] if labels else "run", worst=args.worst)
         other = comparison = None
         if second:
             other = load_run(second, label=labels[1] if len(labels) > 1 else "compared", worst=args.worst)
             comparison = verdict(run, other, args.confidence)
-        write_report(args.output, run, other, title=args.title, comparison=comparison)
+        if args.labels:
+            calibration = _calibration(first, args.labels)
+        write_report(args.output, run, other, title=args.title, comparison=comparison, calibration=calibration)
     except ReplayInputError as exc:
         print(f"cp-observe report: {exc}", file=sys.stderr)
         return 1
+    except LabelError as exc:
+        print(f"cp-observe report: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"cp-observe report: {args.output}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return 1
     print(summary_text(run, other, comparison), flush=True)
+    if calibration is not None:
+        from cp_observe.replay._calibrate import calibration_lines
+
+        for line in calibration_lines(calibration):
+            print(line, flush=True)
     print(f"report written to {args.output}", flush=True)
     return EXIT_WORSE if comparison is not None and comparison.verdict == "worse" else 0

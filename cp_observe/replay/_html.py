@@ -33,8 +33,8 @@ details{font-size:12px}ol{margin:2px 0 2px 18px;padding:0}.up{color:#137333}.dow
 
 def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str, Any, Any]],
            difference: Callable[[Any, Any], tuple[float, tuple[float, float] | None]],
-           comparison: Any | None = None) -> str:
-    """The whole report as one HTML string."""
+           comparison: Any | None = None, corrected: str = "") -> str:
+    """The whole report as one HTML string (``corrected``: the section of the MAP corrected by people's labels)."""
     e = html.escape
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
@@ -47,6 +47,7 @@ def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str
         "MAP = mean average precision; intervals are 95 % normal approximations.</div>",
         "<h2>Summary</h2>", _summary_table(run),
     ]
+    parts.append(corrected)
     if other is not None:
         parts += [f"<h2>Comparison: {e(other.label)} vs {e(run.label)}</h2>",
                   f"<div class='meta'>{e(other.label)}: {other.evaluations} evaluations from "

@@ -392,11 +392,19 @@ def _pairs(run: Run, other: Run) -> list[tuple[str, SourceStats, SourceStats]]:
 
 
 def write_report(path: str | Path, run: Run, other: Run | None = None, *,
-                 title: str = "Context precision report", comparison: Comparison | None = None) -> None:
-    """Write the self-contained HTML report to ``path`` (with ``other``: the verdict, at 95 % unless given)."""
+                 title: str = "Context precision report", comparison: Comparison | None = None,
+                 calibration: dict[str, Any] | None = None) -> None:
+    """Write the self-contained HTML report to ``path``.
+
+    With ``other``: the A/B verdict, at 95 % unless ``comparison`` is given; with ``calibration``: the MAP
+    corrected by people's labels.
+    """
+    from cp_observe.replay._calibrate_html import corrected_table
     from cp_observe.replay._html import render
 
     if other is not None and comparison is None:
         comparison = verdict(run, other)
+    corrected = corrected_table(calibration) if calibration is not None else ""
     Path(path).write_text(render(run, other, title=title, pairs=_pairs(run, other) if other else [],
-                                 difference=_difference, comparison=comparison), encoding="utf-8")
+                                 difference=_difference, comparison=comparison, corrected=corrected),
+                          encoding="utf-8")

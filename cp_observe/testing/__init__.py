@@ -22,8 +22,10 @@ __all__ = [
     "Behaviour",
     "EvaluationCapture",
     "FakeJudge",
+    "HumanLabels",
     "JudgeCall",
     "JudgeServer",
+    "LabelAgreement",
     "Policy",
     "RecordedRequest",
     "delay",
@@ -40,6 +42,8 @@ _WHERE: dict[str, str] = {
     "Behaviour": "_behaviours",
     "EvaluationCapture": "_capture",
     "FakeJudge": "_fake_judge",
+    "HumanLabels": "_labels",
+    "LabelAgreement": "_labels",
     "JudgeCall": "_fake_judge",
     "JudgeServer": "_judge_server",
     "Policy": "_behaviours",
@@ -83,3 +87,4 @@ if TYPE_CHECKING:
     from cp_observe.testing._capture import EvaluationCapture
     from cp_observe.testing._fake_judge import FakeJudge, JudgeCall, word_overlap
     from cp_observe.testing._judge_server import JudgeServer, RecordedRequest
+    from cp_observe.testing._labels import HumanLabels, LabelAgreement

@@ -1,0 +1,183 @@
+"""``cp-observe calibrate``: options, reading verdicts and labels, and the outputs (terminal, JSON, HTML, metrics)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cp_observe import _names as n
+from cp_observe._errors import ConfigurationError, LabelError
+
+__all__ = ["add_calibrate_arguments", "run_calibrate"]
+
+_EPILOG = """\
+Verdicts (cp-observe's own, one or more):
+  FILE                      OTLP/JSON lines or protobuf with evaluation spans (a replay's --output, an export)
+  --jaeger URL --service S  evaluation spans in Jaeger; --tempo URL --service S in Tempo
+  --phoenix URL --project P the annotations cp-observe posted to Phoenix (and people's labels beside them)
+  --judge MODEL             replay those inputs through this judge first and calibrate the new verdicts
+Labels (people's):
+  --labels FILE             JSON lines: trace_id, span_id, position or document_id, relevant (repeatable)
+  --phoenix ...             HUMAN document annotations named --label-name (default relevance)
+
+Exit status: 0 done, 1 an input could not be read, 2 bad options or a malformed label."""
+
+
+def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``cp-observe calibrate``."""
+    parser.description = "Compare the judge's verdicts with people's relevance labels; correct MAP with them."
+    parser.epilog = _EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("files", nargs="*", metavar="FILE", help="trace files with evaluation spans")
+    parser.add_argument("--labels", action="append", type=Path, metavar="FILE", help="JSON-lines label file")
+    parser.add_argument("--phoenix", metavar="URL", help="Phoenix base URL")
+    parser.add_argument("--project", help="Phoenix project name")
+    parser.add_argument("--label-name", default=n.PHOENIX_DOCUMENT_ANNOTATION_NAME,
+                        help="name of people's document annotations in Phoenix (default relevance)")
+    parser.add_argument("--jaeger", metavar="URL", help="Jaeger query API base URL")
+    parser.add_argument("--tempo", metavar="URL", help="Tempo API base URL")
+    parser.add_argument("--service", help="service whose traces the Jaeger or Tempo query reads")
+    parser.add_argument("--since", help="--jaeger/--tempo: from this time (ISO 8601 or 30m / 6h / 7d ago; default 1h)")
+    parser.add_argument("--until", help="--jaeger/--tempo: until this time (default now)")
+    parser.add_argument("--judge", help="replay the inputs through this judge (litellm model string or 'lexical')")
+    parser.add_argument("--judge-api-base", help="endpoint of that judge [CP_OBSERVE_JUDGE_API_BASE]")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
+    parser.add_argument("--output", "-o", type=Path, metavar="FILE", help="write the HTML page")
+    parser.add_argument("--title", default="Judge calibration", help="the page's title")
+    parser.add_argument("--push", action="store_true",
+                        help="export agreement and its label count as OTLP metrics (for a scheduled run)")
+    parser.add_argument("--otlp-endpoint", help="where --push sends [CP_OBSERVE_OTLP_ENDPOINT]")
+
+
+def _sources(args: argparse.Namespace) -> list[Any]:
+    from datetime import datetime, timedelta, timezone
+
+    from cp_observe.replay._apis import JaegerQuery, TempoQuery
+    from cp_observe.replay._cli import parse_time
+    from cp_observe.replay._files import TraceFile
+
+    sources: list[Any] = [TraceFile(path) for path in args.files]
+    try:
+        since = parse_time(args.since) if args.since else None
+        until = parse_time(args.until) if args.until else datetime.now(timezone.utc)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigurationError(str(exc)) from None
+    for flag, cls in (("jaeger", JaegerQuery), ("tempo", TempoQuery)):
+        if getattr(args, flag):
+            if not args.service:
+                raise ConfigurationError(f"--{flag} needs --service")
+            sources.append(cls(getattr(args, flag), args.service, since=since or until - timedelta(hours=1),
+                               until=until))
+    return sources
+
+
+def _replayed(sources: list[Any], args: argparse.Namespace, directory: str) -> list[Any]:
+    """The inputs scored again by ``--judge``, as one trace file of the new evaluations."""
+    from cp_observe.replay._files import TraceFile
+    from cp_observe.replay._run import ReplayOptions, replay
+
+    output = Path(directory) / "replayed.jsonl"
+    result = replay(sources, ReplayOptions(judge=args.judge, judge_api_base=args.judge_api_base, sample_rate=1.0,
+                                           output=output))
+    if result.error:
+        raise ConfigurationError(f"replay through {args.judge} failed: {result.error}")
+    return [TraceFile(output)]
+
+
+def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
+    """The judgements and labels the options name: (judged, labels, unreadable, exit status so far).
+
+    Raises:
+        ConfigurationError: bad options.
+        LabelError: a label file is malformed.
+    """
+    from cp_observe.replay._judged import MAX_RETRIEVALS, Judged, read_judged
+    from cp_observe.replay._label_files import read_label_file
+    from cp_observe.replay._phoenix_labels import PhoenixLabels
+    from cp_observe.replay._source import ReplayInputError
+
+    judged = Judged()
+    labels: list[Any] = []
+    unreadable: list[str] = []
+    status = 0
+    if args.phoenix and not args.project:
+        raise ConfigurationError("--phoenix needs --project")
+    if args.judge and not (args.files or args.jaeger or args.tempo):
+        raise ConfigurationError("--judge replays FILE, --jaeger or --tempo inputs: give one")
+    if not (args.files or args.jaeger or args.tempo or args.phoenix):
+        raise ConfigurationError("no verdicts: give FILE, --jaeger/--tempo URL --service S, or --phoenix URL "
+                                 "--project P")
+    if not args.labels and not args.phoenix:
+        raise ConfigurationError("no labels: give --labels FILE or --phoenix URL --project P")
+    sources = _sources(args)
+    for path in args.labels or ():
+        labels.extend(read_label_file(path))
+    with tempfile.TemporaryDirectory(prefix="cp-observe-calibrate-") as directory:
+        if args.judge and sources:
+            sources = _replayed(sources, args, directory)
+        try:
+            read_judged(sources, judged)
+        except ReplayInputError as exc:
+            print(f"cp-observe calibrate: {exc}", file=sys.stderr)
+            status = 1
+    if args.phoenix:
+        phoenix = PhoenixLabels(args.phoenix, args.project, label_name=args.label_name)
+        span_ids = sorted({f"{r.span_id:016x}" for r in judged.retrievals}) if sources else None
+        try:
+            read = phoenix.read(span_ids)
+        except ReplayInputError as exc:
+            print(f"cp-observe calibrate: {exc}", file=sys.stderr)
+            status = 1
+        else:
+            judged.inputs.append(phoenix.name)
+            if read.truncated:
+                print(f"cp-observe calibrate: {phoenix.name}: more than {MAX_RETRIEVALS} scored spans; the newest "
+                      f"{MAX_RETRIEVALS} were read", file=sys.stderr)
+            judged.retrievals.extend(read.retrievals)
+            labels.extend(read.labels)
+            unreadable.extend(read.unreadable)
+    return judged, labels, unreadable, status
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    """Run ``cp-observe calibrate``; returns the exit code."""
+    from cp_observe.replay._calibrate import calibrate, calibration_lines
+    from cp_observe.replay._source import ReplayInputError
+
+    try:
+        judged, labels, unreadable, status = _read(args)
+    except (ConfigurationError, LabelError, ValueError) as exc:
+        print(f"cp-observe calibrate: {exc}", file=sys.stderr)
+        return 2
+    except ReplayInputError as exc:  # an input that cannot even be opened
+        print(f"cp-observe calibrate: {exc}", file=sys.stderr)
+        return 1
+    result = calibrate(judged.retrievals, labels, inputs=judged.inputs, unreadable=unreadable)
+    figures = result.as_dict()
+    for line in calibration_lines(figures):
+        print(line, flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2), encoding="utf-8")
+        print(f"figures written to {args.json}")
+    if args.output:
+        from cp_observe.replay._calibrate_html import render_calibration
+
+        args.output.write_text(render_calibration(figures, title=args.title), encoding="utf-8")
+        print(f"page written to {args.output}")
+    if args.push:
+        from cp_observe.replay._agreement_metrics import push_agreement
+
+        try:
+            pushed = push_agreement(result.groups, otlp_endpoint=args.otlp_endpoint)
+        except ConfigurationError as exc:
+            print(f"cp-observe calibrate: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"cp-observe calibrate: {exc}", file=sys.stderr)
+            return 1
+        print(f"pushed agreement of {pushed} data source and judge pairs")
+    return status
