@@ -153,6 +153,9 @@ METRIC_QUEUE_DEPTH: Final = "context_precision.queue.depth"
 # Issue 21: what _internal.error_counts() counts (failures contained, never raised into the host), process-wide.
 #: observable counter of contained failures by kind and site -> context_precision_internal_errors_total
 METRIC_INTERNAL_ERRORS: Final = "context_precision.internal_errors"
+# Issue 23: evaluations whose segment value was folded into SEGMENT_OTHER (the segment's distinct values were full).
+#: counter by segment (its label name) -> context_precision_segment_overflow_total
+METRIC_SEGMENT_OVERFLOW: Final = "context_precision.segment.overflow"
 
 # `cp-observe serve`'s own instruments (SERVE_ prefix: not part of the library's METRIC_* set).
 #: counter of OTLP requests by protocol and result -> context_precision_serve_requests_total

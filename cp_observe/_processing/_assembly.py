@@ -65,6 +65,11 @@ class Item:
     outcome: str = ""
     _name: str | None = None
     _contexts: Any = _UNSET
+    #: The attributes of the span this retrieval was assembled with (its answer's span, or its local root): where
+    #: a segment missing from the retrieval span is looked for. Set by the assembler (evaluator thread).
+    enclosing: Any = None
+    #: ``(label, value)`` per segment, resolved once on the evaluator thread (``SegmentValues``); None until then.
+    segments: tuple[tuple[str, str], ...] | None = None
 
     @property
     def name(self) -> str:
@@ -163,6 +168,7 @@ class _Answer:
     end_ns: int
     text: str
     agent_name: str | None
+    attributes: Any = None  # the answering span's attributes (segments missing from a retrieval are read here)
 
 
 @dataclass(slots=True)
@@ -205,6 +211,7 @@ class Assembler:
             if item.error:
                 out.append(Skip(item, "call_error"))
             elif answered is not None:
+                item.enclosing = answered.attributes
                 out.append(Ready(item, answered.text, n.REFERENCE_OUTPUT, answered.agent_name))
             else:
                 turn = self._turns.get(trace_id)
@@ -225,6 +232,8 @@ class Assembler:
                 out.extend(self._answered_by(item, now))  # a chain or workflow root carrying the answer
             turn = self._turns.pop(trace_id, None)
             if turn is not None:
+                for retrieval in turn.retrievals:
+                    retrieval.enclosing = item.attributes  # judged against its query: its local root encloses it
                 out.extend(self._against_query(turn.retrievals))
         return out
 
@@ -299,7 +308,8 @@ class Assembler:
                 self._answers.popitem(last=False)
         if len(entry[1]) < _MAX_RETRIEVALS_PER_TRACE:
             # The judge sees at most Budget.reference characters of it; keep no more than that in memory.
-            entry[1].append(_Answer(agent.start_ns, agent.end_ns, answer[:_MAX_REMEMBERED_ANSWER], agent_name))
+            entry[1].append(_Answer(agent.start_ns, agent.end_ns, answer[:_MAX_REMEMBERED_ANSWER], agent_name,
+                                    agent.attributes))
 
     def _answered_by(self, carrier: Item, now: float) -> list[Ready | Skip | Fold]:
         """Give ``carrier``'s answer to the waiting retrievals it encloses (it is the nearest: inner spans end first).
@@ -323,6 +333,8 @@ class Assembler:
         if not turn.retrievals:
             del self._turns[trace_id]
         self.pending -= len(inside)
+        for retrieval in inside:
+            retrieval.enclosing = carrier.attributes
         return [Ready(r, answer, n.REFERENCE_OUTPUT, agent_name) for r in inside]
 
     def _agent_ended(self, agent: Item, now: float) -> list[Ready | Skip | Fold]:

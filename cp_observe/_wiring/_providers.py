@@ -54,6 +54,8 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "sink_batch_size": settings.sink_batch_size,
         "sink_max_retries": settings.sink_max_retries,
         "data_source": settings.data_source_attributes(),
+        "segments": settings.segments,
+        "max_segment_values": settings.max_segment_values,
     }
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)

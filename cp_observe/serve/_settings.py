@@ -121,3 +121,5 @@ SERVE_FIELDS += ("phoenix_url", "sink_queue_size", "sink_batch_size", "sink_max_
 SERVE_FIELDS += ("max_connections", "http_idle_timeout_s", "http_read_timeout_s")
 # --- durable intake (issue 22): --durable / --no-durable, the store's directory and its bounds.
 SERVE_FIELDS += ("durable", "data_dir", "durable_max_bytes", "durable_max_age_s")
+# --- segments (issue 23): --segments ATTR,ATTR and --max-segment-values N.
+SERVE_FIELDS += ("segments", "max_segment_values")
