@@ -168,7 +168,7 @@ class _Answer:
     end_ns: int
     text: str
     agent_name: str | None
-    attributes: Any = None  # the answering span's attributes (segments missing from a retrieval are read here)
+    attributes: Any = None  # the answering span's segment attributes only (a small dict), or None
 
 
 @dataclass(slots=True)
@@ -186,9 +186,12 @@ class _Turn:
 class Assembler:
     """Pairs retrievals with their agent's answer; bounded in traces and retrievals per trace."""
 
-    def __init__(self, *, turn_timeout_s: float, max_pending_traces: int) -> None:
+    def __init__(self, *, turn_timeout_s: float, max_pending_traces: int,
+                 segment_attributes: tuple[str, ...] = ()) -> None:
         self.turn_timeout_s = turn_timeout_s
         self.max_pending_traces = max_pending_traces
+        # The segments' attribute names: a remembered answer keeps only these of its span's attributes.
+        self.segment_attributes = segment_attributes
         self._turns: OrderedDict[int, _Turn] = OrderedDict()
         # Agents that already ended, per trace: a retrieval arriving after its agent (spans reordered on the
         # way to `cp-observe serve`, say) still gets the answer. Bounded like _turns, expired the same way.
@@ -308,8 +311,10 @@ class Assembler:
                 self._answers.popitem(last=False)
         if len(entry[1]) < _MAX_RETRIEVALS_PER_TRACE:
             # The judge sees at most Budget.reference characters of it; keep no more than that in memory.
-            entry[1].append(_Answer(agent.start_ns, agent.end_ns, answer[:_MAX_REMEMBERED_ANSWER], agent_name,
-                                    agent.attributes))
+            kept = None
+            if self.segment_attributes and agent.attributes:
+                kept = {k: agent.attributes[k] for k in self.segment_attributes if k in agent.attributes}
+            entry[1].append(_Answer(agent.start_ns, agent.end_ns, answer[:_MAX_REMEMBERED_ANSWER], agent_name, kept))
 
     def _answered_by(self, carrier: Item, now: float) -> list[Ready | Skip | Fold]:
         """Give ``carrier``'s answer to the waiting retrievals it encloses (it is the nearest: inner spans end first).

@@ -95,7 +95,9 @@ class Evaluator:
         self._tokens: deque[None] = deque()
         self._thread_lock = threading.Lock()  # serialises starting the thread; submit only tries it
         self.accounting = Accounting()
-        self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces)
+        segments = self.emitter.segments
+        self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces,
+                                    segment_attributes=tuple(a for a, _ in segments.labels) if segments else ())
         self._ready: deque[Ready] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
         self._load = 0  # written by the evaluator thread only: targets assembled, ready or running
@@ -199,10 +201,10 @@ class Evaluator:
         return item.segments
 
     def _drop(self, item: Item, reason: str) -> None:
-        labels = Emitter.labels(_target(item, "", item.sampling_reason, segments=self._segments(item)))
+        target = _target(item, "", item.sampling_reason, segments=self._segments(item))
         self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
-        self.emitter.count_sampled(labels)
-        self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+        self.emitter.count_sampled(Emitter.dimensions(target))  # the sampled counter has no segment labels
+        self.emitter.count(n.OUTCOME_DROPPED, reason, Emitter.labels(target))
         item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"
         self._finished(item, None)
 

@@ -114,3 +114,21 @@ def test_a_bad_segments_variable_warns_and_falls_back(monkeypatch: pytest.Monkey
     monkeypatch.setenv("CP_OBSERVE_SEGMENTS", "retriever.version, tenant.tier")
     assert Settings.resolve().segment_labels() == (("retriever.version", "retriever_version"),
                                                   ("tenant.tier", "tenant_tier"))
+
+
+def test_a_retrieval_ending_after_its_agent_gets_the_agents_segment(otel: Otel, keyword_judge: KeywordJudge) -> None:
+    """Spans reordered on the way (the agent ends first): the remembered answer still lends its segment value."""
+    from opentelemetry import trace
+
+    from tests.segments_support import _agent, _retrieval
+
+    processor = otel.processor(keyword_judge, segments=SEGMENTS)
+    tracer = otel.tracer_provider.get_tracer("t")
+    agent = tracer.start_span("invoke_agent helper", attributes=_agent(**{"tenant.tier": "bronze"}), start_time=1_000)
+    inner = tracer.start_span("retrieval late", context=trace.set_span_in_context(agent),
+                              attributes=_retrieval("late"), start_time=2_000)
+    agent.end(end_time=9_000)  # handed to the processor before the retrieval it encloses
+    inner.end(end_time=3_000)
+    assert processor.force_flush()
+    (point,) = [p for p in otel.metric_points(n.METRIC_SCORE) if p.attributes[n.GEN_AI_DATA_SOURCE_ID] == "late"]
+    assert point.attributes["tenant_tier"] == "bronze" and point.attributes["retriever_version"] == n.SEGMENT_NONE
