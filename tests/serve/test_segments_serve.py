@@ -28,3 +28,19 @@ def test_serve_labels_the_series_with_the_segments(sink: OtlpSink, keyword_judge
     assert spans["agent"][n.CP_SEGMENT_PREFIX + "retriever_version"] == "v2"
     assert spans["root"][n.CP_SEGMENT_PREFIX + "tenant_tier"] == "silver"
     assert {log[n.CP_SEGMENT_PREFIX + "tenant_tier"] for log in sink.logs} == {"gold", "silver", "none"}
+
+
+def test_serve_cli_takes_the_segment_flags() -> None:
+    """``cp-observe serve --segments A --max-segment-values N`` reach the settings; a colliding one exits 2."""
+    import argparse
+
+    from cp_observe.serve._cli import add_arguments, main
+    from cp_observe.serve._settings import SERVE_FIELDS, ServeSettings
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--segments", SEGMENTS, "--max-segment-values", "7"])
+    settings = ServeSettings.resolve({name: getattr(args, name, None) for name in SERVE_FIELDS}, environ={})
+    assert settings.segment_labels() == (("retriever.version", "retriever_version"), ("tenant.tier", "tenant_tier"))
+    assert settings.max_segment_values == 7
+    assert main(["--segments", "outcome", "--http-port", "0", "--grpc-port", "0", "--admin-port", "0"]) == 2
