@@ -65,3 +65,20 @@ def test_rules_for_another_label_pass_promtool(tmp_path: Path, baseline: float |
     path.write_text(text, encoding="utf-8")
     proc = run_promtool("check", "rules", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_deploy_readme_states_the_canary_parameters() -> None:
+    """deploy/README.md's alert table row for the canary alert gives the generator's window, margin, z and for."""
+    import re
+
+    from tests.deploy_support import DEPLOY, load_yaml
+
+    generator = _generator()
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `ContextPrecisionVariantRegression`"))
+    cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip("|"))][2:]
+    (alert,) = [r for g in load_yaml(CANARY_RULES_FILE)["groups"] for r in g["rules"] if "alert" in r]
+    assert cells == [generator.WINDOW, str(generator.MARGIN), f"z = {generator.Z}", str(generator.MIN_COUNT),
+                     alert["for"], alert["labels"]["severity"]]
+    assert "#runbook-contextprecisionvariantregression" in alert["annotations"]["runbook_url"]
+    assert "### Runbook: ContextPrecisionVariantRegression" in readme
