@@ -132,3 +132,26 @@ def test_a_retrieval_ending_after_its_agent_gets_the_agents_segment(otel: Otel, 
     assert processor.force_flush()
     (point,) = [p for p in otel.metric_points(n.METRIC_SCORE) if p.attributes[n.GEN_AI_DATA_SOURCE_ID] == "late"]
     assert point.attributes["tenant_tier"] == "bronze" and point.attributes["retriever_version"] == n.SEGMENT_NONE
+
+
+def test_the_bound_holds_under_threads() -> None:
+    """8 threads resolving 1,000 distinct values each at once: exactly 50 kept, every other one counted once."""
+    import threading
+
+    overflowed: list[str] = []
+    values = SegmentValues([("v", "v")], 50, on_overflow=overflowed.append)
+    start = threading.Barrier(8)
+    results: list[str] = []
+
+    def work(thread: int) -> None:
+        start.wait()
+        results.extend(values.resolve({"v": f"{thread}-{i}"}, None)[0][1] for i in range(1_000))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    kept = {r for r in results if r != n.SEGMENT_OTHER}
+    assert len(kept) == 50 and results.count(n.SEGMENT_OTHER) == 7_950
+    assert len(overflowed) == 7_950 and values.overflowed == {"v": 7_950}
