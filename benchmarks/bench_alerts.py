@@ -21,7 +21,16 @@ The "old" rules are the point-estimate rules this issue replaced (quoted below);
 ``deploy/prometheus/rules/context_precision.rules.yml``. Both see the same blocks. Scrape and evaluation step:
 60 s (shipped config: 15 s; the windows are 30 min and longer, so this changes little but makes days cheap).
 
+Canary scenario (issue 23, ``ContextPrecisionVariantRegression``): each data source sends ``CANARY_SHARE`` of its
+traffic to variant v2, the rest to v1, at the same rates and sample rates. **Equal** variants (both 0.65) for
+``--steady-days``: every firing is a false alarm; **worse** v2 (0.65 - 0.1 or - 0.2) in the same four 2-hour
+episodes a day on odd days: time to detect counts from the episode's start. The alert's arithmetic is evaluated
+in Python from the per-variant count, sum and sum of squares over the rule's 30-minute window, by
+``cp_observe/demo/_canary.py`` (the formula the rules generator writes in PromQL; ``tests/integration`` checks
+the two agree on promtool's edges and on a live Prometheus), once per STEP, with the rule's ``for``.
+
     .venv/bin/python benchmarks/bench_alerts.py [--quick] [--steady-days N] [--drop-days N] [--seed N]
+    .venv/bin/python benchmarks/bench_alerts.py --canary-only [--quick]   (the canary tables only; no Prometheus)
 """
 
 from __future__ import annotations
@@ -268,6 +277,67 @@ def new_rules() -> dict[str, tuple[str, int]]:
     return rules
 
 
+# --- canary (issue 23): one variant against the rest of its data source ------------------------------------------
+
+CANARY_SHARE = 0.2  # of each data source's traffic goes to the canary variant v2
+CANARY_DROPS = (0.1, 0.2)
+CANARY_WINDOW_STEPS = 30 * 60 // STEP  # the rule's 30m window
+CANARY_FOR_S = 10 * 60  # the rule's `for`
+
+
+def canary_stream(stream: Stream, start: int, seed: int) -> list[int]:
+    """The times ``ContextPrecisionVariantRegression`` fires for v2 on ``stream`` (v2 gets ``stream.drop``)."""
+    from cp_observe.demo._canary import Sums, verdict
+
+    rng = random.Random(seed)
+    window: list[tuple[Sums, Sums]] = []
+    held: set[int] = set()
+    for t in range(start + STEP, start + stream.days * DAY + 1, STEP):
+        parts = []
+        for share, mean in ((1 - CANARY_SHARE, HEALTHY), (CANARY_SHARE, stream.mean_at(t - STEP, start))):
+            good = (mean - 0.1) / 0.8
+            scores = [_ap(rng, good) for _ in range(_poisson(rng, stream.per_second * share * STEP))]
+            parts.append(Sums.of(scores))
+        window.append((parts[0], parts[1]))
+        if len(window) > CANARY_WINDOW_STEPS:
+            window.pop(0)
+        v1 = v2 = Sums(0, 0, 0)
+        for a, b in window:
+            v1, v2 = v1 + a, v2 + b
+        if verdict(v2, v1 + v2).fires:
+            held.add(t)
+    return firing_times(held, CANARY_FOR_S)
+
+
+def canary_table(rates: Sequence[int], samplings: Sequence[float], steady_days: int, drop_days: int,
+                 seed: int) -> list[list[object]]:
+    """One row per rate and sampling: v2's evaluations per window, false alarms per day, detection per drop."""
+    start = 0
+    rows: list[list[object]] = []
+    for rate in rates:
+        for sampling in samplings:
+            cell = seed + 1_000 * rate + round(sampling * 100)  # rows with equal rate x sampling draw apart
+            steady = Stream("canary", rate, sampling, 0.0, steady_days)
+            per_window = steady.per_second * CANARY_SHARE * 1800
+            alarms = len(episodes_of(canary_stream(steady, start, cell)))
+            row: list[object] = [rate, f"{sampling:.0%}", f"{per_window:g}", _fmt_rate(alarms, steady_days)]
+            for drop in CANARY_DROPS:
+                stream = Stream("canary", rate, sampling, drop, drop_days)
+                found, minutes = detection(canary_stream(stream, start, cell + 7), stream.episodes(start))
+                row.append(_fmt_detect(found, len(stream.episodes(start)), minutes))
+            rows.append(row)
+    return rows
+
+
+def _print_canary(rows: list[list[object]], steady_days: int, drop_days: int) -> None:
+    print(f"\n### Canary: v2 ({CANARY_SHARE:.0%} of traffic) against the rest of its data source "
+          f"(ContextPrecisionVariantRegression; equal {steady_days} d, drops {drop_days} d)\n")
+    print(markdown_table(["req/s", "sampled", "v2 evals / 30m", "false alarms / day (equal variants)",
+                          "v2 drop 0.1: detected, median min", "v2 drop 0.2: detected, median min"], rows))
+    print("\nThe rule needs 20 scored evaluations on each side in 30 min and a gap shown to exceed 0.05 at 99 % "
+          "(one-sided): a canary with fewer evaluations is not judged (0 detected), by design.")
+
+
 # --- scoring ---------------------------------------------------------------------------------------------------
 
 
@@ -309,8 +379,15 @@ def main() -> int:
     parser.add_argument("--steady-days", type=int, default=30)
     parser.add_argument("--drop-days", type=int, default=8)
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--canary-only", action="store_true", help="only the canary tables (no Prometheus needed)")
     args = parser.parse_args()
     steady_days, drop_days = (4, 4) if args.quick else (args.steady_days, args.drop_days)
+    if args.canary_only:
+        print(f"# bench_alerts --canary-only: equal {steady_days} d, drops {drop_days} d, step {STEP}s, "
+              f"seed {args.seed}")
+        print(f"# {machine_line()}")
+        _print_canary(canary_table(RATES, SAMPLING, steady_days, drop_days, args.seed), steady_days, drop_days)
+        return 0
     if shutil.which("prometheus") is None or shutil.which("promtool") is None:
         print("needs prometheus and promtool on PATH (scripts/install-system-deps.sh)", file=sys.stderr)
         return 1
@@ -342,6 +419,7 @@ def main() -> int:
                     print(f"# {version} {alert}: {time.perf_counter() - began:.0f} s", flush=True)
 
     _print_tables(streams, results, start)
+    _print_canary(canary_table(RATES, SAMPLING, steady_days, drop_days, args.seed), steady_days, drop_days)
     print(f"\nNon-loopback network attempts refused during the run: {blocked.total} {blocked.attempts or ''}")
     return 0
 

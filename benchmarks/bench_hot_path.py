@@ -44,6 +44,11 @@ _QUEUE = 1_000_000  # large enough that the sampled variants never drop within a
 GROUPS = ("retrieve", "agent", "turn", "stream")
 _PAYLOADS = {"retrieve": c.RETRIEVE_SHAPES, "agent": c.AGENT_SHAPES, "turn": ("str",), "stream": ("str",)}
 _UNSAMPLED, _SAMPLED = " + processor, unsampled", " + processor, sampled"
+# Issue 23: the same sampled pipeline with two segments configured: one the decorated span carries (so a value
+# is read), one it does not (so the enclosing span is tried, then "none"). Segments are resolved on the evaluator
+# thread; this row shows what that costs the calling thread, beside the sampled row without segments.
+_SEGMENTED = " + processor, sampled, segments"
+_BENCH_SEGMENTS = "gen_ai.operation.name,retriever.version"
 
 
 def _noop() -> None:
@@ -270,7 +275,7 @@ class Pipeline:
         self.sink.clear()
 
 
-def _pipeline(sample_rate: float | None) -> Pipeline:
+def _pipeline(sample_rate: float | None, segments: str | None = None) -> Pipeline:
     provider, sink = TracerProvider(), c.ListSink()
     provider.add_span_processor(sink)
     processor = None
@@ -284,6 +289,7 @@ def _pipeline(sample_rate: float | None) -> Pipeline:
             logger_provider=logger,
             queue_size=_QUEUE,
             max_pending_traces=_QUEUE,
+            **({"segments": segments} if segments else {}),
         )
         provider.add_span_processor(processor)
     return Pipeline(provider, sink, processor, sample_rate or 0.0)
@@ -809,6 +815,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="comma-separated: a group (retrieve, agent, turn, stream), group:payload "
                              "(retrieve:haystack, agent:chat) or a payload of any group (dict); default all")
     parser.add_argument("--on-end-only", action="store_true", help="only the on_end table")
+    parser.add_argument("--segments", action="store_true",
+                        help="add the sampled pipeline with segments configured (issue 23) beside the others")
     return parser
 
 
@@ -860,6 +868,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     pipes = {"": _pipeline(None), _UNSAMPLED: _pipeline(0.0), _SAMPLED: _pipeline(1.0)}
+    if args.segments:
+        pipes[_SEGMENTED] = _pipeline(1.0, _BENCH_SEGMENTS)
     wrapper_pipe = _pipeline(None)
     checks = same_content(shapes, pipes[""], wrapper_pipe)
     variants = cp_variants(shapes, pipes, wrapper_pipe)

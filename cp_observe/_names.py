@@ -159,6 +159,9 @@ METRIC_INTERNAL_ERRORS: Final = "context_precision.internal_errors"
 METRIC_JUDGE_AGREEMENT: Final = "context_precision.judge.agreement"
 #: gauge, labelled contexts that agreement is computed over -> context_precision_judge_agreement_labels
 METRIC_JUDGE_AGREEMENT_LABELS: Final = "context_precision.judge.agreement.labels"
+# Issue 23: evaluations whose segment value was folded into SEGMENT_OTHER (the segment's distinct values were full).
+#: counter by segment (its label name) -> context_precision_segment_overflow_total
+METRIC_SEGMENT_OVERFLOW: Final = "context_precision.segment.overflow"
 
 # `cp-observe serve`'s own instruments (SERVE_ prefix: not part of the library's METRIC_* set).
 #: counter of OTLP requests by protocol and result -> context_precision_serve_requests_total

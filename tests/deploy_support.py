@@ -35,6 +35,10 @@ DEPLOY = REPO / "deploy"
 COLLECTORS = REPO / "collectors"
 PROMETHEUS_DIR = DEPLOY / "prometheus"
 RULES_FILE = PROMETHEUS_DIR / "rules" / "context_precision.rules.yml"
+#: Issue 23: the canary rules, generated for the segment label retriever_version (deploy/prometheus/canary_rules.py).
+CANARY_RULES_FILE = PROMETHEUS_DIR / "rules" / "context_precision_canary.rules.yml"
+#: The documented segment the shipped canary rules are generated for (its label: retriever_version).
+CANARY_SEGMENT = "retriever.version"
 RULE_TESTS_DIR = PROMETHEUS_DIR / "tests"
 DASHBOARD_FILE = DEPLOY / "grafana" / "dashboards" / "context-precision.json"
 COMPOSE_FILE = DEPLOY / "docker-compose.yml"
@@ -61,6 +65,12 @@ ALERT_NAMES = (
     "ContextPrecisionJudgeAgreementLow",
 )
 RULE_GROUPS = ("context_precision.recording", "context_precision.alerts")
+#: Issue 23: the canary rules' alert (its own file, generated per segment label) and groups.
+CANARY_ALERT_NAMES = ("ContextPrecisionVariantRegression",)
+CANARY_RULE_GROUPS = ("context_precision.canary.recording", "context_precision.canary.alerts")
+#: A series the canary alert reads that the user records (the baseline MAP per data source), unless the rules
+#: were generated with --baseline, which records it as a constant.
+CANARY_BASELINE_SERIES = "gen_ai_data_source_id:context_precision_score:canary_baseline"
 
 # --- OpenTelemetry -> Prometheus names --------------------------------------------------------------------
 
@@ -104,13 +114,19 @@ def library_instruments() -> tuple[Instrument, ...]:
         threshold=0.5,
         capture_content=False,
         queue_depth=lambda: 1,
+        segments=((CANARY_SEGMENT, prometheus_label(CANARY_SEGMENT)),),  # the shipped canary rules' label
+        max_segment_values=1,
     )
+    assert emitter.segments is not None
+    emitter.segments.resolve({CANARY_SEGMENT: "v1"}, None)
+    segments = emitter.segments.resolve({CANARY_SEGMENT: "v2"}, None)  # over the bound: 'other', and counted
     target = Target(
         span_context=SpanContext(trace_id=1, span_id=2, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)),
         data_source="docs",
         agent_name="helper",
         reference=names.REFERENCE_OUTPUT,
         sampling_reason="ratio",
+        segments=segments,
     )
     result = ScoreResult(
         score=0.5,
@@ -346,7 +362,8 @@ def alert_rules() -> dict[str, dict[str, Any]]:
 
 def recorded_series() -> frozenset[str]:
     """Names of the series the shipped recording rules produce."""
-    return frozenset(r["record"] for g in load_yaml(RULES_FILE)["groups"] for r in g["rules"] if "record" in r)
+    return frozenset(r["record"] for path in (RULES_FILE, CANARY_RULES_FILE) for g in load_yaml(path)["groups"]
+                     for r in g["rules"] if "record" in r)
 
 
 def range_windows(expr: str) -> list[str]:

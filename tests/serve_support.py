@@ -165,6 +165,11 @@ class OtlpSink:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self), timeout)
 
+    def points(self, metric: str) -> list[dict[str, Any]]:
+        """The attributes of every sum data point of ``metric`` received (one per series and instance)."""
+        with self._cond:
+            return [dict(attrs) for (_, name, attrs) in self._sums if name == metric]
+
     def totals(self, metric: str, by: str | None = None) -> dict[tuple[str, str], float]:
         """Latest cumulative value per (instance, value of attribute ``by``), summed over other attributes."""
         out: dict[tuple[str, str], float] = defaultdict(float)

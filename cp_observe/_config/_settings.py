@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from cp_observe._config._bounds import MAX_CONTEXTS, MAX_JUDGED_CONTEXTS, MAX_VALUE_LENGTH, SAMPLE_RATE
 from cp_observe._config._envvars import capture_from_otel_env
 from cp_observe._config._fields import FieldTable, Secret, setting
+from cp_observe._config._segments import segment_labels, segments_problem
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
 from cp_observe._names import ENV_PREFIX
@@ -82,6 +83,13 @@ class Settings:
         None, "Span attributes naming a retrieval's data source, comma-separated, tried in order "
         "before the conventions (gen_ai.data_source.id, decorator name, retriever name)."
     )
+    # Issue 23: segments, the user's own span attributes copied as labels onto the score series.
+    segments: str | None = setting(
+        None, "Span attributes whose values label the score series (canary variants, tenants), comma-separated.",
+        check=segments_problem,
+    )
+    max_segment_values: int = setting(50, "Distinct values kept per segment per processor; later ones are 'other'.",
+                                      ge=1, le=1000)
 
     def __post_init__(self) -> None:
         """Type and bound every field (``"5"`` becomes 5, a key a ``Secret``); all problems in one error.
@@ -107,6 +115,10 @@ class Settings:
         """``data_source`` as attribute names (``None`` when unset or empty)."""
         names = tuple(part.strip() for part in (self.data_source or "").split(",") if part.strip())
         return names or None
+
+    def segment_labels(self) -> tuple[tuple[str, str], ...]:
+        """``segments`` as ``(attribute name, label name)`` pairs (``()`` when unset)."""
+        return segment_labels(self.segments)
 
     @classmethod
     def resolve(cls: type[_S], explicit: Mapping[str, Any] | None = None,

@@ -18,6 +18,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, Sta
 
 from cp_observe import _internal
 from cp_observe import _names as n
+from cp_observe._emission._segments import SegmentValues
 from cp_observe._emission._sinks import EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._judging._calibration import needs_label
 from cp_observe._judging._identity import JudgeIdentity, judge_identity
@@ -39,6 +40,7 @@ class Target:
     reference: str
     sampling_reason: str
     attributes: Any = None  # the scored span's attributes (the sinks read which documents it records)
+    segments: tuple[tuple[str, str], ...] = ()  # (label name, value) per configured segment (SegmentValues)
 
 
 class Emitter:
@@ -56,6 +58,8 @@ class Emitter:
         judge: Any = None,
         sinks: Sequence[SinkRunner] = (),
         calibration_rate: float = 0.0,
+        segments: Sequence[tuple[str, str]] = (),
+        max_segment_values: int = 50,
     ) -> None:
         self._tracer_provider = tracer_provider
         self.sinks = tuple(sinks)
@@ -96,6 +100,14 @@ class Emitter:
             n.METRIC_TOKEN_USAGE, unit="{token}", description="Tokens used by the judge per evaluation."
         )
         self._cost = meter.create_counter(n.METRIC_JUDGE_COST, unit="{USD}", description="Judge cost in US dollars.")
+        self.segments: SegmentValues | None = None
+        if segments:
+            overflow = meter.create_counter(
+                n.METRIC_SEGMENT_OVERFLOW, unit="{evaluation}",
+                description="Evaluations whose segment value became 'other' (too many distinct values), by segment.",
+            )
+            self.segments = SegmentValues(segments, max_segment_values,
+                                          on_overflow=lambda label: overflow.add(1, {n.SEGMENT: label}))
 
         def observe_depth(_: CallbackOptions) -> list[Observation]:
             return [Observation(int(queue_depth()))]
@@ -121,11 +133,19 @@ class Emitter:
         return self._tracer_provider
 
     @staticmethod
-    def labels(target: Target) -> dict[str, str]:
-        """Metric attributes of a target: data source, evaluation name and agent when known."""
+    def dimensions(target: Target) -> dict[str, str]:
+        """A target's dimensions, on its evaluation span and its metrics: data source, evaluation name, agent."""
         labels = {n.GEN_AI_DATA_SOURCE_ID: target.data_source, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME}
         if target.agent_name:
             labels[n.GEN_AI_AGENT_NAME] = target.agent_name
+        return labels
+
+    @staticmethod
+    def labels(target: Target) -> dict[str, str]:
+        """Metric attributes of a target: its dimensions, then one label per segment (when segments are set)."""
+        labels = Emitter.dimensions(target)
+        if target.segments:
+            labels.update(target.segments)
         return labels
 
     def judge_attributes(self, model: str) -> dict[str, str]:
@@ -163,8 +183,9 @@ class Emitter:
             n.OI_EVALUATION_SCORE: result.score,
             n.OI_EVALUATION_LABEL: label,
             n.OI_EVALUATION_EXPLANATION: explanation,
-            **labels,
+            **self.dimensions(target),
         }
+        attributes.update(_segment_attributes(target))
         if result.truncated:
             attributes[n.CP_TRUNCATED_CONTEXTS] = list(result.truncated)
         context = target.span_context
@@ -207,8 +228,9 @@ class Emitter:
             n.CP_REFERENCE: target.reference,
             n.CP_SAMPLING_REASON: target.sampling_reason,
             n.ERROR_TYPE: type(error).__name__,
-            **labels,
+            **self.dimensions(target),
         }
+        attributes.update(_segment_attributes(target))
         calls = getattr(error, "calls", None)
         if isinstance(calls, int):
             attributes[n.CP_JUDGE_CALLS] = calls
@@ -273,6 +295,7 @@ class Emitter:
             n.CP_REFERENCE: target.reference,
             n.GEN_AI_DATA_SOURCE_ID: target.data_source,
             **self.judge_attributes(model),
+            **_segment_attributes(target),
         }
         context = trace.set_span_in_context(NonRecordingSpan(target.span_context))
         self._logger.emit(
@@ -294,6 +317,11 @@ class Emitter:
             self._tokens.record(completion, {n.GEN_AI_REQUEST_MODEL: model, n.GEN_AI_TOKEN_TYPE: "output"})
         if cost:
             self._cost.add(cost, {n.GEN_AI_REQUEST_MODEL: model})
+
+
+def _segment_attributes(target: Target) -> dict[str, str]:
+    """The evaluation span's and event's segment attributes (``CP_SEGMENT_PREFIX + label``), whatever capture says."""
+    return {n.CP_SEGMENT_PREFIX + label: value for label, value in target.segments}
 
 
 def _observe_errors(_options: CallbackOptions) -> list[Observation]:

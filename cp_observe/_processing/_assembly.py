@@ -65,6 +65,11 @@ class Item:
     outcome: str = ""
     _name: str | None = None
     _contexts: Any = _UNSET
+    #: The attributes of the span this retrieval was assembled with (its answer's span, or its local root): where
+    #: a segment missing from the retrieval span is looked for. Set by the assembler (evaluator thread).
+    enclosing: Any = None
+    #: ``(label, value)`` per segment, resolved once on the evaluator thread (``SegmentValues``); None until then.
+    segments: tuple[tuple[str, str], ...] | None = None
 
     @property
     def name(self) -> str:
@@ -163,6 +168,7 @@ class _Answer:
     end_ns: int
     text: str
     agent_name: str | None
+    attributes: Any = None  # the answering span's segment attributes only (a small dict), or None
 
 
 @dataclass(slots=True)
@@ -180,9 +186,12 @@ class _Turn:
 class Assembler:
     """Pairs retrievals with their agent's answer; bounded in traces and retrievals per trace."""
 
-    def __init__(self, *, turn_timeout_s: float, max_pending_traces: int) -> None:
+    def __init__(self, *, turn_timeout_s: float, max_pending_traces: int,
+                 segment_attributes: tuple[str, ...] = ()) -> None:
         self.turn_timeout_s = turn_timeout_s
         self.max_pending_traces = max_pending_traces
+        # The segments' attribute names: a remembered answer keeps only these of its span's attributes.
+        self.segment_attributes = segment_attributes
         self._turns: OrderedDict[int, _Turn] = OrderedDict()
         # Agents that already ended, per trace: a retrieval arriving after its agent (spans reordered on the
         # way to `cp-observe serve`, say) still gets the answer. Bounded like _turns, expired the same way.
@@ -205,6 +214,7 @@ class Assembler:
             if item.error:
                 out.append(Skip(item, "call_error"))
             elif answered is not None:
+                item.enclosing = answered.attributes
                 out.append(Ready(item, answered.text, n.REFERENCE_OUTPUT, answered.agent_name))
             else:
                 turn = self._turns.get(trace_id)
@@ -225,6 +235,8 @@ class Assembler:
                 out.extend(self._answered_by(item, now))  # a chain or workflow root carrying the answer
             turn = self._turns.pop(trace_id, None)
             if turn is not None:
+                for retrieval in turn.retrievals:
+                    retrieval.enclosing = item.attributes  # judged against its query: its local root encloses it
                 out.extend(self._against_query(turn.retrievals))
         return out
 
@@ -299,7 +311,10 @@ class Assembler:
                 self._answers.popitem(last=False)
         if len(entry[1]) < _MAX_RETRIEVALS_PER_TRACE:
             # The judge sees at most Budget.reference characters of it; keep no more than that in memory.
-            entry[1].append(_Answer(agent.start_ns, agent.end_ns, answer[:_MAX_REMEMBERED_ANSWER], agent_name))
+            kept = None
+            if self.segment_attributes and agent.attributes:
+                kept = {k: agent.attributes[k] for k in self.segment_attributes if k in agent.attributes}
+            entry[1].append(_Answer(agent.start_ns, agent.end_ns, answer[:_MAX_REMEMBERED_ANSWER], agent_name, kept))
 
     def _answered_by(self, carrier: Item, now: float) -> list[Ready | Skip | Fold]:
         """Give ``carrier``'s answer to the waiting retrievals it encloses (it is the nearest: inner spans end first).
@@ -323,6 +338,8 @@ class Assembler:
         if not turn.retrievals:
             del self._turns[trace_id]
         self.pending -= len(inside)
+        for retrieval in inside:
+            retrieval.enclosing = carrier.attributes
         return [Ready(r, answer, n.REFERENCE_OUTPUT, agent_name) for r in inside]
 
     def _agent_ended(self, agent: Item, now: float) -> list[Ready | Skip | Fold]:

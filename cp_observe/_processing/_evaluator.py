@@ -95,7 +95,9 @@ class Evaluator:
         self._tokens: deque[None] = deque()
         self._thread_lock = threading.Lock()  # serialises starting the thread; submit only tries it
         self.accounting = Accounting()
-        self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces)
+        segments = self.emitter.segments
+        self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces,
+                                    segment_attributes=tuple(a for a, _ in segments.labels) if segments else ())
         self._ready: deque[Ready] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
         self._load = 0  # written by the evaluator thread only: targets assembled, ready or running
@@ -170,7 +172,8 @@ class Evaluator:
         """On the evaluator thread (or at shutdown): the metrics and releases that ``_refuse`` deferred."""
         refused = self._refused.drain()
         for (name, kind, _, reason), count in refused.items():
-            # What Emitter.labels(_target(item, ...)) gives: an agent target is labelled with its own name.
+            # What Emitter.labels(_target(item, ...)) gives: an agent target is labelled with its own name. No
+            # segment labels: a target refused at the queue was never read past its name (on_end stays O(1)).
             labels = {n.GEN_AI_DATA_SOURCE_ID: name, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME}
             if kind != "retriever":
                 labels[n.GEN_AI_AGENT_NAME] = name
@@ -188,11 +191,20 @@ class Evaluator:
         if item.target:
             self._drop(item, reason)
 
+    def _segments(self, item: Item) -> tuple[tuple[str, str], ...]:
+        """The item's segment labels, resolved once (so an overflow is counted once per target)."""
+        values = self.emitter.segments
+        if values is None:
+            return ()
+        if item.segments is None:
+            item.segments = values.resolve(item.attributes, item.enclosing)
+        return item.segments
+
     def _drop(self, item: Item, reason: str) -> None:
-        labels = Emitter.labels(_target(item, "", item.sampling_reason))
+        target = _target(item, "", item.sampling_reason, segments=self._segments(item))
         self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
-        self.emitter.count_sampled(labels)
-        self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
+        self.emitter.count_sampled(Emitter.dimensions(target))  # the sampled counter has no segment labels
+        self.emitter.count(n.OUTCOME_DROPPED, reason, Emitter.labels(target))
         item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"
         self._finished(item, None)
 
@@ -357,14 +369,14 @@ class Evaluator:
         done.set_result(None)
 
     def _finish_drop(self, item: Item, reason: str) -> None:
-        labels = Emitter.labels(_target(item, "", item.sampling_reason))
+        labels = Emitter.labels(_target(item, "", item.sampling_reason, segments=self._segments(item)))
         self.accounting.outcome(n.OUTCOME_DROPPED, reason)
         self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
         item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"
         self._finished(item, None)
 
     def _finish_skip(self, item: Item, reason: str) -> None:
-        labels = Emitter.labels(_target(item, "", item.sampling_reason))
+        labels = Emitter.labels(_target(item, "", item.sampling_reason, segments=self._segments(item)))
         self.accounting.outcome(n.OUTCOME_SKIPPED, reason)
         self.emitter.count(n.OUTCOME_SKIPPED, reason, labels)
         item.outcome = f"{n.OUTCOME_SKIPPED}:{reason}"
@@ -372,7 +384,8 @@ class Evaluator:
 
     async def _evaluate(self, ready: Ready) -> None:
         item = ready.item
-        target = _target(item, ready.reference, item.sampling_reason, ready.agent_name)
+        target = _target(item, ready.reference, item.sampling_reason, ready.agent_name,
+                         segments=self._segments(item))
         user_error = item.attributes.get(n.CP_USER_ERROR) if item.attributes else None
         if isinstance(user_error, str) and user_error:  # a callback the user gave raised: nothing sound to judge
             self._finish_skip(item, user_error[:64])
@@ -448,7 +461,8 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
         loop.close()
 
 
-def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | None = None) -> Target:
+def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | None = None, *,
+            segments: tuple[tuple[str, str], ...] = ()) -> Target:
     name = item.name
     return Target(
         span_context=item.span_context,
@@ -457,6 +471,7 @@ def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | 
         reference=reference,
         sampling_reason=sampling_reason,
         attributes=item.attributes,
+        segments=segments,
     )
 
 

@@ -31,6 +31,7 @@ from cp_observe._capture._conventions import (
 from cp_observe._config import _runtime
 from cp_observe._config._runtime import PAYLOADS
 from cp_observe._config._sampling import DailyBudget, RateLimiter, TraceIdRatio, sampling_reason
+from cp_observe._config._segments import segment_labels
 from cp_observe._emission._emit import Emitter
 from cp_observe._emission._sinks import Sink, SinkRunner
 from cp_observe._fork import at_fork_method
@@ -131,6 +132,12 @@ class ContextPrecisionProcessor(SpanProcessor):
             ``sink_max_retries``) and is counted as ``context_precision.sink.{sent,failed,dropped}``.
         data_source: names the data source of a retrieval, overriding the conventions: a callable of the span's
             attributes returning a name (``None`` keeps the conventional name), or attribute names tried in order.
+        segments: span attribute names (a list, or one comma-separated string) whose values label the score,
+            squares, evaluations and verdicts series and go onto the evaluation span and event
+            (``context_precision.segment.<label>``); read on the retrieval span, then the span it was assembled
+            with. Refused (``ValueError``) when a label name collides with the library's own.
+        max_segment_values: distinct values kept per segment; later ones are ``other``, counted in
+            ``context_precision.segment.overflow``.
     """
 
     def __init__(
@@ -163,6 +170,8 @@ class ContextPrecisionProcessor(SpanProcessor):
         sink_max_retries: int = 5,
         data_source: DataSource = None,
         calibration_rate: float = 0.0,
+        segments: Sequence[str] | str | None = None,
+        max_segment_values: int = 50,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
@@ -182,6 +191,9 @@ class ContextPrecisionProcessor(SpanProcessor):
         ):
             raise ValueError("data_source must be a callable (attributes) -> name or a list of attribute names")
         self._data_source = data_source_reader(data_source)
+        segment_pairs = segment_labels(segments)  # ValueError (a ConfigurationError from the settings) names it
+        if int(max_segment_values) < 1:
+            raise ValueError("max_segment_values must be >= 1")
         self.judge = resolve_judge(judge) if isinstance(judge, str) else judge
         if not hasattr(self.judge, "judge"):
             raise ValueError("judge must implement the Judge protocol (an async judge(query, reference, contexts))")
@@ -210,6 +222,8 @@ class ContextPrecisionProcessor(SpanProcessor):
             judge=self.judge,
             sinks=self._sinks,
             calibration_rate=calibration_rate,
+            segments=segment_pairs,
+            max_segment_values=max_segment_values,
         )
         self._hold = (
             HeldSpans(export_processor, timeout_s=hold_timeout_s, max_spans=max_held_spans, threshold=threshold)

@@ -82,6 +82,8 @@ def configure(  # noqa: D417  # the settings are documented once, in README's ta
     sink_max_retries: int | None = None,
     sink_timeout_s: float | None = None,
     calibration_rate: float | None = None,
+    segments: str | None = None,
+    max_segment_values: int | None = None,
     **unknown: NoReturn,
 ) -> ContextPrecisionProcessor | None:
     """Set up context-precision scoring for this process; returns the processor (``None`` in capture-only mode).
@@ -99,7 +101,7 @@ def configure(  # noqa: D417  # the settings are documented once, in README's ta
         data_source: names each retrieval's data source ahead of the conventions: a callable of the span's
             attributes returning a name (``None`` keeps the conventional name), or attribute names tried in
             order (a list, or a comma-separated string; default ``CP_OBSERVE_DATA_SOURCE``).
-        judge_api_base ... calibration_rate: the settings, documented once, in the README's Settings table
+        judge_api_base ... max_segment_values: the settings, documented once, in the README's Settings table
             (``Settings`` holds their bounds); each one left ``None`` falls back to ``CP_OBSERVE_<NAME>``,
             then the default.
         **unknown: nothing; a name that is not a setting raises ``ConfigurationError`` (and fails type
@@ -143,6 +145,8 @@ def configure(  # noqa: D417  # the settings are documented once, in README's ta
         "sink_max_retries": sink_max_retries,
         "sink_timeout_s": sink_timeout_s,
         "calibration_rate": calibration_rate,
+        "segments": segments,
+        "max_segment_values": max_segment_values,
         **unknown,
     }
     if isinstance(judge, str):

@@ -56,6 +56,8 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "sink_max_retries": settings.sink_max_retries,
         "data_source": settings.data_source_attributes(),
         "calibration_rate": settings.calibration_rate,
+        "segments": settings.segments,
+        "max_segment_values": settings.max_segment_values,
     }
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)

@@ -21,11 +21,14 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-__all__ = ["DATA_SOURCE", "DEGRADED_TURNS", "add_arguments", "run"]
+__all__ = ["CANARY_SEGMENT", "DATA_SOURCE", "DEGRADED_TURNS", "add_arguments", "run"]
 
 DATA_SOURCE = "demo-bm25"
 AGENT = "demo-agent"
 DEGRADED_TURNS = 24  # at least the alerts' minimum of 20 scored evaluations, so they can judge the drop
+CANARY_SEGMENT = "retriever.version"  # the canary's variant attribute, and the demo's one segment
+CANARY_CHUNK = 30  # characters per chunk of the canary's worse chunking
+_SEGMENT_LABEL = "retriever_version"  # CANARY_SEGMENT's label name (what the segments setting makes of it)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-capture-content", action="store_true", help="do not record content on spans")
     parser.add_argument("--service-name", default="cp-observe-demo", help="service.name of the demo")
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
+    parser.add_argument("--canary-share", type=float, default=0.5, metavar="SHARE",
+                        help="share of the healthy turns served by the canary retriever.version=v2, a worse "
+                             "chunking (default 0.5; 0: no canary)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.turns is not None and args.turns < 0:
         print("--turns must be >= 0", file=sys.stderr)
+        return 2
+    if not 0 <= args.canary_share <= 1:
+        print("--canary-share must be between 0 and 1", file=sys.stderr)
         return 2
 
     restore_logging = log_to_stderr()  # the demo shows our warnings (a backend refusing metrics, say)
@@ -68,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import cp_observe
     from cp_observe.demo._corpus import CORPUS, QUESTIONS
-    from cp_observe.demo._rag import BM25Retriever, DegradedRetriever, ExtractiveAnswerer
+    from cp_observe.demo._rag import BM25Retriever, DegradedRetriever, ExtractiveAnswerer, rechunk
 
     printer = _Printer()
     processor = cp_observe.configure(
@@ -79,6 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         service_name=args.service_name,
         otlp_endpoint=args.otlp,
         metrics_port=args.metrics_port,
+        segments=CANARY_SEGMENT,  # the canary's variant labels the score series (issue 23)
     )
     from opentelemetry import trace
 
@@ -86,10 +96,14 @@ def _run(args: argparse.Namespace) -> int:
     provider.add_span_processor(printer)
     good, bad, answerer = BM25Retriever(CORPUS, k=5), DegradedRetriever(CORPUS, k=5, seed=7), ExtractiveAnswerer()
     state: dict[str, BM25Retriever | DegradedRetriever] = {"retriever": good}
+    canary = BM25Retriever(rechunk(CORPUS, CANARY_CHUNK), k=5)  # v2: the same BM25 over a worse chunking
+    variant = {"version": "v1"}
 
     @cp_observe.retriever(name=DATA_SOURCE)
     def search(query: str) -> list[Any]:
-        return list(state["retriever"].search(query))
+        trace.get_current_span().set_attribute(CANARY_SEGMENT, variant["version"])
+        retriever = canary if variant["version"] == "v2" else state["retriever"]
+        return list(retriever.search(query))
 
     @cp_observe.agent(name=AGENT)
     def ask(question: str) -> str:
@@ -100,7 +114,9 @@ def _run(args: argparse.Namespace) -> int:
     turns = args.turns if args.turns is not None else (None if args.loop else len(QUESTIONS))
     if args.turns is None and args.degrade_after is None and not args.loop:
         # The default run ends degraded: a newcomer sees a drop and the alerts' verdict, not only good scores.
-        args.degrade_after, turns = len(QUESTIONS), len(QUESTIONS) + DEGRADED_TURNS
+        # With a canary, each question is asked by both variants before the degradation.
+        healthy = len(QUESTIONS) * (2 if args.canary_share else 1)
+        args.degrade_after, turns = healthy, healthy + DEGRADED_TURNS
     interval = args.interval if args.interval is not None else (1.0 if args.loop else 0.0)
     judge_name = processor.judge.model if processor is not None else "none"
     print(f"cp-observe demo: judge={judge_name}, sample_rate={args.sample_rate}, "
@@ -113,15 +129,17 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"-- after {turn} turns: the retriever is degraded (same data source '{DATA_SOURCE}')",
                       flush=True)
             question = QUESTIONS[turn % len(QUESTIONS)].text
+            degraded = state["retriever"] is bad
+            variant["version"] = "v1" if degraded else _variant(turn, len(QUESTIONS), args.canary_share)
             answer = ask(question)
             if processor is not None:
                 processor.force_flush(60_000)
             turn += 1
-            printer.report(turn, turns, question, answer, quiet=args.quiet, degraded=state["retriever"] is bad)
+            printer.report(turn, turns, question, answer, quiet=args.quiet, degraded=degraded)
             if interval:
                 stop.wait(interval)
     finally:
-        _summary(printer, args.degrade_after, processor)
+        _summary(printer, args.degrade_after, processor, canary=bool(args.canary_share))
         _shutdown()
     return 0
 
@@ -131,8 +149,9 @@ class _Printer(SpanProcessor):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _latest and scores
-        self._latest: tuple[tuple[bool, ...], float, str] | None = None
+        self._latest: tuple[tuple[bool, ...], float, str, str] | None = None
         self.scores: list[tuple[bool, float]] = []  # (degraded, average precision)
+        self.variants: list[str] = []  # the retriever.version of each score in ``scores``
         self.failures = 0
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -144,11 +163,13 @@ class _Printer(SpanProcessor):
         with self._lock:
             if n.CP_VERDICTS not in attributes:
                 self.failures += 1
-                self._latest = ((), -1.0, str(attributes.get(n.ERROR_TYPE, "error")))
+                self._latest = ((), -1.0, str(attributes.get(n.ERROR_TYPE, "error")), "")
                 return
             verdicts = tuple(bool(v) for v in attributes[n.CP_VERDICTS])  # type: ignore[union-attr]
+            # The variant as the evaluation span carries it (the segment the demo configures), as a backend sees it.
+            segment = str(attributes.get(n.CP_SEGMENT_PREFIX + _SEGMENT_LABEL, n.SEGMENT_NONE))
             self._latest = (verdicts, float(attributes[n.CP_AVERAGE_PRECISION]),  # type: ignore[arg-type]
-                            str(attributes.get(n.GEN_AI_EVALUATION_SCORE_LABEL, "")))
+                            str(attributes.get(n.GEN_AI_EVALUATION_SCORE_LABEL, "")), segment)
 
     def report(self, turn: int, turns: int | None, question: str, answer: str, *, quiet: bool,
                degraded: bool) -> None:
@@ -156,6 +177,7 @@ class _Printer(SpanProcessor):
             latest, self._latest = self._latest, None
         if latest is not None and latest[1] >= 0:
             self.scores.append((degraded, latest[1]))
+            self.variants.append(latest[3])
         if quiet:
             return
         print(f"{_bar(turn, turns)} {question}", flush=True)
@@ -165,7 +187,7 @@ class _Printer(SpanProcessor):
         elif latest[1] < 0:
             print(f"        judge failed: {latest[2]}", flush=True)
         else:
-            verdicts, ap, label = latest
+            verdicts, ap, label, _ = latest
             marks = " ".join(f"{i + 1}{'✓' if v else '✗'}" for i, v in enumerate(verdicts))
             mean = sum(s for _, s in self.scores) / len(self.scores)
             print(f"        ranks: {marks}   score {ap:.2f} ({label})   sampled MAP {mean:.2f}", flush=True)
@@ -178,13 +200,38 @@ def _bar(turn: int, turns: int | None, width: int = 20) -> str:
     return f"[{turn:>3}/{turns}] {'█' * filled}{'░' * (width - filled)}"
 
 
-def _summary(printer: _Printer, degrade_after: int | None, processor: Any) -> None:
+def _variant(turn: int, questions: int, share: float) -> str:
+    """Which variant serves ``turn``: v2 for ``share`` of the turns, spread evenly.
+
+    The second pass over the questions flips the parity, so over two passes each question is asked of both.
+    """
+    if not share:
+        return "v1"
+    if share >= 1:
+        return "v2"
+    shifted = turn + turn // questions
+    return "v2" if int((shifted + 1) * share) > int(shifted * share) else "v1"
+
+
+def _summary(printer: _Printer, degrade_after: int | None, processor: Any, *, canary: bool = False) -> None:
     scores = printer.scores
     if not scores:
         print("no turn was scored", flush=True)
         return
     mean = sum(s for _, s in scores) / len(scores)
     print(f"sampled MAP over {len(scores)} scored turns: {mean:.2f}", flush=True)
+    if canary:
+        from cp_observe.demo._canary import report as canary_report
+
+        by_variant: dict[str, list[float]] = {}
+        for (degraded, score), version in zip(scores, printer.variants, strict=True):
+            if not degraded:
+                by_variant.setdefault(version, []).append(score)
+        print(f"canary ({CANARY_SEGMENT}=v2: chunks of {CANARY_CHUNK} characters), healthy turns only:", flush=True)
+        for line in canary_report(by_variant, label=CANARY_SEGMENT):
+            print(line, flush=True)
+        # The degradation is judged on the stable variant: the canary's own gap is the verdict above.
+        scores = [s for s, version in zip(scores, printer.variants, strict=True) if version == "v1"]
     if degrade_after is not None:
         for label, degraded in (("before degradation", False), ("after degradation", True)):
             part = [s for d, s in scores if d is degraded]

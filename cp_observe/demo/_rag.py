@@ -238,3 +238,18 @@ class ExtractiveAnswerer:
         ]
         chosen.sort(key=lambda c: c[1])  # quote in retrieval order
         return ("" if _JAPANESE.search(query) else " ").join(c[2] for c in chosen)
+
+
+def rechunk(corpus: Iterable[Document], width: int) -> list[Document]:
+    """The corpus cut into fixed ``width``-character pieces, across words and sentences: a worse chunking.
+
+    The demo's canary (``retriever.version=v2``) retrieves from these pieces: each holds a fragment of a fact,
+    so fewer of the retrieved pieces support the answer and the MAP drops.
+
+    Raises:
+        ValueError: when ``width`` is not positive.
+    """
+    if width < 1:
+        raise ValueError(f"width must be positive, got {width!r}")
+    return [Document(f"{d.id}#{i // width}", d.text[i:i + width], d.lang)
+            for d in corpus for i in range(0, len(d.text), width)]

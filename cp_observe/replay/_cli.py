@@ -107,6 +107,10 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=float, help="scores below it are labelled fail [CP_OBSERVE_THRESHOLD]")
     parser.add_argument("--capture-content", action=argparse.BooleanOptionalAction, default=None,
                         help="export the judge's per-context reasons [CP_OBSERVE_CAPTURE_CONTENT]")
+    parser.add_argument("--segments", metavar="ATTR[,ATTR]",
+                        help="span attributes whose values label the score series [CP_OBSERVE_SEGMENTS]")
+    parser.add_argument("--max-segment-values", type=int, metavar="N",
+                        help="distinct values kept per segment; later ones are 'other' [CP_OBSERVE_MAX_SEGMENT_VALUES]")
     parser.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
                         help="seconds between progress lines when stderr is not a terminal (default 10)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress, only the summary")
@@ -137,7 +141,8 @@ def run_replay(args: argparse.Namespace) -> int:
             capture_content=args.capture_content, since=args.since, until=args.until,
             data_sources=frozenset(args.data_source) if args.data_source else None,
             max_evaluations=args.max_evaluations, budget_usd=args.budget_usd, dry_run=args.dry_run,
-            output=args.output, otlp_endpoint=args.otlp_endpoint,
+            output=args.output, otlp_endpoint=args.otlp_endpoint, segments=args.segments,
+            max_segment_values=args.max_segment_values,
         )
         progress = Progress(interval_s=args.progress_interval, enabled=not args.quiet)
         result = replay(sources, options, progress=progress)

@@ -80,6 +80,8 @@ class ReplayOptions:
     output: Path | None = None  # OTLP/JSON lines of evaluations (and, with content capture on, the spans scored)
     otlp_endpoint: str | None = None  # evaluations over OTLP (without output: else OTEL_EXPORTER_OTLP_ENDPOINT)
     service_name: str | None = None
+    segments: str | None = None  # span attributes whose values label the score series (issue 23)
+    max_segment_values: int | None = None
 
     def settings(self) -> Settings:
         """The library settings this replay runs with (explicit options, then ``CP_OBSERVE_*``, then defaults)."""
@@ -88,7 +90,8 @@ class ReplayOptions:
             "threshold": self.threshold, "concurrency": self.concurrency, "queue_size": self.queue_size,
             "turn_timeout_s": self.turn_timeout_s, "capture_content": self.capture_content,
             "daily_budget_usd": self.budget_usd, "otlp_endpoint": self.otlp_endpoint,
-            "service_name": self.service_name,
+            "service_name": self.service_name, "segments": self.segments,
+            "max_segment_values": self.max_segment_values,
         }
         return Settings.resolve(explicit)
 

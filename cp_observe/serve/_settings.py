@@ -123,3 +123,5 @@ SERVE_FIELDS += ("max_connections", "http_idle_timeout_s", "http_read_timeout_s"
 SERVE_FIELDS += ("durable", "data_dir", "durable_max_bytes", "durable_max_age_s")
 # --- calibration (issue 24): the share of scored retrievals marked needs_label.
 SERVE_FIELDS += ("calibration_rate",)
+# --- segments (issue 23): --segments ATTR,ATTR and --max-segment-values N.
+SERVE_FIELDS += ("segments", "max_segment_values")

@@ -1,0 +1,53 @@
+"""A canary app for the live-Prometheus test: retrievals tagged retriever.version v1 / v2, metrics on loopback.
+
+    python -m tests.integration.canary_app PORT --v2-first-share 0.3
+
+Every retrieval returns a relevant and an irrelevant document; v1 ranks the relevant one first 90 % of the time
+(AP 1, else 0.5), v2 at ``--v2-first-share`` (0.9: equal variants). Judged by ``KeywordJudge`` against the query,
+in process, with ``segments=retriever.version``; ``/metrics`` is served on 127.0.0.1:PORT. Runs until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+
+import cp_observe
+from cp_observe._wiring._providers import start_prometheus_endpoint
+from tests.conftest import KeywordJudge
+
+RELEVANT = "Paris is the capital of France."
+IRRELEVANT = "Bananas are yellow."
+
+
+def main() -> None:
+    """Serve metrics and retrieve forever at about ``--rate`` retrievals per second."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("--v2-first-share", type=float, default=0.9)
+    parser.add_argument("--rate", type=float, default=40.0)
+    args = parser.parse_args()
+    meter_provider = MeterProvider(metric_readers=[start_prometheus_endpoint(args.port, "127.0.0.1")])
+    cp_observe.configure(judge=KeywordJudge(), meter_provider=meter_provider, segments="retriever.version",
+                         sample_rate=1.0)
+    rng = random.Random(23)
+
+    @cp_observe.retriever(name="kb")
+    def search(query: str, version: str) -> list[str]:
+        trace.get_current_span().set_attribute("retriever.version", version)
+        share = 0.9 if version == "v1" else args.v2_first_share
+        return [RELEVANT, IRRELEVANT] if rng.random() < share else [IRRELEVANT, RELEVANT]
+
+    i = 0
+    while True:
+        search("What is the capital city of France?", "v2" if i % 2 else "v1")
+        i += 1
+        time.sleep(1.0 / args.rate)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""A real Prometheus evaluates the generated canary rules on a live app's segment-labelled series.
+
+The rules are the generator's for ``retriever.version`` with the window and ``for`` shortened (the expression
+text otherwise unchanged); the app runs cp-observe in process with ``segments=retriever.version`` and exposes
+``/metrics`` on loopback. A worse v2 fires ``ContextPrecisionVariantRegression`` for v2 only; equal variants
+stay quiet while both sides have enough evaluations.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy_support import (
+    PROMETHEUS,
+    PROMETHEUS_DIR,
+    child_env,
+    free_port,
+    prom_alerts,
+    prom_query,
+    prometheus_server,
+    stop_process,
+)
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (run scripts/install-system-deps.sh)"),
+]
+
+WINDOW = "15s"  # replaces the generated 30m
+FOR = "2s"  # replaces the generated 10m
+ALERT = "ContextPrecisionVariantRegression"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rules() -> dict[str, Any]:
+    sys.path.insert(0, str(PROMETHEUS_DIR))
+    try:
+        import canary_rules  # the generator (standard library only)
+    finally:
+        sys.path.remove(str(PROMETHEUS_DIR))
+    text = canary_rules.rules("retriever.version")
+    assert f"[{canary_rules.WINDOW}]" in text
+    rules: dict[str, Any] = yaml.safe_load(text.replace(f"[{canary_rules.WINDOW}]", f"[{WINDOW}]"))
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") == ALERT:
+                rule["for"] = FOR
+    return rules
+
+
+def _active(prom: str) -> list[dict[str, Any]]:
+    return [a for a in prom_alerts(prom) if a["labels"].get("alertname") == ALERT]
+
+
+def _run(tmp_path: Path, v2_first_share: float) -> tuple[str, subprocess.Popen[str], Any]:
+    port = free_port()
+    config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+              "scrape_configs": [{"job_name": "canary", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]}
+    server = prometheus_server(tmp_path / "prometheus", config, _rules())
+    prom = server.__enter__()
+    log = (tmp_path / "app.log").open("w")
+    app = subprocess.Popen([sys.executable, "-m", "tests.integration.canary_app", str(port),
+                            "--v2-first-share", str(v2_first_share)], cwd=ROOT, stdout=log,
+                           stderr=subprocess.STDOUT, text=True, env=child_env(LITELLM_LOCAL_MODEL_COST_MAP="True"))
+    return prom, app, (server, log)
+
+
+def _both_sides_counted(prom: str) -> bool:
+    # The recorded name keeps the generated window's "30m"; only the range inside was shortened.
+    counts = prom_query(prom, "gen_ai_data_source_id_retriever_version:context_precision_score_count:increase30m")
+    values = {s["metric"].get("retriever_version"): float(s["value"][1]) for s in counts}
+    return values.get("v1", 0) >= 20 and values.get("v2", 0) >= 20
+
+
+def _wait(probe: Any, timeout: float, what: str, tmp_path: Path) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; app log:\n{(tmp_path / 'app.log').read_text()[-3000:]}")
+
+
+def test_a_worse_variant_fires_for_that_variant_only(tmp_path: Path) -> None:
+    """v2 ranks the relevant document first 30 % of the time (MAP ~0.65 vs ~0.95): the alert fires for v2."""
+    prom, app, (server, log) = _run(tmp_path, 0.3)
+    try:
+        _wait(lambda: _both_sides_counted(prom), 60, "both variants counted", tmp_path)
+        firing = _wait(lambda: [a for a in _active(prom) if a["state"] == "firing"], 60, f"{ALERT} firing", tmp_path)
+        assert [a["labels"]["retriever_version"] for a in firing] == ["v2"]
+        assert firing[0]["labels"]["gen_ai_data_source_id"] == "kb"
+    finally:
+        stop_process(app)
+        log.close()
+        server.__exit__(None, None, None)
+
+
+def test_equal_variants_stay_quiet(tmp_path: Path) -> None:
+    """v1 and v2 alike: with at least 20 evaluations on each side for 20 s, the alert never goes pending."""
+    prom, app, (server, log) = _run(tmp_path, 0.9)
+    try:
+        _wait(lambda: _both_sides_counted(prom), 60, "both variants counted", tmp_path)
+        quiet_until = time.monotonic() + 20
+        while time.monotonic() < quiet_until:
+            assert _active(prom) == []
+            assert _both_sides_counted(prom)
+            time.sleep(0.5)
+    finally:
+        stop_process(app)
+        log.close()
+        server.__exit__(None, None, None)

@@ -1,0 +1,45 @@
+"""The demo's canary: v2 (a worse chunking) is labelled by the segment, judged against v1, and the verdict printed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from cp_observe.demo._cli import _variant
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    return subprocess.run([sys.executable, "-m", "cp_observe.cli", "demo", "--quiet", *args], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+
+
+def test_default_run_prints_map_by_variant_and_the_canary_verdict() -> None:
+    """Both variants scored from the evaluation spans' segment; v2 is worse and the canary alert would fire."""
+    out = _run()
+    assert out.returncode == 0, out.stderr
+    maps = dict(re.findall(r"^  (v[12]): MAP ([0-9.]+) ± [0-9.]+ \(99%\) over 28 scored$", out.stdout, re.M))
+    assert set(maps) == {"v1", "v2"} and float(maps["v2"]) < float(maps["v1"])
+    assert re.search(r"ContextPrecisionVariantRegression FIRES for retriever\.version=v2: rest MAP higher by "
+                     r"0\.\d\d, 99% lower bound 0\.\d\d vs margin 0\.05", out.stdout)
+    assert "ContextPrecisionVariantRegression quiet for retriever.version=v1" in out.stdout
+    assert "before degradation: 1.00 over 28 turns" in out.stdout  # the degradation is judged on v1
+
+
+def test_no_canary_without_a_share() -> None:
+    """--canary-share 0 runs the demo as before: no canary lines, every question once before degrading."""
+    out = _run("--canary-share", "0")
+    assert out.returncode == 0, out.stderr
+    assert "ContextPrecisionVariantRegression" not in out.stdout
+    assert "after 28 turns: the retriever is degraded" in out.stdout
+
+
+def test_each_question_meets_both_variants_over_two_passes() -> None:
+    """Half the turns go to v2, and over two passes each question is asked of v1 once and v2 once."""
+    questions = 28
+    seen = {(t % questions, _variant(t, questions, 0.5)) for t in range(2 * questions)}
+    assert seen == {(q, v) for q in range(questions) for v in ("v1", "v2")}
+    assert [_variant(t, 5, 0.0) for t in range(5)] == ["v1"] * 5
+    assert [_variant(t, 5, 1.0) for t in range(5)] == ["v2"] * 5
