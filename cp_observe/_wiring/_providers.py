@@ -25,6 +25,7 @@ __all__ = [
     "build_log_exporter",
     "build_metric_readers",
     "build_span_exporter",
+    "cheap_judge_from_settings",
     "exemplar_prometheus_reader",
     "judge_from_settings",
     "processor_from_settings",
@@ -54,6 +55,8 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "sink_batch_size": settings.sink_batch_size,
         "sink_max_retries": settings.sink_max_retries,
         "data_source": settings.data_source_attributes(),
+        "cheap_judge": cheap_judge_from_settings(settings),
+        "llm_share": settings.llm_share,
     }
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)
@@ -76,6 +79,19 @@ def judge_from_settings(settings: Settings) -> Judge:
     """The judge ``settings.judge`` names, with the settings' endpoint, key, timeout and retries for an LLM."""
     return resolve_judge(
         settings.judge,
+        api_base=settings.judge_api_base,
+        api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
+        timeout=settings.judge_timeout_s,
+        max_retries=settings.judge_max_retries,
+    )
+
+
+def cheap_judge_from_settings(settings: Settings) -> Judge | None:
+    """The cascade's cheap judge ``settings.cheap_judge`` names (an LLM one on the judge's endpoint), or None."""
+    if not settings.cheap_judge:
+        return None
+    return resolve_judge(
+        settings.cheap_judge,
         api_base=settings.judge_api_base,
         api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
         timeout=settings.judge_timeout_s,
