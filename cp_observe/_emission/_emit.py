@@ -247,13 +247,16 @@ class Emitter:
                                 seconds=cascade.llm_seconds, outcome=n.OUTCOME_SCORED)
 
     def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
-               model: str) -> None:
-        """Emit a failed evaluation: an ERROR evaluation span and the failure count; no score."""
+               model: str, cheap: bool = False) -> None:
+        """Emit a failed evaluation: an ERROR evaluation span and the failure count; no score.
+
+        ``cheap``: it was the cascade's cheap judge that failed (its identity goes on the span).
+        """
         labels = self.labels(target)
         attributes: dict[str, Any] = {
             n.OPENINFERENCE_SPAN_KIND: n.KIND_EVALUATOR,
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
-            **self.judge_attributes(model),
+            **self.judge_attributes(model, self.cheap_identity if cheap else None),
             n.CP_REFERENCE: target.reference,
             n.CP_SAMPLING_REASON: target.sampling_reason,
             n.ERROR_TYPE: type(error).__name__,

@@ -456,7 +456,7 @@ class Evaluator:
             logger.info("evaluation failed", reason=reason, error_type=type(exc).__name__,
                         data_source=target.data_source)
             self._emit_safely(self.emitter.failed, target, exc, reason, start_ns=start_ns, end_ns=time.time_ns(),
-                              model=judge_model_name(cascade.cheap))
+                              model=judge_model_name(cascade.cheap), cheap=True)
             item.outcome = n.OUTCOME_FAILED
             self._finished(item, None)
             return

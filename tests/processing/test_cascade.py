@@ -189,3 +189,31 @@ def test_settings_build_the_cascade_through_the_one_factory(monkeypatch: pytest.
     assert Settings.resolve().llm_share == 1.0
     with pytest.raises(ValueError, match="llm_share"):
         cp_observe.ContextPrecisionProcessor("lexical", cheap_judge="lexical", llm_share=2.0)
+
+
+class _FailingCheapJudge:
+    """A cheap judge that always raises: the evaluation fails, and the LLM's circuit is not told."""
+
+    kind = "broken-cheap"
+
+    @property
+    def model(self) -> str:
+        return "broken-cheap"
+
+    async def judge(self, query: str, reference: str, contexts: Any) -> Any:
+        raise RuntimeError("cheap judge down")
+
+
+def test_a_failing_cheap_judge_fails_the_evaluation_without_calling_the_llm(otel: Otel) -> None:
+    """The cheap judge raising: outcome failed (judge_exception), no LLM call, the circuit stays closed."""
+    with JudgeServer() as server:
+        processor = otel.processor(_llm(server), cheap_judge=_FailingCheapJudge(), llm_share=1.0,
+                                   circuit_failures=1)
+        evaluations = _run(otel, processor, QUESTIONS[:3])
+        calls = server.calls
+    assert calls == 0
+    stats = processor.stats()
+    assert (stats["failed"], stats["scored"]) == (3, 0) and processor.circuit_state == "closed"
+    assert {(e.attributes[n.CP_JUDGE_MODEL], e.attributes[n.CP_JUDGE_KIND]) for e in evaluations} == {
+        ("broken-cheap", "broken-cheap")}
+    assert not otel.metric_points(n.METRIC_CASCADE_SUMS)
