@@ -217,3 +217,18 @@ def test_a_failing_cheap_judge_fails_the_evaluation_without_calling_the_llm(otel
     assert {(e.attributes[n.CP_JUDGE_MODEL], e.attributes[n.CP_JUDGE_KIND]) for e in evaluations} == {
         ("broken-cheap", "broken-cheap")}
     assert not otel.metric_points(n.METRIC_CASCADE_SUMS)
+
+
+def test_configure_runs_the_cascade_in_process(otel: Otel) -> None:
+    """configure(judge=<LLM>, cheap_judge="lexical", llm_share=1) scores through both judges in this process."""
+    with JudgeServer() as server:
+        processor = cp_observe.configure(_llm(server), cheap_judge="lexical", llm_share=1.0,
+                                         tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider,
+                                         logger_provider=otel.logger_provider)
+        assert processor is not None
+        otel._processors.append(processor)
+        evaluations = _run(otel, processor, QUESTIONS[:3])
+        calls = server.calls
+    assert calls == 3
+    assert {e.attributes[n.CP_CASCADE_LLM] for e in evaluations} == {n.CASCADE_LLM_JUDGED}
+    assert _sums(otel)[n.TERM_N] == 3
