@@ -233,7 +233,10 @@ def query_range(base: str, expr: str, start: int, end: int) -> dict[str, set[int
     while t <= end:
         stop = min(end, t + chunk)
         query = urllib.parse.urlencode({"query": expr, "start": t, "end": stop, "step": STEP})
-        with urllib.request.urlopen(f"{base}/api/v1/query_range?{query}", timeout=900) as response:
+        # POST: with the cascade's PPI++ half inlined, MAPDrop's expression is ~20 kB (a long URL for GET).
+        request = urllib.request.Request(f"{base}/api/v1/query_range", data=query.encode(),
+                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        with urllib.request.urlopen(request, timeout=900) as response:
             body = json.load(response)
         for series in body["data"]["result"]:
             out.setdefault(series["metric"][DS], set()).update(int(float(ts)) for ts, _ in series["values"])

@@ -126,6 +126,22 @@ CP_RERANK_LIFT: Final = "context_precision.rerank.lift"
 CP_RERANK_DROPPED_RELEVANT: Final = "context_precision.rerank.dropped_relevant"
 # Issue 24: a scored retrieval drawn (uniformly, at ``calibration_rate``) for a person to label.
 CP_NEEDS_LABEL: Final = "context_precision.needs_label"
+# Issue 24: the cheap-plus-LLM cascade. Every scored retrieval carries the cheap judge's score and identity; a
+# uniform ``llm_share`` of them also the LLM judge's (the score the evaluation reports where present). What
+# happened to the LLM judgement: CASCADE_LLM_JUDGED, CASCADE_LLM_NOT_DRAWN, a gate's skip reason, or
+# "failed:<reason>".
+CP_CASCADE_CHEAP_SCORE: Final = "context_precision.cascade.cheap.score"
+CP_CASCADE_CHEAP_AP: Final = "context_precision.cascade.cheap.average_precision"
+CP_CASCADE_CHEAP_VERDICTS: Final = "context_precision.cascade.cheap.verdicts"
+CP_CASCADE_CHEAP_JUDGE_MODEL: Final = "context_precision.cascade.cheap.judge.model"
+CP_CASCADE_CHEAP_JUDGE_KIND: Final = "context_precision.cascade.cheap.judge.kind"
+CP_CASCADE_LLM: Final = "context_precision.cascade.llm"
+CP_CASCADE_LLM_SCORE: Final = "context_precision.cascade.llm.score"
+CP_CASCADE_LLM_AP: Final = "context_precision.cascade.llm.average_precision"
+CP_CASCADE_LLM_JUDGE_MODEL: Final = "context_precision.cascade.llm.judge.model"
+CP_CASCADE_LLM_JUDGE_KIND: Final = "context_precision.cascade.llm.judge.kind"
+CASCADE_LLM_JUDGED: Final = "judged"
+CASCADE_LLM_NOT_DRAWN: Final = "not_drawn"
 
 REFERENCE_OUTPUT: Final = "output"
 REFERENCE_QUERY: Final = "query"
@@ -162,6 +178,12 @@ METRIC_JUDGE_AGREEMENT_LABELS: Final = "context_precision.judge.agreement.labels
 # Issue 23: evaluations whose segment value was folded into SEGMENT_OTHER (the segment's distinct values were full).
 #: counter by segment (its label name) -> context_precision_segment_overflow_total
 METRIC_SEGMENT_OVERFLOW: Final = "context_precision.segment.overflow"
+# Issue 24: the sums PPI++ needs, per data source, one counter split by ``term`` (f the cheap judge's average
+# precision, y the LLM judge's): TERM_COUNT, TERM_F, TERM_F2 over every cascade evaluation; TERM_N, TERM_Y,
+# TERM_Y2, TERM_F_SUB, TERM_F2_SUB, TERM_FY over the LLM-judged subsample. The recording rules turn them into
+# the PPI++ MAP and its standard error (deploy/prometheus/rules).
+#: counter of the cascade's PPI sums by term -> context_precision_cascade_sums_total
+METRIC_CASCADE_SUMS: Final = "context_precision.cascade.sums"
 
 # `cp-observe serve`'s own instruments (SERVE_ prefix: not part of the library's METRIC_* set).
 #: counter of OTLP requests by protocol and result -> context_precision_serve_requests_total
@@ -200,6 +222,18 @@ OUTCOMES: Final = (OUTCOME_SCORED, OUTCOME_FAILED, OUTCOME_DROPPED, OUTCOME_SKIP
 #: On METRIC_INTERNAL_ERRORS: whose failure (internal | user | host, as _internal tells them apart) and where.
 ERROR_KIND: Final = "kind"
 ERROR_SITE: Final = "site"
+#: Issue 24: on METRIC_CASCADE_SUMS, which sum a point adds to (count, f, f2 over all; n, y, y2, f_sub, f2_sub,
+#: fy over the LLM-judged subsample).
+TERM: Final = "term"
+TERM_COUNT: Final = "count"
+TERM_F: Final = "f"
+TERM_F2: Final = "f2"
+TERM_N: Final = "n"
+TERM_Y: Final = "y"
+TERM_Y2: Final = "y2"
+TERM_F_SUB: Final = "f_sub"
+TERM_F2_SUB: Final = "f2_sub"
+TERM_FY: Final = "fy"
 
 # --- environment variables -----------------------------------------------------------------------------------
 ENV_PREFIX: Final = "CP_OBSERVE_"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-__all__ = ["Judge", "Judgement", "ScoreResult", "Usage", "Verdict"]
+__all__ = ["CascadeResult", "Judge", "Judgement", "ScoreResult", "Usage", "Verdict"]
 
 Reference = Literal["output", "query"]
 
@@ -97,6 +97,30 @@ class ScoreResult:
     cost_usd: float | None = None
     truncated: tuple[int, ...] = ()
     scale: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeResult:
+    """Both judgements of one retrieval in the cheap-plus-LLM cascade (``_processing/_cascade.py``).
+
+    Attributes:
+        cheap: the cheap judge's result (every cascade evaluation has one).
+        llm: the LLM judge's, or None when it did not judge.
+        llm_status: ``judged``, ``not_drawn``, a gate's skip reason, or ``failed:<reason>``.
+        cheap_seconds: how long the cheap judgement took.
+        llm_seconds: how long the LLM judgement took (0 when it was not asked).
+    """
+
+    cheap: ScoreResult
+    llm: ScoreResult | None
+    llm_status: str
+    cheap_seconds: float = 0.0
+    llm_seconds: float = 0.0
+
+    @property
+    def reported(self) -> ScoreResult:
+        """The score the evaluation reports: the LLM's where it judged, else the cheap judge's."""
+        return self.llm if self.llm is not None else self.cheap
 
 
 @runtime_checkable

@@ -140,6 +140,11 @@ def library_instruments() -> tuple[Instrument, ...]:
     )
     emitter.count_sampled(Emitter.labels(target))
     emitter.scored(target, result, start_ns=0, end_ns=1_000_000_000, model="judge")
+    # The cheap-plus-LLM cascade's evaluation (issue 24): both scores, so its PPI sums are recorded too.
+    from cp_observe._types import CascadeResult
+
+    emitter.scored(target, result, start_ns=0, end_ns=1_000_000_000, model="judge",
+                   cascade=CascadeResult(cheap=result, llm=result, llm_status=names.CASCADE_LLM_JUDGED))
     emitter.failed(target, RuntimeError("boom"), "judge_error", start_ns=0, end_ns=1_000_000_000, model="judge")
     # The internal-errors counter reports what the error boundary counted: count one, so it has a point.
     _internal.report_user_error("deploy_support", ValueError("one counted failure"))

@@ -78,12 +78,23 @@ def _value(result: list[dict[str, Any]]) -> float | None:
 def _shortened_rules() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The recording rules MAPDrop reads and MAPDrop itself, with their range windows and ``for`` shortened."""
     rule = alert_rules()["ContextPrecisionMAPDrop"]
-    used = set(re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+\b", rule["expr"]))
-    records = [r for g in load_yaml(RULES_FILE)["groups"] for r in g["rules"] if r.get("record") in used]
+    shipped_records = [r for g in load_yaml(RULES_FILE)["groups"] for r in g["rules"] if "record" in r]
+    by_name = {r["record"]: r["expr"] for r in shipped_records}
+    used: set[str] = set()
+    pending = set(re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+\b", rule["expr"]))
+    while pending:  # and the recorded series those read (the cascade's PPI++ rules read earlier rules)
+        name = pending.pop()
+        used.add(name)
+        pending |= set(re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+\b", by_name[name])) - used
+    records = [r for r in shipped_records if r["record"] in used]  # in the file's order: later rules read earlier
     assert {r["record"] for r in records} == used
     shortened = []
     for record in records:
-        (shipped,) = set(range_windows(record["expr"]))
+        windows = set(range_windows(record["expr"]))
+        if not windows:  # built from other recorded series only
+            shortened.append(record)
+            continue
+        (shipped,) = windows
         expr = record["expr"].replace(f"[{shipped}]", f"[{WINDOW}]")
         assert expr.replace(f"[{WINDOW}]", f"[{shipped}]") == record["expr"]  # only the windows differ
         shortened.append({**record, "expr": expr})

@@ -124,11 +124,20 @@ def test_readme_documents_groups_and_map_drop_expression_verbatim() -> None:
 
 
 def test_map_drop_expression_shape() -> None:
-    """MAPDrop = the window's upper confidence bound (mean + z SE) below 0.5, guarded by >= 20 evaluations."""
+    """MAPDrop = the window's upper confidence bound (mean + z SE) below 0.5, guarded by >= 20 evaluations.
+
+    Where the cheap-plus-LLM cascade's series exist (issue 24), the bound is the PPI++ MAP's and the minimum is
+    of LLM-judged evaluations.
+    """
     rule = alert_rules()["ContextPrecisionMAPDrop"]
     w = _parameters(rule)["window"]
     p = f"{DATA_SOURCE_LABEL}:context_precision_score"
-    assert _flat(rule["expr"]) == f"{p}:mean{w} + 2.33 * {p}:stderr{w} < 0.5 and {p}_count:increase{w} >= 20"
+    c = f"{DATA_SOURCE_LABEL}:context_precision_cascade_sums"
+    assert _flat(rule["expr"]) == (
+        f"( {p}:mean{w} + 2.33 * {p}:stderr{w} < 0.5 and {p}_count:increase{w} >= 20"
+        f" unless on ({DATA_SOURCE_LABEL}) {c}_count:increase{w} )"
+        f" or ( {p}_ppi:mean{w} + 2.33 * {p}_ppi:stderr{w} < 0.5 and {c}_n:increase{w} >= 20 )"
+    )
 
 
 def test_window_statistics_come_from_the_histogram_and_the_squares_counter() -> None:

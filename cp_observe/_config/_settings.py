@@ -44,6 +44,9 @@ class Settings:
     judge_api_key: Secret | None = setting(None, "Key of the judge model (else the provider's env var).")  # noqa: RUF009 - a field()
     judge_timeout_s: float = setting(30.0, "Seconds allowed for one judge HTTP call.", gt=0)
     judge_max_retries: int = setting(3, "Transport retries per judge call.", ge=0)
+    cheap_judge: str | None = setting(None, "A cheap judge ('lexical' or a litellm model string) that scores "
+                                      "every sampled retrieval; `judge` then also scores a uniform llm_share of them.")
+    llm_share: float = setting(1.0, "With cheap_judge: the share of retrievals also judged by `judge`.", ge=0, le=1)
     sample_rate: float = setting(1.0, "Share of traces whose retrievals are scored.",
                                  ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1])
     max_evaluations_per_minute: float | None = setting(None, "Rate cap on evaluations.", gt=0)

@@ -22,7 +22,7 @@ from cp_observe._emission._segments import SegmentValues
 from cp_observe._emission._sinks import EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._judging._calibration import needs_label
 from cp_observe._judging._identity import JudgeIdentity, judge_identity
-from cp_observe._types import ScoreResult
+from cp_observe._types import CascadeResult, ScoreResult
 
 __all__ = ["Emitter", "Target"]
 
@@ -60,6 +60,7 @@ class Emitter:
         calibration_rate: float = 0.0,
         segments: Sequence[tuple[str, str]] = (),
         max_segment_values: int = 50,
+        cheap_judge: Any = None,
     ) -> None:
         self._tracer_provider = tracer_provider
         self.sinks = tuple(sinks)
@@ -70,6 +71,8 @@ class Emitter:
         self.capture_content = capture_content
         self.calibration_rate = calibration_rate
         self.identity = judge_identity(judge) if judge is not None else JudgeIdentity(n.JUDGE_KIND_CUSTOM, "none")
+        # The cascade's cheap judge (issue 24), when there is one: its scores carry its own identity.
+        self.cheap_identity = judge_identity(cheap_judge) if cheap_judge is not None else self.identity
         self._score = meter.create_histogram(
             n.METRIC_SCORE,
             unit="1",
@@ -80,6 +83,10 @@ class Emitter:
         # alert rules can state a standard error (the buckets would only bound it). See deploy/README.md.
         self._squares = meter.create_counter(
             n.METRIC_SCORE_SQUARES, unit="1", description="Sum of squared average precision of sampled retrievals."
+        )
+        # The cascade's PPI sums (issue 24), split by term: the recording rules turn them into the PPI++ MAP.
+        self._cascade_sums = meter.create_counter(
+            n.METRIC_CASCADE_SUMS, unit="1", description="Cheap and LLM judges' sums for prediction-powered MAP."
         )
         self._evaluations = meter.create_counter(
             n.METRIC_EVALUATIONS, unit="{evaluation}", description="Sampled evaluation targets by outcome."
@@ -148,10 +155,11 @@ class Emitter:
             labels.update(target.segments)
         return labels
 
-    def judge_attributes(self, model: str) -> dict[str, str]:
-        """The judge's identity as attributes: model, prompt version and kind."""
-        return {n.CP_JUDGE_MODEL: model, n.CP_JUDGE_PROMPT_VERSION: self.identity.prompt_version,
-                n.CP_JUDGE_KIND: self.identity.kind}
+    def judge_attributes(self, model: str, identity: JudgeIdentity | None = None) -> dict[str, str]:
+        """The judge's identity as attributes: model, prompt version and kind (default: the main judge's)."""
+        identity = identity or self.identity
+        return {n.CP_JUDGE_MODEL: model, n.CP_JUDGE_PROMPT_VERSION: identity.prompt_version,
+                n.CP_JUDGE_KIND: identity.kind}
 
     def count(self, outcome: str, reason: str, labels: Mapping[str, str]) -> None:
         """Count one target's outcome."""
@@ -161,9 +169,11 @@ class Emitter:
         """Count one target marked sampled."""
         self._sampled.add(1, labels)
 
-    def scored(self, target: Target, result: ScoreResult, *, start_ns: int, end_ns: int, model: str) -> None:
-        """Emit a successful evaluation."""
+    def scored(self, target: Target, result: ScoreResult, *, start_ns: int, end_ns: int, model: str,
+               cascade: CascadeResult | None = None) -> None:
+        """Emit a successful evaluation; in the cascade, ``result`` is ``cascade.reported`` and both scores go out."""
         labels = self.labels(target)
+        identity = self.identity if cascade is None or cascade.llm is not None else self.cheap_identity
         label = n.LABEL_PASS if result.score >= self.threshold else n.LABEL_FAIL
         explanation = self._explanation(result)  # built once: the span, the log record and the sinks share it
         attributes: dict[str, Any] = {
@@ -175,7 +185,7 @@ class Emitter:
             n.CP_AVERAGE_PRECISION: result.average_precision,
             n.CP_VERDICTS: [v.relevant for v in result.verdicts],
             n.CP_REFERENCE: target.reference,
-            **self.judge_attributes(model),
+            **self.judge_attributes(model, identity),
             n.CP_JUDGE_CALLS: result.usage.calls,
             n.CP_CONTEXT_COUNT: len(result.verdicts),
             n.CP_SAMPLING_REASON: target.sampling_reason,
@@ -195,36 +205,87 @@ class Emitter:
         if self.capture_content:
             # Judges' reasons may quote the content, so they travel only when content capture is on.
             attributes[n.CP_REASONS] = [v.reason[:_MAX_REASON] for v in result.verdicts]
+        if cascade is not None:
+            attributes.update(self._cascade_attributes(cascade))
         span = self._start_span(target, start_ns, attributes)
         span.end(end_time=end_ns)
-        self._log(target, label, result, model, explanation)
+        self._log(target, label, result, model, explanation, identity=identity)
         # Recorded in the evaluation span's context: the SDK's trace-based exemplar filter then attaches its
         # trace and span id, which lead from a score bucket to the evaluated trace. The judge's identity is a
         # label here (one value per deployed judge, so low cardinality), not on the outcome counters.
         in_span = trace.set_span_in_context(span)
-        score_labels = {**labels, **self.judge_attributes(model)}
+        score_labels = {**labels, **self.judge_attributes(model, identity)}
         ap = result.average_precision
         self._score.record(ap, score_labels, context=in_span)
         self._squares.add(ap * ap, score_labels, context=in_span)
+        if cascade is not None:
+            self._add_cascade_sums(cascade, labels)
         self.count(n.OUTCOME_SCORED, "ok", labels)
         relevant = sum(1 for v in result.verdicts if v.relevant)
         if relevant:
             self._verdicts.add(relevant, {**labels, n.RELEVANT: "true"})
         if len(result.verdicts) - relevant:
             self._verdicts.add(len(result.verdicts) - relevant, {**labels, n.RELEVANT: "false"})
-        self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
-                            cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED)
+        if cascade is None:
+            self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
+                                cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED)
+        else:  # each judge that ran, with its own time, tokens and cost
+            self._cascade_judge_metrics(cascade)
         if self.sinks:  # last: whatever a sink does, the span, event and metrics above are already out
-            self._to_sinks(target, span, label, result, model, explanation=explanation, needs_label=needs)
+            self._to_sinks(target, span, label, result, model, explanation=explanation, identity=identity,
+                           needs_label=needs)
+
+    def _cascade_attributes(self, cascade: CascadeResult) -> dict[str, Any]:
+        """Both judges' scores with their identities, and what happened to the LLM judgement (issue 24)."""
+        cheap = cascade.cheap
+        attributes: dict[str, Any] = {
+            n.CP_CASCADE_CHEAP_SCORE: cheap.score,
+            n.CP_CASCADE_CHEAP_AP: cheap.average_precision,
+            n.CP_CASCADE_CHEAP_VERDICTS: [v.relevant for v in cheap.verdicts],
+            n.CP_CASCADE_CHEAP_JUDGE_MODEL: cheap.judge_model,
+            n.CP_CASCADE_CHEAP_JUDGE_KIND: self.cheap_identity.kind,
+            n.CP_CASCADE_LLM: cascade.llm_status,
+        }
+        if cascade.llm is not None:
+            attributes[n.CP_CASCADE_LLM_SCORE] = cascade.llm.score
+            attributes[n.CP_CASCADE_LLM_AP] = cascade.llm.average_precision
+            attributes[n.CP_CASCADE_LLM_JUDGE_MODEL] = cascade.llm.judge_model
+            attributes[n.CP_CASCADE_LLM_JUDGE_KIND] = self.identity.kind
+        return attributes
+
+    def _add_cascade_sums(self, cascade: CascadeResult, labels: Mapping[str, str]) -> None:
+        """Add this evaluation to the PPI sums: f (cheap AP) always, y (LLM AP) and the cross terms when judged."""
+        f = cascade.cheap.average_precision
+        terms = [(n.TERM_COUNT, 1.0), (n.TERM_F, f), (n.TERM_F2, f * f)]
+        if cascade.llm is not None:
+            y = cascade.llm.average_precision
+            terms += [(n.TERM_N, 1.0), (n.TERM_Y, y), (n.TERM_Y2, y * y), (n.TERM_F_SUB, f), (n.TERM_F2_SUB, f * f),
+                      (n.TERM_FY, f * y)]
+        for term, value in terms:
+            self._cascade_sums.add(value, {**labels, n.TERM: term})
+
+    def _cascade_judge_metrics(self, cascade: CascadeResult) -> None:
+        cheap = cascade.cheap
+        self._judge_metrics(cheap.judge_model, prompt=cheap.usage.prompt_tokens,
+                            completion=cheap.usage.completion_tokens, cost=cheap.cost_usd,
+                            seconds=cascade.cheap_seconds, outcome=n.OUTCOME_SCORED)
+        llm = cascade.llm
+        if llm is not None:
+            self._judge_metrics(llm.judge_model, prompt=llm.usage.prompt_tokens,
+                                completion=llm.usage.completion_tokens, cost=llm.cost_usd,
+                                seconds=cascade.llm_seconds, outcome=n.OUTCOME_SCORED)
 
     def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
-               model: str) -> None:
-        """Emit a failed evaluation: an ERROR evaluation span and the failure count; no score."""
+               model: str, cheap: bool = False) -> None:
+        """Emit a failed evaluation: an ERROR evaluation span and the failure count; no score.
+
+        ``cheap``: it was the cascade's cheap judge that failed (its identity goes on the span).
+        """
         labels = self.labels(target)
         attributes: dict[str, Any] = {
             n.OPENINFERENCE_SPAN_KIND: n.KIND_EVALUATOR,
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
-            **self.judge_attributes(model),
+            **self.judge_attributes(model, self.cheap_identity if cheap else None),
             n.CP_REFERENCE: target.reference,
             n.CP_SAMPLING_REASON: target.sampling_reason,
             n.ERROR_TYPE: type(error).__name__,
@@ -252,7 +313,7 @@ class Emitter:
         )
 
     def _to_sinks(self, target: Target, span: Any, label: str, result: ScoreResult, model: str, *,
-                  explanation: str, needs_label: bool = False) -> None:
+                  explanation: str, identity: JudgeIdentity, needs_label: bool = False) -> None:
         """Offer the evaluation to every sink (a bounded append each; the sinks' threads do the sending)."""
         record = EvaluationRecord(
             trace_id=target.span_context.trace_id,
@@ -266,8 +327,8 @@ class Emitter:
             reasons=tuple(v.reason[:_MAX_REASON] for v in result.verdicts) if self.capture_content else None,
             documents=recorded_documents(target.attributes),
             judge_model=model,
-            annotator_kind=self.identity.annotator,
-            prompt_version=self.identity.declared_prompt_version,
+            annotator_kind=identity.annotator,
+            prompt_version=identity.declared_prompt_version,
             data_source=target.data_source,
             agent_name=target.agent_name,
             reference=target.reference,
@@ -285,7 +346,8 @@ class Emitter:
 
         return build_reason(result.verdicts, result.score, result.scale)
 
-    def _log(self, target: Target, label: str, result: ScoreResult, model: str, explanation: str) -> None:
+    def _log(self, target: Target, label: str, result: ScoreResult, model: str, explanation: str, *,
+             identity: JudgeIdentity) -> None:
         attributes: dict[str, Any] = {
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
             n.GEN_AI_EVALUATION_SCORE_VALUE: result.score,
@@ -294,7 +356,7 @@ class Emitter:
             n.CP_VERDICTS: [v.relevant for v in result.verdicts],
             n.CP_REFERENCE: target.reference,
             n.GEN_AI_DATA_SOURCE_ID: target.data_source,
-            **self.judge_attributes(model),
+            **self.judge_attributes(model, identity),
             **_segment_attributes(target),
         }
         context = trace.set_span_in_context(NonRecordingSpan(target.span_context))

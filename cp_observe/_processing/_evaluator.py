@@ -23,7 +23,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -38,6 +38,7 @@ from cp_observe._judging._evaluate import evaluate, judge_model_name
 from cp_observe._log import logger
 from cp_observe._processing._accounting import Accounting
 from cp_observe._processing._assembly import Assembler, Fold, Item, Ready, Skip
+from cp_observe._processing._cascade import Cascade
 from cp_observe._processing._gates import refusal
 from cp_observe._tally import Tally
 from cp_observe._types import Judge, ScoreResult
@@ -68,8 +69,10 @@ class Evaluator:
         evaluation_timeout_s: float,
         on_finished: Callable[[Item, ScoreResult | None], None] | None = None,
         on_tick: Callable[[], None] | None = None,
+        cascade: Cascade | None = None,
     ) -> None:
         self.judge = judge
+        self.cascade = cascade
         self.on_finished = on_finished
         self.on_tick = on_tick
         self.emitter = emitter
@@ -394,6 +397,9 @@ class Evaluator:
         if contexts is None:
             self._finish_skip(item, "no_content")
             return
+        if self.cascade is not None:  # the gates stand before its LLM calls only
+            await self._evaluate_cascade(self.cascade, ready, target, contexts[: self.max_judged_contexts])
+            return
         refused = refusal(self.circuit, self.rate, self.budget)
         if refused is not None:
             self._finish_skip(item, refused)
@@ -436,6 +442,43 @@ class Evaluator:
                           model=result.judge_model)
         item.outcome = n.OUTCOME_SCORED
         self._finished(item, result)
+
+    async def _evaluate_cascade(self, cascade: Cascade, ready: Ready, target: Target,
+                                contexts: Sequence[str]) -> None:
+        """The cheap judge, then the LLM when drawn (``_cascade``); scored unless the cheap judge fails."""
+        item = ready.item
+        start_ns = time.time_ns()
+        token = otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            both = await asyncio.wait_for(
+                cascade.judge(self.judge, trace_id=item.span_context.trace_id, span_id=item.span_context.span_id,
+                              circuit=self.circuit, rate=self.rate, budget=self.budget,
+                              failure_reason=_failure_reason, query=item.query() or "",
+                              reference_text=ready.reference_text, reference=ready.reference,  # type: ignore[arg-type]
+                              contexts=contexts),
+                timeout=self.evaluation_timeout_s,
+            )
+        except asyncio.CancelledError:
+            otel_context.detach(token)
+            self._finish_drop(item, "shutdown")
+            raise
+        except Exception as exc:  # noqa: BLE001 - the cheap judge failing is an outcome, as in _evaluate
+            otel_context.detach(token)
+            reason = _failure_reason(exc)
+            self.accounting.outcome(n.OUTCOME_FAILED, reason)
+            logger.info("evaluation failed", reason=reason, error_type=type(exc).__name__,
+                        data_source=target.data_source)
+            self._emit_safely(self.emitter.failed, target, exc, reason, start_ns=start_ns, end_ns=time.time_ns(),
+                              model=judge_model_name(cascade.cheap), cheap=True)
+            item.outcome = n.OUTCOME_FAILED
+            self._finished(item, None)
+            return
+        otel_context.detach(token)
+        self.accounting.outcome(n.OUTCOME_SCORED, "ok")
+        self._emit_safely(self.emitter.scored, target, both.reported, start_ns=start_ns, end_ns=time.time_ns(),
+                          model=both.reported.judge_model, cascade=both)
+        item.outcome = n.OUTCOME_SCORED
+        self._finished(item, both.reported)
 
     @staticmethod
     def _emit_safely(emit: Any, *args: Any, **kwargs: Any) -> None:

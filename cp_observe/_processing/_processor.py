@@ -39,6 +39,7 @@ from cp_observe._internal import report_internal_error
 from cp_observe._judging._circuit import CircuitBreaker
 from cp_observe._judging._judges import resolve_judge
 from cp_observe._processing._assembly import Item
+from cp_observe._processing._cascade import Cascade
 from cp_observe._processing._evaluator import Evaluator
 from cp_observe._processing._hold import HeldSpans
 from cp_observe._types import Judge, ScoreResult
@@ -138,6 +139,10 @@ class ContextPrecisionProcessor(SpanProcessor):
             with. Refused (``ValueError``) when a label name collides with the library's own.
         max_segment_values: distinct values kept per segment; later ones are ``other``, counted in
             ``context_precision.segment.overflow``.
+        cheap_judge: the cheap-plus-LLM cascade (issue 24): a ``Judge`` or model string (``"lexical"``) that scores
+            every sampled retrieval; ``judge`` then also scores a uniform ``llm_share`` of them, and the gates
+            (circuit, rate cap, budget) stand before those LLM calls only. ``None``: ``judge`` alone.
+        llm_share: with ``cheap_judge``, the share of retrievals (drawn by a hash of their ids) ``judge`` scores.
     """
 
     def __init__(
@@ -172,11 +177,15 @@ class ContextPrecisionProcessor(SpanProcessor):
         calibration_rate: float = 0.0,
         segments: Sequence[str] | str | None = None,
         max_segment_values: int = 50,
+        cheap_judge: Judge | str | None = None,
+        llm_share: float = 1.0,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
         if not 0.0 <= calibration_rate <= 1.0:
             raise ValueError("calibration_rate must be within [0, 1]")
+        if not 0.0 <= llm_share <= 1.0:
+            raise ValueError("llm_share must be within [0, 1]")
         for label, value in (("queue_size", queue_size), ("concurrency", concurrency),
                              ("max_pending_traces", max_pending_traces), ("max_judged_contexts", max_judged_contexts),
                              ("circuit_failures", circuit_failures)):
@@ -197,6 +206,10 @@ class ContextPrecisionProcessor(SpanProcessor):
         self.judge = resolve_judge(judge) if isinstance(judge, str) else judge
         if not hasattr(self.judge, "judge"):
             raise ValueError("judge must implement the Judge protocol (an async judge(query, reference, contexts))")
+        cheap = resolve_judge(cheap_judge) if isinstance(cheap_judge, str) else cheap_judge
+        if cheap is not None and not hasattr(cheap, "judge"):
+            raise ValueError("cheap_judge must implement the Judge protocol, or be a model string")
+        self.cascade = Cascade(cheap, float(llm_share)) if cheap is not None else None
         self.sampler = TraceIdRatio(sample_rate)
         runtime = _runtime.runtime()
         if capture_content is None:
@@ -224,6 +237,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             calibration_rate=calibration_rate,
             segments=segment_pairs,
             max_segment_values=max_segment_values,
+            cheap_judge=cheap,
         )
         self._hold = (
             HeldSpans(export_processor, timeout_s=hold_timeout_s, max_spans=max_held_spans, threshold=threshold)
@@ -244,6 +258,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             evaluation_timeout_s=evaluation_timeout_s,
             on_finished=self._release if self._hold is not None else None,
             on_tick=self._hold.expire if self._hold is not None else None,
+            cascade=self.cascade,
         )
         self._flushing = threading.local()
         self._shutdown = False

@@ -26,6 +26,7 @@ __all__ = [
     "build_metric_exporter",
     "build_metric_readers",
     "build_span_exporter",
+    "cheap_judge_from_settings",
     "exemplar_prometheus_reader",
     "judge_from_settings",
     "processor_from_settings",
@@ -58,6 +59,8 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "calibration_rate": settings.calibration_rate,
         "segments": settings.segments,
         "max_segment_values": settings.max_segment_values,
+        "cheap_judge": cheap_judge_from_settings(settings),
+        "llm_share": settings.llm_share,
     }
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)
@@ -80,6 +83,19 @@ def judge_from_settings(settings: Settings) -> Judge:
     """The judge ``settings.judge`` names, with the settings' endpoint, key, timeout and retries for an LLM."""
     return resolve_judge(
         settings.judge,
+        api_base=settings.judge_api_base,
+        api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
+        timeout=settings.judge_timeout_s,
+        max_retries=settings.judge_max_retries,
+    )
+
+
+def cheap_judge_from_settings(settings: Settings) -> Judge | None:
+    """The cascade's cheap judge ``settings.cheap_judge`` names (an LLM one on the judge's endpoint), or None."""
+    if not settings.cheap_judge:
+        return None
+    return resolve_judge(
+        settings.cheap_judge,
         api_base=settings.judge_api_base,
         api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
         timeout=settings.judge_timeout_s,

@@ -77,6 +77,8 @@ SERVE_FIELDS: tuple[str, ...] = (
     "judge_api_base",
     "judge_timeout_s",
     "judge_max_retries",
+    "cheap_judge",
+    "llm_share",
     "sample_rate",
     "threshold",
     "capture_content",
