@@ -31,6 +31,10 @@ def _http_url(value: str) -> str | None:
     return None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
 
 
+def _judge_transport(value: str) -> str | None:
+    return None if value in ("auto", "litellm") else "must be 'auto' or 'litellm'"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every setting of the hook. Each field ``x`` is also read from the variable ``CP_OBSERVE_X``."""
@@ -43,6 +47,8 @@ class Settings:
     judge_api_key: Secret | None = setting(None, "Key of the judge model (else the provider's env var).")  # noqa: RUF009 - a field()
     judge_timeout_s: float = setting(30.0, "Seconds allowed for one judge HTTP call.", gt=0)
     judge_max_retries: int = setting(3, "Transport retries per judge call.", ge=0)
+    judge_transport: str = setting("auto", "'auto': OpenAI-compatible providers skip litellm's call path; "
+                                   "'litellm': every call through litellm.", check=_judge_transport)
     sample_rate: float = setting(1.0, "Share of traces whose retrievals are scored.",
                                  ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1])
     max_evaluations_per_minute: float | None = setting(None, "Rate cap on evaluations.", gt=0)
