@@ -3,7 +3,7 @@
 litellm stays the provider layer: it decides what a model string means. For the providers whose wire format
 *is* OpenAI's chat completions (``LEAN_PROVIDERS``), what litellm would send is fixed once per judge (the URL,
 the wire model name, the headers with the key from the argument or the provider's environment variable) and
-sent on one pooled ``httpx.AsyncClient`` per event loop; the price comes once per model from litellm's own price table
+sent on one pooled ``aiohttp`` session per event loop; the price comes once per model from litellm's own price table
 (`_judging/_prices.py`), the cost from the response's ``usage``. Everything else (``route`` returns ``None``)
 takes ``litellm.acompletion``. ``tests/judging/test_lean_transport.py`` checks that both paths put equal
 requests on the wire and read equal verdicts, usage and cost.
@@ -12,6 +12,7 @@ requests on the wire and read equal verdicts, usage and cost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,47 +97,83 @@ class LeanReply:
 
 
 class LeanTransport:
-    """One pooled ``httpx.AsyncClient`` per event loop for one judge's route (the evaluator keeps one loop)."""
+    """One pooled ``aiohttp.ClientSession`` per event loop for one judge's route (the evaluator keeps one loop).
+
+    aiohttp, not httpx: about a quarter of httpx's CPU per call (``benchmarks/README.md``), and ``serve``
+    imports it anyway. A session belongs to the loop it was made on, so each loop gets its own; the sessions
+    of loops that have closed since are closed on the next call (from the new loop: their sockets are gone
+    with their loop, so closing only marks them closed and keeps aiohttp from warning about them later).
+    """
 
     def __init__(self, route: Route, timeout: float) -> None:
         self.route = route
         self._timeout = timeout
-        self._client: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sessions: dict[asyncio.AbstractEventLoop, Any] = {}  # bounded: loops that are alive, plus one
+        self._client_timeout: Any = None
 
-    def _client_here(self) -> Any:
+    async def _session_here(self) -> Any:
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop or self._client.is_closed:
-            import httpx  # litellm's own HTTP client, so its providers' wire defaults; imported on first call
+        session = self._sessions.get(loop)
+        if session is not None and not session.closed:
+            return session
+        import aiohttp  # a dependency of litellm and of serve; imported on a judge's first call only
 
-            # A client belongs to the loop it was made on; one from a finished loop is dropped, not closed
-            # (its loop cannot run the close any more), and its sockets go with it.
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout),
-                                             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
-            self._loop = loop
-        return self._client
+        self._forget_closed_loops()
+        if self._client_timeout is None:
+            self._client_timeout = aiohttp.ClientTimeout(total=self._timeout)
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), skip_auto_headers=("User-Agent",))
+        self._sessions[loop] = session
+        return session
 
     async def complete(self, messages: list[dict[str, str]], params: Mapping[str, Any]) -> LeanReply:
         """POST one chat completion; raise ``LeanStatusError``, ``LeanConnectionError`` or ``TimeoutError``."""
-        import httpx
+        import aiohttp
 
-        client = self._client_here()
+        session = await self._session_here()
         body = orjson.dumps({"model": self.route.wire_model, "messages": messages, **params})
         try:
-            response = await client.post(self.route.url, content=body, headers=self.route.headers)
-        except httpx.TimeoutException as exc:
-            raise TimeoutError(f"{type(exc).__name__}: the judge did not answer in {self._timeout:g} s") from None
-        except httpx.HTTPError as exc:
+            async with session.post(self.route.url, data=body, headers=self.route.headers,
+                                    timeout=self._client_timeout) as response:
+                payload = await response.read()
+                status, headers = response.status, response.headers
+        except TimeoutError:
+            raise TimeoutError(f"the judge did not answer in {self._timeout:g} s") from None
+        except aiohttp.ClientError as exc:
             raise LeanConnectionError(f"{type(exc).__name__}: {exc}") from None
-        if response.status_code >= 300:
-            raise LeanStatusError(response.status_code, response.headers, response.text)
-        return _reply(response.content, self.route.price)
+        if status >= 300:
+            raise LeanStatusError(status, headers, payload.decode("utf-8", "replace"))
+        return _reply(payload, self.route.price)
+
+    def _forget_closed_loops(self) -> None:
+        for other, old in list(self._sessions.items()):
+            if other.is_closed():
+                self._sessions.pop(other, None)
+                _forget(old)
+
+    def __del__(self) -> None:
+        # A finalizer: attribute updates only, no lock, no loop (the closed loops' sessions are only marked).
+        with contextlib.suppress(Exception):  # a finalizer must not raise; aiohttp then warns at worst
+            self._forget_closed_loops()
 
     async def aclose(self) -> None:
-        """Close the client if it belongs to the running loop."""
-        if self._client is not None and self._loop is asyncio.get_running_loop():
-            await self._client.aclose()
-        self._client = None
+        """Close the session of the running loop."""
+        session = self._sessions.pop(asyncio.get_running_loop(), None)
+        if session is not None:
+            await session.close()
+
+
+def _forget(session: Any) -> None:
+    """Mark a session of a closed loop closed, so aiohttp does not warn about it when it is collected.
+
+    Its connections went with their loop; closing its connector then only marks it closed (aiohttp does no
+    loop work for a closed loop), and the no-op the close returns is run to its end right here.
+    """
+    connector = session.connector
+    session.detach()
+    if connector is not None:
+        closing = connector.close().__await__()
+        with contextlib.suppress(StopIteration):
+            next(closing)
 
 
 def _reply(payload: bytes, price: Price | None) -> LeanReply:
