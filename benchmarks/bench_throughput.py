@@ -182,9 +182,23 @@ def _clients(url: str, latency_s: float) -> dict[str, Callable[[], Callable[[int
             return response.json()["choices"][0]["message"]["content"]
         return one
 
+    def bare_aiohttp() -> Callable[[int], Awaitable[object]]:
+        import aiohttp
+
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        headers = {"authorization": "Bearer sk-test"}
+
+        async def one(i: int) -> object:
+            async with session.post(f"{url}/chat/completions", headers=headers,
+                                    json={"model": MODEL.split("/", 1)[1], **_request(i)}) as response:
+                response.raise_for_status()
+                return (await response.json())["choices"][0]["message"]["content"]
+        return one
+
     return {"LLMJudge.judge, lean path": judge("auto"), "LLMJudge.judge, litellm fallback": judge("litellm"),
             "raw litellm.acompletion": litellm_raw, "openai SDK (AsyncOpenAI)": openai_sdk,
-            "bare httpx.AsyncClient POST + JSON parse": bare_httpx}
+            "bare httpx.AsyncClient POST + JSON parse": bare_httpx,
+            "bare aiohttp.ClientSession POST + JSON parse (the lean path's client)": bare_aiohttp}
 
 
 def run_client(make: Callable[[], Callable[[int], Awaitable[object]]], concurrency: int,
