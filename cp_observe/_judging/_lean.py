@@ -121,7 +121,7 @@ class LeanTransport:
         self._forget_closed_loops()
         if self._client_timeout is None:
             self._client_timeout = aiohttp.ClientTimeout(total=self._timeout)
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), skip_auto_headers=("User-Agent",))
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))  # aiohttp's own user-agent
         self._sessions[loop] = session
         return session
 

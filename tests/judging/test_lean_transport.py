@@ -180,3 +180,14 @@ def test_the_judge_transport_setting_reaches_the_judge(monkeypatch: pytest.Monke
     assert isinstance(forced, LLMJudge) and forced.path == "litellm"
     with pytest.raises(ConfigurationError, match="judge_transport"):
         Settings(judge_transport="fast")
+
+
+def test_an_endpoint_without_v1_is_posted_to_as_litellm_does(server: JudgeServer) -> None:
+    """``api_base`` without ``/v1``: both paths post to ``<api_base>/chat/completions``."""
+    base = server.url.rsplit("/v1", 1)[0]
+    for model in ("hosted_vllm/judge-test", "openai/judge-test"):
+        (_, lean_wire, lean), (_, fallback_wire, fallback) = _both(server, model, api_base=base,
+                                                                    api_key="sk-test-key-0000")
+        assert [w[1] for w in lean_wire] == ["/chat/completions"]
+        assert lean_wire == fallback_wire
+        _same_judgement(lean, fallback)
