@@ -121,3 +121,5 @@ SERVE_FIELDS += ("phoenix_url", "sink_queue_size", "sink_batch_size", "sink_max_
 SERVE_FIELDS += ("max_connections", "http_idle_timeout_s", "http_read_timeout_s")
 # --- durable intake (issue 22): --durable / --no-durable, the store's directory and its bounds.
 SERVE_FIELDS += ("durable", "data_dir", "durable_max_bytes", "durable_max_age_s")
+# --- the judge's provider path (issue 25): --judge-transport litellm forces litellm for every model.
+SERVE_FIELDS += ("judge_transport",)

@@ -191,3 +191,14 @@ def test_an_endpoint_without_v1_is_posted_to_as_litellm_does(server: JudgeServer
         assert [w[1] for w in lean_wire] == ["/chat/completions"]
         assert lean_wire == fallback_wire
         _same_judgement(lean, fallback)
+
+
+def test_serve_takes_the_judge_transport_flag() -> None:
+    """``cp-observe serve --judge-transport litellm`` reaches the settings the judge is built from."""
+    from cp_observe.serve._cli import main as _unused  # noqa: F401 - the flags are built from SERVE_FIELDS
+    from cp_observe.serve._settings import SERVE_FIELDS
+
+    assert "judge_transport" in SERVE_FIELDS
+    done = subprocess.run([sys.executable, "-m", "cp_observe.serve", "--help"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0 and "--judge-transport" in done.stdout
