@@ -190,5 +190,7 @@ def _reply(payload: bytes, price: Price | None) -> LeanReply:
     usage = usage if isinstance(usage, dict) else {}
     prompt_tokens = int(usage.get("prompt_tokens") or 0)
     completion_tokens = int(usage.get("completion_tokens") or 0)
-    cost = price.cost(prompt_tokens, completion_tokens) if price is not None else None
+    details = usage.get("prompt_tokens_details")
+    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    cost = price.cost(prompt_tokens, completion_tokens, cached) if price is not None else None
     return LeanReply(text if isinstance(text, str) else str(text), prompt_tokens, completion_tokens, cost)

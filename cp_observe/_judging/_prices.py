@@ -30,14 +30,23 @@ _MAX_FOUND = 256
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per prompt and per completion token."""
+    """USD per prompt, completion and cache-read prompt token (``None``: the table has no cache price)."""
 
     input_per_token: float
     output_per_token: float
+    cache_read_per_token: float | None = None
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        """The cost litellm computes for a reply without cached or reasoning tokens: tokens times price, summed."""
-        return prompt_tokens * self.input_per_token + completion_tokens * self.output_per_token
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        """The cost litellm computes: uncached prompt, cached prompt and completion tokens times their price.
+
+        Cached tokens without a cache price in the table are charged as uncached (an upper bound, so a daily
+        budget is never under-counted).
+        """
+        cached = min(max(cached_tokens, 0), prompt_tokens) if self.cache_read_per_token is not None else 0
+        cost = (prompt_tokens - cached) * self.input_per_token + completion_tokens * self.output_per_token
+        if cached:
+            cost += cached * (self.cache_read_per_token or 0.0)
+        return cost
 
 
 def price_of(provider: str, name: str) -> Price | None:
@@ -77,7 +86,9 @@ def _lookup(table: dict[str, Any], provider: str, name: str) -> Price | None:
         if not isinstance(entry, dict) or entry.get("litellm_provider") not in (provider, None):
             continue
         try:
-            return Price(float(entry["input_cost_per_token"]), float(entry["output_cost_per_token"]))
+            cache = entry.get("cache_read_input_token_cost")
+            return Price(float(entry["input_cost_per_token"]), float(entry["output_cost_per_token"]),
+                         float(cache) if isinstance(cache, (int, float)) else None)
         except (KeyError, TypeError, ValueError):
             return None
     return None

@@ -11,6 +11,7 @@ not claim.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -202,3 +203,21 @@ def test_serve_takes_the_judge_transport_flag() -> None:
     done = subprocess.run([sys.executable, "-m", "cp_observe.serve", "--help"], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0 and "--judge-transport" in done.stdout
+
+
+@pytest.mark.parametrize("cached", [0, 1536])
+def test_the_cost_equals_litellms_with_and_without_cached_prompt_tokens(cached: int) -> None:
+    """The lean path's cost for a usage block equals litellm's ``completion_cost`` for the same usage."""
+    from cp_observe._judging._lean import _reply
+    from cp_observe._judging._litellm import load_litellm
+    from cp_observe._judging._prices import price_of
+
+    usage = {"prompt_tokens": 2000, "completion_tokens": 100, "total_tokens": 2100,
+             "prompt_tokens_details": {"cached_tokens": cached}}
+    body = {"id": "c", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini", "usage": usage,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}]}
+    lean = _reply(json.dumps(body).encode(), price_of("openai", "gpt-4o-mini"))
+    litellm = load_litellm()
+    expected = litellm.completion_cost(completion_response=litellm.ModelResponse(**body),
+                                       custom_llm_provider="openai")
+    assert lean.cost_usd == pytest.approx(expected, rel=1e-12, abs=0)
