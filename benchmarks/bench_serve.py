@@ -9,13 +9,22 @@ Collector would make (``RESOURCE_EXHAUSTED`` after its ``RetryInfo``), and times
 C / L evaluations per second per replica; what stays below it is the service's own cost (decoding, the
 processor, litellm) on this machine's cores.
 
+Each replica count runs once per judge transport (``--transports``, default ``auto,litellm``: the lean path
+and the litellm fallback, set through ``CP_OBSERVE_JUDGE_TRANSPORT``). "CPU ms / evaluation" is the
+replicas' own CPU time (``/proc/<pid>/stat``) over the measured evaluations; "of bare httpx" divides it by the
+CPU per call of a bare ``httpx.AsyncClient`` POST with the JSON parsed, the same request at the same
+concurrency, measured in this run on the benchmark's own thread (the in-process judge server's threads
+excluded) (issue 25's target: at most 1.5 x).
+
     .venv/bin/python benchmarks/bench_serve.py                # 1, 2 and 3 replicas, 100 ms judge latency
     .venv/bin/python benchmarks/bench_serve.py --latency 0.25 --concurrency 16 --retrievals 800
+    .venv-bench/bin/python benchmarks/bench_serve.py --replicas 1 --latency 0.05 --concurrency 32  # issue 25
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
@@ -60,6 +69,8 @@ class Result:
     seconds: float
     refused: int
     imbalance: float  # the busiest replica's share over the mean share (1.0: perfectly even)
+    transport: str = "auto"
+    cpu_s: float = float("nan")  # the replicas' CPU time during the measured part
 
     @property
     def per_second(self) -> float:
@@ -130,17 +141,54 @@ def wait_done(admin_ports: Sequence[int], expected: int, timeout: float) -> None
 Replicas = list[tuple[subprocess.Popen[bytes], int, int]]
 
 
-def start_replicas(count: int, judge_url: str, args: argparse.Namespace) -> Replicas:
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bare_httpx_cpu(judge_url: str, concurrency: int, count: int) -> float:
+    """CPU seconds per call of a bare httpx POST of the judge's request with the JSON parsed, this process."""
+    import httpx
+
+    from cp_observe._judging._prompt import VERDICTS_SCHEMA, build_prompt
+
+    schema = {"name": "context_precision_verdicts", "schema": VERDICTS_SCHEMA, "strict": True}
+
+    async def drive() -> float:
+        limit = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=None)) as client:
+
+            async def one(i: int) -> None:
+                query = f"how do I get a refund for order {i}?"
+                body = {"model": "gpt-4o-mini", "messages": build_prompt(query, query, CONTEXTS).messages,
+                        "temperature": 0, "response_format": {"type": "json_schema", "json_schema": schema}}
+                async with limit:
+                    response = await client.post(f"{judge_url}/chat/completions", json=body,
+                                                 headers={"authorization": "Bearer sk-bench"})
+                    response.raise_for_status()
+                    response.json()["choices"][0]["message"]["content"]
+
+            await one(-1)
+            cpu0 = time.thread_time()  # this thread's: the JudgeServer's threads share the process
+            await asyncio.gather(*(one(i) for i in range(count)))
+            return (time.thread_time() - cpu0) / count
+
+    return asyncio.run(drive())
+
+
+def start_replicas(count: int, judge_url: str, args: argparse.Namespace, transport: str = "auto") -> Replicas:
     """Start ``count`` scorer processes and wait until each is ready."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CP_OBSERVE_"))}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", CP_OBSERVE_JUDGE_API_KEY="sk-bench", PYTHONPATH=str(ROOT),
-               NO_PROXY="*", no_proxy="*")
+               NO_PROXY="*", no_proxy="*", CP_OBSERVE_JUDGE_TRANSPORT=transport)
     replicas = []
     for _ in range(count):
         grpc_port, admin_port = free_port(), free_port()
         command = [sys.executable, "-m", "cp_observe.serve", "--listen-host", "127.0.0.1",
                    "--grpc-port", str(grpc_port), "--http-port", "0", "--admin-port", str(admin_port),
-                   "--judge", args.judge if args.judge == "lexical" else "openai/judge-test",
+                   "--judge", args.judge if args.judge == "lexical" else "openai/gpt-4o-mini",
                    "--judge-api-base", judge_url, "--concurrency", str(args.concurrency),
                    "--queue-size", str(args.queue_size), "--sample-rate", "1"]
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -160,9 +208,9 @@ def start_replicas(count: int, judge_url: str, args: argparse.Namespace) -> Repl
     return replicas
 
 
-def run(count: int, judge_url: str, args: argparse.Namespace) -> Result:
+def run(count: int, judge_url: str, args: argparse.Namespace, transport: str = "auto") -> Result:
     """One measurement with ``count`` replicas (after a warm-up that is not timed)."""
-    replicas = start_replicas(count, judge_url, args)
+    replicas = start_replicas(count, judge_url, args, transport)
     try:
         endpoints = [f"127.0.0.1:{grpc_port}" for _, grpc_port, _ in replicas]
         admin = [admin_port for _, _, admin_port in replicas]
@@ -174,6 +222,7 @@ def run(count: int, judge_url: str, args: argparse.Namespace) -> Result:
         work = routed_requests(spans, endpoints, args.batch)
         refused: list[int] = []
         threads = [threading.Thread(target=send, args=(e, b, refused)) for e, b in work.items()]
+        cpu0 = sum(cpu_seconds(process.pid) for process, _, _ in replicas)
         start = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -181,12 +230,13 @@ def run(count: int, judge_url: str, args: argparse.Namespace) -> Result:
             thread.join()
         wait_done(admin, len(warmup) + len(spans), 600)
         seconds = time.perf_counter() - start
+        cpu = sum(cpu_seconds(process.pid) for process, _, _ in replicas) - cpu0
         failed = sum(stats(port)["failed"] for port in admin)
         if failed:
             print(f"warning: {failed} evaluations failed", file=sys.stderr)
         shares = [sum(len(ExportTraceServiceRequest.FromString(b).resource_spans[0].scope_spans[0].spans)
                       for b in bodies) for bodies in work.values()]
-        return Result(count, len(spans), seconds, len(refused), max(shares) * count / len(spans))
+        return Result(count, len(spans), seconds, len(refused), max(shares) * count / len(spans), transport, cpu)
     finally:
         for process, _, _ in replicas:
             process.terminate()
@@ -204,25 +254,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20, help="untimed retrievals per replica first")
     parser.add_argument("--batch", type=int, default=50, help="spans per OTLP request")
     parser.add_argument("--queue-size", type=int, default=200, help="each replica's queue_size")
+    parser.add_argument("--transports", default="auto,litellm",
+                        help="judge transports to measure (CP_OBSERVE_JUDGE_TRANSPORT), default auto,litellm")
     parser.add_argument("--judge", default="llm", choices=("llm", "lexical"),
                         help="llm: LLMJudge via litellm against the loopback server (default); lexical: offline")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.replicas.split(",")]
+    transports = args.transports.split(",") if args.judge == "llm" else ["auto"]
     with JudgeServer(latency=args.latency) as server:
-        results = [run(count, server.url, args) for count in counts]
-    base = results[0].per_second / results[0].replicas
+        results = [run(count, server.url, args, transport) for transport in transports for count in counts]
+        bare = bare_httpx_cpu(server.url, args.concurrency, args.retrievals) if args.judge == "llm" else float("nan")
     if args.judge == "llm":
-        print(f"judge: LLMJudge via litellm, loopback latency {args.latency * 1000:.0f} ms, concurrency "
+        print(f"judge: LLMJudge (openai/gpt-4o-mini), loopback latency {args.latency * 1000:.0f} ms, concurrency "
               f"{args.concurrency} per replica (ceiling {args.concurrency / args.latency:.0f} evaluations/s per "
               f"replica), {os.cpu_count()} CPUs")
     else:
         print(f"judge: lexical (offline), concurrency {args.concurrency} per replica, {os.cpu_count()} CPUs")
-    print(f"{'replicas':>8} {'evaluations':>11} {'seconds':>8} {'evals/s':>8} {'per replica':>11} "
-          f"{'scaling':>8} {'busiest':>8} {'refused':>8}")
+    print(f"{'transport':>9} {'replicas':>8} {'evaluations':>11} {'seconds':>8} {'evals/s':>8} {'per replica':>11} "
+          f"{'scaling':>8} {'busiest':>8} {'refused':>8} {'CPU ms/eval':>11} {'of bare httpx':>13}")
     for r in results:
-        print(f"{r.replicas:>8} {r.evaluations:>11} {r.seconds:>8.2f} {r.per_second:>8.1f} "
+        first = next(x for x in results if x.transport == r.transport)
+        base = first.per_second / first.replicas
+        cpu_ms = r.cpu_s / r.evaluations * 1000
+        print(f"{r.transport:>9} {r.replicas:>8} {r.evaluations:>11} {r.seconds:>8.2f} {r.per_second:>8.1f} "
               f"{r.per_second / r.replicas:>11.1f} {r.per_second / base / r.replicas:>7.0%} "
-              f"{r.imbalance:>7.2f}x {r.refused:>8}")
+              f"{r.imbalance:>7.2f}x {r.refused:>8} {cpu_ms:>11.2f} {cpu_ms / (bare * 1000):>12.2f}x")
+    if args.judge == "llm":
+        print(f"bare httpx POST + JSON parse, same request, {args.concurrency} in flight: {bare * 1000:.2f} ms CPU "
+              "per call (this thread)")
     print("scaling: evaluations/s over (replicas x the one-replica rate); busiest: the most loaded replica's share "
           "of the trace ids over an even share (the hash ring is not perfectly even, and the run lasts as long "
           "as its busiest replica)")

@@ -32,6 +32,10 @@ def _http_url(value: str) -> str | None:
     return None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
 
 
+def _judge_transport(value: str) -> str | None:
+    return None if value in ("auto", "litellm") else "must be 'auto' or 'litellm'"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every setting of the hook. Each field ``x`` is also read from the variable ``CP_OBSERVE_X``."""
@@ -47,6 +51,8 @@ class Settings:
     cheap_judge: str | None = setting(None, "A cheap judge ('lexical' or a litellm model string) that scores "
                                       "every sampled retrieval; `judge` then also scores a uniform llm_share of them.")
     llm_share: float = setting(1.0, "With cheap_judge: the share of retrievals also judged by `judge`.", ge=0, le=1)
+    judge_transport: str = setting("auto", "'auto': OpenAI-compatible providers skip litellm's call path; "
+                                   "'litellm': every call through litellm.", check=_judge_transport)
     sample_rate: float = setting(1.0, "Share of traces whose retrievals are scored.",
                                  ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1])
     max_evaluations_per_minute: float | None = setting(None, "Rate cap on evaluations.", gt=0)

@@ -5,12 +5,14 @@ Runs on the evaluator thread, never on the request path.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry._logs import LogRecord, SeverityNumber
+from opentelemetry._logs import LogRecord, NoOpLogger, SeverityNumber
 from opentelemetry._logs import get_logger_provider as global_logger_provider
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.metrics import get_meter_provider as global_meter_provider
@@ -28,6 +30,22 @@ __all__ = ["Emitter", "Target"]
 
 _SCOPE = "cp_observe"
 _MAX_REASON = 500
+_MAX_SERIES = 1024  # label sets whose metric attributes are kept built; past it the oldest is rebuilt on use
+_LINK_ATTRIBUTES = MappingProxyType({"link.type": "scored_span"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """The metric attribute dicts of one label set and judge model, built once and reused for every evaluation.
+
+    The SDK copies nothing it is given here (it hashes the items), so one dict per series serves every call.
+    """
+
+    score: Mapping[str, str]  # labels + the judge's identity: score and squares
+    scored: Mapping[str, str]  # labels + outcome scored, reason ok
+    relevant: Mapping[str, str]
+    irrelevant: Mapping[str, str]
+    judge: Mapping[str, str]  # model, prompt version, kind (span and log attributes)
 
 
 @dataclass(slots=True)
@@ -73,6 +91,11 @@ class Emitter:
         self.identity = judge_identity(judge) if judge is not None else JudgeIdentity(n.JUDGE_KIND_CUSTOM, "none")
         # The cascade's cheap judge (issue 24), when there is one: its scores carry its own identity.
         self.cheap_identity = judge_identity(cheap_judge) if cheap_judge is not None else self.identity
+        # Keyed by the full label tuple (every label ``labels()`` gives, whatever is added there) and the model.
+        self._series: OrderedDict[tuple[Any, ...], _Series] = OrderedDict()
+        self._model_series: dict[str, tuple[Mapping[str, str], ...]] = {}  # per model: duration and token labels
+        # A log pipeline nobody configured (an explicit no-op provider, or the SDK disabled): no record is built.
+        self._logs_on = not isinstance(self._logger, NoOpLogger)
         self._score = meter.create_histogram(
             n.METRIC_SCORE,
             unit="1",
@@ -161,6 +184,23 @@ class Emitter:
         return {n.CP_JUDGE_MODEL: model, n.CP_JUDGE_PROMPT_VERSION: identity.prompt_version,
                 n.CP_JUDGE_KIND: identity.kind}
 
+    def series(self, labels: Mapping[str, str], model: str, identity: JudgeIdentity | None = None) -> _Series:
+        """The metric attribute dicts of ``labels``, ``model`` and the judge's identity, built on first use (LRU)."""
+        identity = identity or self.identity
+        key = (*labels.items(), model, identity)
+        found = self._series.get(key)
+        if found is not None:
+            self._series.move_to_end(key)
+            return found
+        judge = self.judge_attributes(model, identity)
+        found = _Series(score={**labels, **judge}, scored={**labels, n.OUTCOME: n.OUTCOME_SCORED, n.REASON: "ok"},
+                        relevant={**labels, n.RELEVANT: "true"}, irrelevant={**labels, n.RELEVANT: "false"},
+                        judge=judge)
+        self._series[key] = found
+        if len(self._series) > _MAX_SERIES:
+            self._series.popitem(last=False)
+        return found
+
     def count(self, outcome: str, reason: str, labels: Mapping[str, str]) -> None:
         """Count one target's outcome."""
         self._evaluations.add(1, {**labels, n.OUTCOME: outcome, n.REASON: reason})
@@ -174,8 +214,10 @@ class Emitter:
         """Emit a successful evaluation; in the cascade, ``result`` is ``cascade.reported`` and both scores go out."""
         labels = self.labels(target)
         identity = self.identity if cascade is None or cascade.llm is not None else self.cheap_identity
+        series = self.series(labels, model, identity)
         label = n.LABEL_PASS if result.score >= self.threshold else n.LABEL_FAIL
         explanation = self._explanation(result)  # built once: the span, the log record and the sinks share it
+        verdicts = [v.relevant for v in result.verdicts]  # one list: the span and the log record share it
         attributes: dict[str, Any] = {
             n.OPENINFERENCE_SPAN_KIND: n.KIND_EVALUATOR,
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
@@ -183,9 +225,9 @@ class Emitter:
             n.GEN_AI_EVALUATION_SCORE_LABEL: label,
             n.GEN_AI_EVALUATION_EXPLANATION: explanation,
             n.CP_AVERAGE_PRECISION: result.average_precision,
-            n.CP_VERDICTS: [v.relevant for v in result.verdicts],
+            n.CP_VERDICTS: verdicts,
             n.CP_REFERENCE: target.reference,
-            **self.judge_attributes(model, identity),
+            **series.judge,
             n.CP_JUDGE_CALLS: result.usage.calls,
             n.CP_CONTEXT_COUNT: len(result.verdicts),
             n.CP_SAMPLING_REASON: target.sampling_reason,
@@ -207,25 +249,27 @@ class Emitter:
             attributes[n.CP_REASONS] = [v.reason[:_MAX_REASON] for v in result.verdicts]
         if cascade is not None:
             attributes.update(self._cascade_attributes(cascade))
-        span = self._start_span(target, start_ns, attributes)
+        parent = trace.set_span_in_context(NonRecordingSpan(target.span_context))  # the span's and the log's
+        span = self._start_span(target, start_ns, attributes, parent)
         span.end(end_time=end_ns)
-        self._log(target, label, result, model, explanation, identity=identity)
+        if self._logs_on:
+            self._log(target, label, result, model, explanation, verdicts=verdicts, judge=series.judge,
+                      context=parent)
         # Recorded in the evaluation span's context: the SDK's trace-based exemplar filter then attaches its
         # trace and span id, which lead from a score bucket to the evaluated trace. The judge's identity is a
         # label here (one value per deployed judge, so low cardinality), not on the outcome counters.
         in_span = trace.set_span_in_context(span)
-        score_labels = {**labels, **self.judge_attributes(model, identity)}
         ap = result.average_precision
-        self._score.record(ap, score_labels, context=in_span)
-        self._squares.add(ap * ap, score_labels, context=in_span)
+        self._score.record(ap, series.score, context=in_span)
+        self._squares.add(ap * ap, series.score, context=in_span)
         if cascade is not None:
             self._add_cascade_sums(cascade, labels)
-        self.count(n.OUTCOME_SCORED, "ok", labels)
-        relevant = sum(1 for v in result.verdicts if v.relevant)
+        self._evaluations.add(1, series.scored)  # count(OUTCOME_SCORED, "ok", labels), its dict reused
+        relevant = verdicts.count(True)
         if relevant:
-            self._verdicts.add(relevant, {**labels, n.RELEVANT: "true"})
-        if len(result.verdicts) - relevant:
-            self._verdicts.add(len(result.verdicts) - relevant, {**labels, n.RELEVANT: "false"})
+            self._verdicts.add(relevant, series.relevant)
+        if len(verdicts) - relevant:
+            self._verdicts.add(len(verdicts) - relevant, series.irrelevant)
         if cascade is None:
             self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
                                 cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED)
@@ -302,12 +346,13 @@ class Emitter:
         self._judge_metrics(model, prompt=0, completion=0, cost=None, seconds=(end_ns - start_ns) / 1e9,
                             outcome=n.OUTCOME_FAILED)
 
-    def _start_span(self, target: Target, start_ns: int, attributes: dict[str, Any]) -> Any:
-        parent = trace.set_span_in_context(NonRecordingSpan(target.span_context))
+    def _start_span(self, target: Target, start_ns: int, attributes: dict[str, Any], parent: Any = None) -> Any:
+        if parent is None:
+            parent = trace.set_span_in_context(NonRecordingSpan(target.span_context))
         return self._tracer.start_span(
             n.EVALUATION_SPAN_NAME,
             context=parent,
-            links=[Link(target.span_context, {"link.type": "scored_span"})],
+            links=[Link(target.span_context, _LINK_ATTRIBUTES)],
             attributes=attributes,
             start_time=start_ns,
         )
@@ -347,19 +392,20 @@ class Emitter:
         return build_reason(result.verdicts, result.score, result.scale)
 
     def _log(self, target: Target, label: str, result: ScoreResult, model: str, explanation: str, *,
-             identity: JudgeIdentity) -> None:
+             verdicts: list[bool] | None = None, judge: Mapping[str, str] | None = None, context: Any = None) -> None:
         attributes: dict[str, Any] = {
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
             n.GEN_AI_EVALUATION_SCORE_VALUE: result.score,
             n.GEN_AI_EVALUATION_SCORE_LABEL: label,
             n.GEN_AI_EVALUATION_EXPLANATION: explanation,
-            n.CP_VERDICTS: [v.relevant for v in result.verdicts],
+            n.CP_VERDICTS: [v.relevant for v in result.verdicts] if verdicts is None else verdicts,
             n.CP_REFERENCE: target.reference,
             n.GEN_AI_DATA_SOURCE_ID: target.data_source,
-            **self.judge_attributes(model, identity),
+            **(self.judge_attributes(model) if judge is None else judge),
             **_segment_attributes(target),
         }
-        context = trace.set_span_in_context(NonRecordingSpan(target.span_context))
+        if context is None:
+            context = trace.set_span_in_context(NonRecordingSpan(target.span_context))
         self._logger.emit(
             LogRecord(
                 context=context,
@@ -372,13 +418,23 @@ class Emitter:
 
     def _judge_metrics(self, model: str, *, prompt: int, completion: int, cost: float | None, seconds: float,
                        outcome: str) -> None:
-        self._duration.record(seconds, {n.GEN_AI_REQUEST_MODEL: model, n.OUTCOME: outcome})
+        built = self._model_series.get(model)
+        if built is None:
+            if len(self._model_series) >= _MAX_SERIES:
+                self._model_series.clear()
+            m = n.GEN_AI_REQUEST_MODEL
+            built = self._model_series[model] = (
+                {m: model, n.OUTCOME: n.OUTCOME_SCORED}, {m: model, n.OUTCOME: n.OUTCOME_FAILED},
+                {m: model, n.GEN_AI_TOKEN_TYPE: "input"}, {m: model, n.GEN_AI_TOKEN_TYPE: "output"}, {m: model})
+        scored, failed, tokens_in, tokens_out, cost_labels = built
+        duration = scored if outcome == n.OUTCOME_SCORED else failed if outcome == n.OUTCOME_FAILED else None
+        self._duration.record(seconds, duration or {n.GEN_AI_REQUEST_MODEL: model, n.OUTCOME: outcome})
         if prompt:
-            self._tokens.record(prompt, {n.GEN_AI_REQUEST_MODEL: model, n.GEN_AI_TOKEN_TYPE: "input"})
+            self._tokens.record(prompt, tokens_in)
         if completion:
-            self._tokens.record(completion, {n.GEN_AI_REQUEST_MODEL: model, n.GEN_AI_TOKEN_TYPE: "output"})
+            self._tokens.record(completion, tokens_out)
         if cost:
-            self._cost.add(cost, {n.GEN_AI_REQUEST_MODEL: model})
+            self._cost.add(cost, cost_labels)
 
 
 def _segment_attributes(target: Target) -> dict[str, str]:

@@ -13,7 +13,8 @@ def resolve_judge(model: str | Judge, **llm_options: Any) -> Judge:
     """Turn a model string into a judge: ``"lexical"`` is offline, anything else goes through litellm.
 
     The one home of this rule, for ``configure()``, ``serve``, the processor and the scorer. ``llm_options``
-    (``api_base``, ``api_key``, ``timeout``, ``max_retries``) go to ``LLMJudge`` and are ignored otherwise.
+    (``api_base``, ``api_key``, ``timeout``, ``max_retries``, ``transport``) go to ``LLMJudge`` and are ignored
+    otherwise.
     """
     if isinstance(model, str):
         if not model.strip():

@@ -1,4 +1,4 @@
-"""``LLMJudge``: one litellm call judges every context; misaligned replies are repaired or refused.
+"""``LLMJudge``: one call judges every context; misaligned replies are repaired or refused.
 
 Flow for one judgement of ``n`` contexts:
 
@@ -9,8 +9,13 @@ Flow for one judgement of ``n`` contexts:
 4. Whatever is still missing is judged one context per call; if that fails too, ``JudgeError``.
 
 Transport failures (timeouts, connection errors, 429 and 5xx) are retried with exponential backoff,
-honouring ``Retry-After``. The API key is only ever passed to litellm; it is scrubbed from every message
+honouring ``Retry-After``. The API key is only ever sent to the provider; it is scrubbed from every message
 this module raises or logs.
+
+Which provider path a model takes: a model whose provider speaks OpenAI's chat completions
+(``_lean.LEAN_PROVIDERS``) goes through the lean transport (`_judging/_lean.py`: one pooled session, the
+request fixed once, the price once, litellm not imported); any other, or ``transport="litellm"``, through
+``litellm.acompletion``. Retries, fallbacks and the parsing below are the same for both.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, Literal
 from cp_observe._errors import JudgeError, JudgeTransportError
 from cp_observe._judging._cache import LRUCache
 from cp_observe._judging._digest import content_digest
+from cp_observe._judging._lean import LeanReply, LeanTransport, route
 from cp_observe._judging._litellm import load_litellm
 from cp_observe._judging._prompt import PROMPT_VERSION, VERDICTS_SCHEMA, Budget, build_prompt, corrective_message
 from cp_observe._judging._verdicts import Alignment, align, parse_reply
@@ -36,6 +42,8 @@ from cp_observe._types import Judgement, Usage, Verdict
 __all__ = ["LLMJudge"]
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
+Transport = Literal["auto", "litellm"]
+TRANSPORTS: tuple[Transport, ...] = ("auto", "litellm")
 _MODES: tuple[StructuredOutput, ...] = ("json_schema", "json_object", "none")
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _MAX_RETRY_AFTER_S = 60.0
@@ -70,6 +78,8 @@ class LLMJudge:
         budget: character budgets for the prompt; long contexts are cut and the cut is recorded.
         backoff_base: first retry delay in seconds, doubled per attempt with jitter.
         backoff_max: the longest delay between retries in seconds.
+        transport: ``"auto"`` takes the lean path for the providers it covers (``openai/``, ``hosted_vllm/``)
+            and ``litellm.acompletion`` for the rest; ``"litellm"`` always takes ``litellm.acompletion``.
         **litellm_kwargs: passed to ``litellm.acompletion`` unchanged (``temperature`` stays 0 unless given).
     """
 
@@ -88,6 +98,7 @@ class LLMJudge:
         budget: Budget | None = None,
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
+        transport: Transport = "auto",
         **litellm_kwargs: Any,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
@@ -98,6 +109,8 @@ class LLMJudge:
             raise ValueError("max_retries must be >= 0")
         if structured_output not in ("auto", *_MODES):
             raise ValueError(f"structured_output must be one of auto, {', '.join(_MODES)}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}")
         self._model = model
         self._api_base = api_base
         self._api_key = api_key
@@ -111,6 +124,9 @@ class LLMJudge:
         self.backoff_max = backoff_max
         self._kwargs = litellm_kwargs
         self._cache: LRUCache[Verdict] = LRUCache(cache_size)
+        self._transport: Transport = transport
+        self._lean: LeanTransport | None = None
+        self._lean_resolved = False
 
     def __repr__(self) -> str:
         # Never show the key.
@@ -120,6 +136,19 @@ class LLMJudge:
     def model(self) -> str:
         """The litellm model string."""
         return self._model
+
+    @property
+    def path(self) -> str:
+        """Which provider path calls take: ``"lean"`` or ``"litellm"`` (resolved once, on first use)."""
+        return "lean" if self._lean_here() is not None else "litellm"
+
+    def _lean_here(self) -> LeanTransport | None:
+        if not self._lean_resolved:
+            auto = self._transport == "auto"
+            found = route(self._model, self._api_base, self._api_key, self._kwargs) if auto else None
+            self._lean = LeanTransport(found, self.timeout) if found is not None else None
+            self._lean_resolved = True
+        return self._lean
 
     @property
     def cache(self) -> LRUCache[Verdict]:
@@ -244,7 +273,8 @@ class LLMJudge:
 
     async def _complete(self, messages: list[dict[str, str]], spent: _Spend, *, structured: bool = True) -> _Reply:
         """One logical call: transport retries with backoff, structured-output fallback."""
-        litellm = load_litellm()
+        lean = self._lean_here()
+        litellm: Any = load_litellm() if lean is None else None
         attempt = 0
         while True:
             mode: StructuredOutput = self._modes[0] if structured else "none"
@@ -258,18 +288,21 @@ class LLMJudge:
                 kwargs["response_format"] = {"type": "json_object"}
             started = time.monotonic()
             try:
-                response = await asyncio.wait_for(
-                    litellm.acompletion(
-                        model=self._model,
-                        messages=messages,
-                        api_base=self._api_base,
-                        api_key=self._api_key,
-                        timeout=self.timeout,
-                        max_retries=0,
-                        **kwargs,
-                    ),
-                    timeout=self.timeout + 5.0,
-                )
+                if lean is not None:
+                    response: Any = await lean.complete(messages, kwargs)
+                else:
+                    response = await asyncio.wait_for(
+                        litellm.acompletion(
+                            model=self._model,
+                            messages=messages,
+                            api_base=self._api_base,
+                            api_key=self._api_key,
+                            timeout=self.timeout,
+                            max_retries=0,
+                            **kwargs,
+                        ),
+                        timeout=self.timeout + 5.0,
+                    )
             except Exception as exc:  # noqa: BLE001 - classified below; nothing escapes unclassified
                 spent.usage = spent.usage + Usage(calls=1)
                 if structured and _refuses_response_format(exc, mode) and len(self._modes) > 1:
@@ -292,7 +325,7 @@ class LLMJudge:
                     else JudgeError(f"judge {self._model} call failed: {message}", calls=spent.usage.calls)
                 )
                 break
-            reply = _reply_of(litellm, response)
+            reply = _lean_reply(response) if lean is not None else _reply_of(litellm, response)
             spent.add(reply)
             logger.debug("judge call", model=self._model, seconds=round(time.monotonic() - started, 3))
             return reply
@@ -339,6 +372,10 @@ def _align_text(text: str, n: int) -> Alignment:
         alignment.problems.append("no JSON in the reply")
         return alignment
     return align(entries, n)
+
+
+def _lean_reply(response: LeanReply) -> _Reply:
+    return _Reply(response.text, Usage(1, response.prompt_tokens, response.completion_tokens), response.cost_usd)
 
 
 def _reply_of(litellm: Any, response: Any) -> _Reply:

@@ -87,6 +87,7 @@ def judge_from_settings(settings: Settings) -> Judge:
         api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
         timeout=settings.judge_timeout_s,
         max_retries=settings.judge_max_retries,
+        transport=settings.judge_transport,
     )
 
 

@@ -127,3 +127,5 @@ SERVE_FIELDS += ("durable", "data_dir", "durable_max_bytes", "durable_max_age_s"
 SERVE_FIELDS += ("calibration_rate",)
 # --- segments (issue 23): --segments ATTR,ATTR and --max-segment-values N.
 SERVE_FIELDS += ("segments", "max_segment_values")
+# --- the judge's provider path (issue 25): --judge-transport litellm forces litellm for every model.
+SERVE_FIELDS += ("judge_transport",)
