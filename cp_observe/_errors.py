@@ -3,12 +3,13 @@
 CpObserveError
 ├── JudgeError            the judge could not return one aligned verdict per context
 │   └── JudgeTransportError  the judge could not be reached or kept failing (after retries)
-└── ConfigurationError    a setting given in code is invalid (also a ValueError)
+├── ConfigurationError    a setting given in code is invalid (also a ValueError)
+└── AssetsExistError      `cp-observe deploy write` would overwrite a file (also a FileExistsError)
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfigurationError", "CpObserveError", "JudgeError", "JudgeTransportError"]
+__all__ = ["AssetsExistError", "ConfigurationError", "CpObserveError", "JudgeError", "JudgeTransportError"]
 
 
 class CpObserveError(Exception):
@@ -33,3 +34,7 @@ class JudgeTransportError(JudgeError):
 
 class ConfigurationError(CpObserveError, ValueError):
     """An argument given in code cannot work; raised when configuring, never on the request path."""
+
+
+class AssetsExistError(CpObserveError, FileExistsError):
+    """A deploy asset would overwrite an existing file (``cp-observe deploy write`` without ``--force``)."""

@@ -1,4 +1,4 @@
-"""The ``cp-observe`` command: ``demo`` (the bundled RAG app, scored live) and ``serve`` (the scoring service)."""
+"""The ``cp-observe`` command: ``demo``, ``serve``, ``replay``, ``report`` and ``deploy`` (the shipped assets)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = commands.add_parser("report", help="write an HTML report of evaluations (MAP, ranks, worst retrievals)")
     add_report_arguments(report)
 
+    deploy = commands.add_parser("deploy", help="write the dashboard, alert rules and Collector configs shipped")
+    from cp_observe.deploy._cli import add_arguments as add_deploy_arguments
+
+    add_deploy_arguments(deploy)
+
     args = parser.parse_args(argv)
     if args.command == "demo":
         from cp_observe.demo._cli import run as run_demo
@@ -51,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cp_observe.replay._cli import run_report
 
         return int(run_report(args))
+    if args.command == "deploy":
+        from cp_observe.deploy._cli import run as run_deploy
+
+        return int(run_deploy(args))
     parser.print_help()
     return 2
 
