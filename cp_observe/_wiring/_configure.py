@@ -41,7 +41,7 @@ __all__ = ["configure"]
 _CURRENT: list[ContextPrecisionProcessor | None] = [None]
 
 
-def configure(  # noqa: D417  # the settings are documented once, in README's table (tests check it)
+def configure(  # noqa: D417  # the settings are documented once, in the generated settings reference
     judge: Judge | str | None = None,
     *,
     redact: Callable[[str], str] | None = None,
