@@ -48,7 +48,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = (work / "dist").glob("cp_observe-*.whl")
     freeze = _run(sys.executable, "-m", "pip", "freeze", "--exclude-editable", "--exclude", "cp-observe")
     constraints = work / "constraints.txt"
-    constraints.write_text(freeze, encoding="utf-8")
+    # pip refuses a constraint that is a URL (a package installed from a local wheel is frozen as `name @ file:`).
+    pins = [line for line in freeze.splitlines() if "==" in line and " @ " not in line]
+    constraints.write_text("\n".join(pins) + "\n", encoding="utf-8")
     _run(sys.executable, "-m", "venv", work / "venv")  # no --system-site-packages: it sees nothing of .venv
     bin_dir = work / "venv" / "bin"
     _run(bin_dir / "python", "-m", "pip", "install", "-q", "-c", constraints, wheel)
