@@ -100,6 +100,14 @@ class Browser:
         self._events: list[dict[str, Any]] = []
 
     async def __aenter__(self) -> Browser:
+        try:
+            await self._connect()
+        except BaseException:
+            await self._stop()
+            raise
+        return self
+
+    async def _connect(self) -> None:
         import aiohttp
 
         port_file = self._profile / "DevToolsActivePort"
@@ -115,11 +123,15 @@ class Browser:
         self._ws = await self._session.ws_connect(url, max_msg_size=0)
         for domain in ("Page", "Runtime", "Log", "Network"):
             await self._call(f"{domain}.enable")
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._ws.close()
-        await self._session.close()
+        await self._stop()
+
+    async def _stop(self) -> None:
+        if hasattr(self, "_ws"):
+            await self._ws.close()
+        if hasattr(self, "_session"):
+            await self._session.close()
         self._process.terminate()
         self._process.wait(timeout=30)
         shutil.rmtree(self._profile, ignore_errors=True)
