@@ -187,7 +187,7 @@ def names_page() -> str:
         "and environment variable name, on every build of this site. [What it emits](emitted.md) says which",
         "name goes on which span, event or series, and when.",
         "",
-        "## Metrics",
+        "## Every metric and its Prometheus series",
         "",
         "| constant | OpenTelemetry instrument | what it is | Prometheus series |",
         "|---|---|---|---|",
@@ -200,7 +200,8 @@ def names_page() -> str:
     for section, constant, value, comment in entries:
         if section != current:
             current = section
-            lines += ["", f"## {section[:1].upper()}{section[1:]}", "", "| constant | value | note |", "|---|---|---|"]
+            title = section if section.startswith("cp-") else section[:1].upper() + section[1:]
+            lines += ["", f"## {title}", "", "| constant | value | note |", "|---|---|---|"]
         lines.append(f"| `{constant}` | {value} | {_cell(comment) or '—'} |")
     return "\n".join(lines) + "\n"
 
