@@ -4,12 +4,20 @@ CpObserveError
 ├── JudgeError            the judge could not return one aligned verdict per context
 │   └── JudgeTransportError  the judge could not be reached or kept failing (after retries)
 ├── ConfigurationError    a setting given in code is invalid (also a ValueError)
-└── LabelError            a human relevance label cannot be read (also a ValueError); names the line
+├── LabelError            a human relevance label cannot be read (also a ValueError); names the line
+└── AssetsExistError      `cp-observe deploy write` would overwrite a file (also a FileExistsError)
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfigurationError", "CpObserveError", "JudgeError", "JudgeTransportError", "LabelError"]
+__all__ = [
+    "AssetsExistError",
+    "ConfigurationError",
+    "CpObserveError",
+    "JudgeError",
+    "JudgeTransportError",
+    "LabelError",
+]
 
 
 class CpObserveError(Exception):
@@ -38,3 +46,7 @@ class ConfigurationError(CpObserveError, ValueError):
 
 class LabelError(CpObserveError, ValueError):
     """A human relevance label is malformed; the message names where (``file:line``, a Phoenix span)."""
+
+
+class AssetsExistError(CpObserveError, FileExistsError):
+    """A deploy asset would overwrite an existing file (``cp-observe deploy write`` without ``--force``)."""

@@ -1,4 +1,4 @@
-"""The ``cp-observe`` command: ``demo``, ``serve``, ``replay``, ``report`` and ``dataset``."""
+"""The ``cp-observe`` command: ``demo``, ``serve``, ``replay``, ``report``, ``dataset``, ``calibrate``, ``deploy``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_dataset_arguments(dataset)
 
+    deploy = commands.add_parser("deploy", help="write the dashboard, alert rules and Collector configs shipped")
+    from cp_observe.deploy._cli import add_arguments as add_deploy_arguments
+
+    add_deploy_arguments(deploy)
+
     args = parser.parse_args(argv)
     if args.command == "demo":
         from cp_observe.demo._cli import run as run_demo
@@ -68,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cp_observe.replay._calibrate_cli import run_calibrate
 
         return int(run_calibrate(args))
+    if args.command == "deploy":
+        from cp_observe.deploy._cli import run as run_deploy
+
+        return int(run_deploy(args))
     parser.print_help()
     return 2
 

@@ -1,4 +1,4 @@
-"""Take the README's Phoenix screenshot: the demo's retrieval span, scored, with its annotation chip.
+"""Take the docs' Phoenix screenshot: the demo's retrieval span, scored, with its annotation chip.
 
 Starts Phoenix from ``.venv-phoenix`` and the loopback ``JudgeServer`` (an LLM judge through litellm, so the
 annotations are ``LLM``-kind and Phoenix fills in its retrieval metrics), runs ``cp-observe demo`` with

@@ -1,11 +1,10 @@
-"""``configure()``'s keyword arguments are the settings: same names, same types, and README's table lists them."""
+"""``configure()``'s keyword arguments are the settings: same names, same types, and the reference lists them."""
 
 from __future__ import annotations
 
 import inspect
 import re
 import typing
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,8 @@ import cp_observe
 from cp_observe._config import _bounds, _runtime
 from cp_observe._config._settings import Settings
 from cp_observe._errors import ConfigurationError
+from tests.docs_support import page
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 NOT_SETTINGS = {"redact", "tracer_provider", "meter_provider", "logger_provider", "sinks", "unknown"}
 
 
@@ -23,8 +22,9 @@ def _keyword_settings() -> dict[str, inspect.Parameter]:
     return {name: p for name, p in signature.parameters.items() if name not in NOT_SETTINGS}
 
 
-def _readme_table() -> list[str]:
-    section = README.split("\n## Settings", 1)[1].split("\n## ", 1)[0]
+def _reference_table() -> list[str]:
+    """The library's settings table of the site's settings reference (generated from the field table)."""
+    section = page("reference/settings.md").split("\n## The library", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"^\| `(\w+)` \| `CP_OBSERVE_\w+` \|", section, flags=re.M)
 
 
@@ -33,9 +33,9 @@ def test_every_setting_is_a_keyword_argument() -> None:
     assert sorted(_keyword_settings()) == sorted(Settings.model_fields)
 
 
-def test_the_readme_table_is_the_settings() -> None:
-    """README's Settings table has one row per setting, in the declaration order."""
-    assert _readme_table() == list(Settings.model_fields)
+def test_the_reference_table_is_the_settings() -> None:
+    """The settings reference's library table has one row per setting, in the declaration order."""
+    assert _reference_table() == list(Settings.model_fields)
 
 
 def _plain(annotation: object) -> set[str]:

@@ -353,9 +353,8 @@ def test_bare_socket_that_never_handshakes_does_not_block_others(
 @pytest.mark.parametrize("name", ["listen_host", "admin_host", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
                                   "tls_reload_interval_s", "admin_tls", "auth_token_file", "admin_auth", "log_level"])
 def test_every_security_setting_is_documented_in_securing_serve(name: str) -> None:
-    """README's "Securing serve" names each setting and its variable; the token's variable is environment-only."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Securing serve"):]
-    section = section[:section.index("\n## ", 1)]
+    """The "Securing serve" guide names each setting and its variable; the token's variable is environment-only."""
+    section = (Path(__file__).resolve().parent.parent / "docs" / "how-to" / "securing-serve.md").read_text()
+    assert section.startswith("# Securing serve")
     assert f"`{name}`" in section and f"`CP_OBSERVE_{name.upper()}`" in section
     assert "`CP_OBSERVE_AUTH_TOKEN`" in section and "never from a flag" in section

@@ -41,7 +41,7 @@ __all__ = ["configure"]
 _CURRENT: list[ContextPrecisionProcessor | None] = [None]
 
 
-def configure(  # noqa: D417  # the settings are documented once, in README's table (tests check it)
+def configure(  # noqa: D417  # the settings are documented once, in the generated settings reference
     judge: Judge | str | None = None,
     *,
     redact: Callable[[str], str] | None = None,
@@ -91,6 +91,10 @@ def configure(  # noqa: D417  # the settings are documented once, in README's ta
 ) -> ContextPrecisionProcessor | None:
     """Set up context-precision scoring for this process; returns the processor (``None`` in capture-only mode).
 
+    Every other keyword argument (``judge_api_base`` ... ``sink_timeout_s``) is a setting, documented once in
+    the settings reference that the documentation site generates from ``Settings`` (which holds their types
+    and bounds); each one left ``None`` falls back to ``CP_OBSERVE_<NAME>``, then the default.
+
     Args:
         judge: a ``Judge``, a litellm model string, or ``"lexical"``; default ``CP_OBSERVE_JUDGE`` or
             ``"lexical"``.
@@ -104,9 +108,6 @@ def configure(  # noqa: D417  # the settings are documented once, in README's ta
         data_source: names each retrieval's data source ahead of the conventions: a callable of the span's
             attributes returning a name (``None`` keeps the conventional name), or attribute names tried in
             order (a list, or a comma-separated string; default ``CP_OBSERVE_DATA_SOURCE``).
-        judge_api_base ... max_segment_values: the settings, documented once, in the README's Settings table
-            (``Settings`` holds their bounds); each one left ``None`` falls back to ``CP_OBSERVE_<NAME>``,
-            then the default.
         **unknown: nothing; a name that is not a setting raises ``ConfigurationError`` (and fails type
             checking).
 

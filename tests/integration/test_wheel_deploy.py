@@ -1,0 +1,106 @@
+"""The built wheel, installed alone in a fresh venv, writes deploy assets that promtool accepts.
+
+This is what a ``pip install cp-observe`` user gets: the wheel is built from this checkout (hatchling, with
+``deploy/`` and ``collectors/`` force-included as ``cp_observe/_assets/``), installed with its dependencies into
+a new venv that cannot see the checkout, and its ``cp-observe deploy write`` output is checked by promtool
+(``check config``, ``check rules``, ``test rules``) and compared with the repository's files.
+
+The dependencies come from the package index pip is configured with, pinned to the versions of the test venv
+(so pip resolves nothing new and its cache serves them). Measured on the 2-core dev box with a warm pip cache:
+about 75 s for the module, 35-40 s of it the install; hence the longer timeout for a cold cache.
+``CP_OBSERVE_SKIP_WHEEL=1`` skips it (offline machines).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.deploy_support import ALERT_NAMES, needs_promtool, run_promtool
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    *needs_promtool,
+    pytest.mark.timeout(900),  # a cold pip cache downloads litellm and the OpenTelemetry SDK
+    pytest.mark.skipif(bool(os.environ.get("CP_OBSERVE_SKIP_WHEEL")), reason="CP_OBSERVE_SKIP_WHEEL is set"),
+]
+
+
+def _run(*argv: str | Path, cwd: Path | None = None, timeout: float = 600) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    proc = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    assert proc.returncode == 0, f"{argv} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding only the wheel built from this checkout and its dependencies; its bin directory."""
+    work = tmp_path_factory.mktemp("wheel")
+    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", REPO, "-w", work / "dist")
+    (wheel,) = (work / "dist").glob("cp_observe-*.whl")
+    freeze = _run(sys.executable, "-m", "pip", "freeze", "--exclude-editable", "--exclude", "cp-observe")
+    constraints = work / "constraints.txt"
+    # pip refuses a constraint that is a URL (a package installed from a local wheel is frozen as `name @ file:`).
+    pins = [line for line in freeze.splitlines() if "==" in line and " @ " not in line]
+    constraints.write_text("\n".join(pins) + "\n", encoding="utf-8")
+    _run(sys.executable, "-m", "venv", work / "venv")  # no --system-site-packages: it sees nothing of .venv
+    bin_dir = work / "venv" / "bin"
+    _run(bin_dir / "python", "-m", "pip", "install", "-q", "-c", constraints, wheel)
+    return bin_dir
+
+
+def test_the_installed_package_is_the_wheel_not_the_checkout(installed: Path, tmp_path: Path) -> None:
+    """The venv imports cp_observe from its own site-packages, where the assets are package data."""
+    where = _run(installed / "python", "-c",
+                 "import cp_observe, importlib.resources as r; print(cp_observe.__file__); "
+                 "print((r.files('cp_observe') / '_assets' / 'deploy').is_dir())", cwd=tmp_path)
+    module, packaged = where.split()
+    assert Path(module).is_relative_to(installed.parent) and not Path(module).is_relative_to(REPO)
+    assert packaged == "True"
+
+
+def test_deploy_write_from_the_wheel_passes_promtool(installed: Path, tmp_path: Path) -> None:
+    """deploy write from the wheel gives the repository's files, and promtool checks and tests the rules."""
+    out = tmp_path / "assets"
+    _run(installed / "cp-observe", "deploy", "write", out, cwd=tmp_path)
+    tracked = _run("git", "ls-files", "deploy", "collectors", cwd=REPO).split()
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == sorted(tracked)
+    assert all((out / p).read_bytes() == (REPO / p).read_bytes() for p in tracked)
+
+    prometheus = out / "deploy" / "prometheus"
+    checked = run_promtool("check", "config", "prometheus.yml", cwd=prometheus)
+    assert checked.returncode == 0 and "1 rule files found" in checked.stdout + checked.stderr, checked.stderr
+    rules = run_promtool("check", "rules", str(prometheus / "rules" / "context_precision.rules.yml"))
+    assert rules.returncode == 0 and "SUCCESS" in rules.stdout, rules.stderr
+    scenarios = sorted((prometheus / "tests").glob("*.test.yml"))
+    assert scenarios
+    for scenario in scenarios:
+        tested = run_promtool("test", "rules", scenario.name, cwd=scenario.parent)
+        assert tested.returncode == 0 and "SUCCESS" in tested.stdout + tested.stderr, tested.stdout + tested.stderr
+    text = (prometheus / "rules" / "context_precision.rules.yml").read_text(encoding="utf-8")
+    assert all(name in text for name in ALERT_NAMES)
+
+
+@pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed (Debian's prometheus-alertmanager)")
+def test_the_written_alertmanager_route_passes_amtool(installed: Path, tmp_path: Path) -> None:
+    """amtool check-config accepts the Alertmanager route the wheel writes."""
+    _run(installed / "cp-observe", "deploy", "write", tmp_path, cwd=tmp_path)
+    _run(shutil.which("amtool") or "amtool", "check-config", tmp_path / "deploy" / "alertmanager" / "alertmanager.yml")
+
+
+def test_a_second_write_is_refused(installed: Path, tmp_path: Path) -> None:
+    """The installed command refuses to overwrite: exit code 1, the first existing file named on stderr."""
+    _run(installed / "cp-observe", "deploy", "write", tmp_path, cwd=tmp_path)
+    proc = subprocess.run([str(installed / "cp-observe"), "deploy", "write", str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 1
+    assert "exists; pass --force" in proc.stderr and str(tmp_path / "deploy") in proc.stderr
