@@ -27,6 +27,7 @@ __all__ = [
     "LLMJudge",
     "LexicalJudge",
     "PhoenixSink",
+    "RerankLift",
     "ScoreResult",
     "Sink",
     "Usage",
@@ -38,6 +39,7 @@ __all__ = [
     "context_precision_score",
     "create_context_precision_scorer",
     "force_evaluation",
+    "reranker",
     "retriever",
     "run_evals",
 ]
@@ -62,6 +64,7 @@ _WHERE: dict[str, str] = {
     "LexicalJudge": "_judging._lexical",
     "PhoenixSink": "_emission._phoenix",
     "Sink": "_emission._sinks",
+    "RerankLift": "_types",
     "ScoreResult": "_types",
     "Usage": "_types",
     "Verdict": "_types",
@@ -72,6 +75,7 @@ _WHERE: dict[str, str] = {
     "context_precision_score": "_judging._map",
     "create_context_precision_scorer": "_offline._scorer",
     "force_evaluation": "_config._sampling",
+    "reranker": "_capture._decorators",
     "retriever": "_capture._decorators",
     "run_evals": "_offline._evals",
 }
@@ -91,7 +95,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from cp_observe._capture._decorators import agent, retriever
+    from cp_observe._capture._decorators import agent, reranker, retriever
     from cp_observe._config._sampling import force_evaluation
     from cp_observe._emission._phoenix import PhoenixSink
     from cp_observe._emission._sinks import Delivery, EvaluationRecord, Sink
@@ -107,5 +111,5 @@ if TYPE_CHECKING:
         create_context_precision_scorer,
     )
     from cp_observe._processing._processor import ContextPrecisionProcessor
-    from cp_observe._types import Judge, Judgement, ScoreResult, Usage, Verdict
+    from cp_observe._types import Judge, Judgement, RerankLift, ScoreResult, Usage, Verdict
     from cp_observe._wiring._configure import configure

@@ -9,6 +9,7 @@ and the Python ``opentelemetry-exporter-prometheus`` apply.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -92,7 +93,7 @@ def library_instruments() -> tuple[Instrument, ...]:
 
     from cp_observe import _internal
     from cp_observe._emission._emit import Emitter, Target
-    from cp_observe._types import ScoreResult, Usage, Verdict
+    from cp_observe._types import RerankLift, ScoreResult, Usage, Verdict
 
     reader = InMemoryMetricReader()
     emitter = Emitter(
@@ -123,6 +124,10 @@ def library_instruments() -> tuple[Instrument, ...]:
     emitter.count_sampled(Emitter.labels(target))
     emitter.scored(target, result, start_ns=0, end_ns=1_000_000_000, model="judge")
     emitter.failed(target, RuntimeError("boom"), "judge_error", start_ns=0, end_ns=1_000_000_000, model="judge")
+    # Issue 23: a reranker's evaluation (stage=rerank) also records the lift.
+    reranked = dataclasses.replace(target, stage=names.STAGE_RERANK)
+    emitter.scored(reranked, dataclasses.replace(result, rerank=RerankLift(0.25, 0.25, 1)), start_ns=0,
+                   end_ns=1_000_000_000, model="judge")
     # The internal-errors counter reports what the error boundary counted: count one, so it has a point.
     _internal.report_user_error("deploy_support", ValueError("one counted failure"))
     found = []

@@ -38,6 +38,7 @@ class Target:
     reference: str
     sampling_reason: str
     attributes: Any = None  # the scored span's attributes (the sinks read which documents it records)
+    stage: str = n.STAGE_RETRIEVAL  # issue 23: the ranking stage scored (a label, and CP_STAGE on span and event)
 
 
 class Emitter:
@@ -93,6 +94,12 @@ class Emitter:
             n.METRIC_TOKEN_USAGE, unit="{token}", description="Tokens used by the judge per evaluation."
         )
         self._cost = meter.create_counter(n.METRIC_JUDGE_COST, unit="{USD}", description="Judge cost in US dollars.")
+        self._lift = meter.create_histogram(
+            n.METRIC_RERANK_LIFT,
+            unit="1",
+            description="AP of a reranker's output order minus AP of its input order, per reranked retrieval.",
+            explicit_bucket_boundaries_advisory=n.LIFT_BUCKETS,
+        )
 
         def observe_depth(_: CallbackOptions) -> list[Observation]:
             return [Observation(int(queue_depth()))]
@@ -119,11 +126,19 @@ class Emitter:
 
     @staticmethod
     def labels(target: Target) -> dict[str, str]:
-        """Metric attributes of a target: data source, evaluation name and agent when known."""
-        labels = {n.GEN_AI_DATA_SOURCE_ID: target.data_source, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME}
+        """Metric attributes of a target: data source, evaluation name, stage, and agent when known."""
+        labels = {n.GEN_AI_DATA_SOURCE_ID: target.data_source, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
+                  n.STAGE: target.stage}
         if target.agent_name:
             labels[n.GEN_AI_AGENT_NAME] = target.agent_name
         return labels
+
+    @staticmethod
+    def _on_span(labels: Mapping[str, str]) -> dict[str, str]:
+        """The metric labels as span attributes: the stage is ``context_precision.stage`` there, not ``stage``."""
+        attributes = {k: v for k, v in labels.items() if k != n.STAGE}
+        attributes[n.CP_STAGE] = labels[n.STAGE]
+        return attributes
 
     def judge_attributes(self, model: str) -> dict[str, str]:
         """The judge's identity as attributes: model, prompt version and kind."""
@@ -160,7 +175,8 @@ class Emitter:
             n.OI_EVALUATION_SCORE: result.score,
             n.OI_EVALUATION_LABEL: label,
             n.OI_EVALUATION_EXPLANATION: explanation,
-            **labels,
+            **self._on_span(labels),
+            **_rerank_attributes(result),
         }
         if result.truncated:
             attributes[n.CP_TRUNCATED_CONTEXTS] = list(result.truncated)
@@ -178,6 +194,8 @@ class Emitter:
         ap = result.average_precision
         self._score.record(ap, score_labels, context=in_span)
         self._squares.add(ap * ap, score_labels, context=in_span)
+        if result.rerank is not None:
+            self._lift.record(result.rerank.lift, score_labels, context=in_span)
         self.count(n.OUTCOME_SCORED, "ok", labels)
         relevant = sum(1 for v in result.verdicts if v.relevant)
         if relevant:
@@ -200,7 +218,7 @@ class Emitter:
             n.CP_REFERENCE: target.reference,
             n.CP_SAMPLING_REASON: target.sampling_reason,
             n.ERROR_TYPE: type(error).__name__,
-            **labels,
+            **self._on_span(labels),
         }
         calls = getattr(error, "calls", None)
         if isinstance(calls, int):
@@ -263,6 +281,8 @@ class Emitter:
             n.CP_VERDICTS: [v.relevant for v in result.verdicts],
             n.CP_REFERENCE: target.reference,
             n.GEN_AI_DATA_SOURCE_ID: target.data_source,
+            n.CP_STAGE: target.stage,
+            **_rerank_attributes(result),
             **self.judge_attributes(model),
         }
         context = trace.set_span_in_context(NonRecordingSpan(target.span_context))
@@ -285,6 +305,15 @@ class Emitter:
             self._tokens.record(completion, {n.GEN_AI_REQUEST_MODEL: model, n.GEN_AI_TOKEN_TYPE: "output"})
         if cost:
             self._cost.add(cost, {n.GEN_AI_REQUEST_MODEL: model})
+
+
+def _rerank_attributes(result: ScoreResult) -> dict[str, Any]:
+    """Issue 23: what a reranker did to the retrieval it reordered (nothing for a retrieval's own evaluation)."""
+    rerank = result.rerank
+    if rerank is None:
+        return {}
+    return {n.CP_RERANK_AP_BEFORE: rerank.average_precision_before, n.CP_RERANK_LIFT: rerank.lift,
+            n.CP_RERANK_DROPPED_RELEVANT: rerank.dropped_relevant}
 
 
 def _observe_errors(_options: CallbackOptions) -> list[Observation]:
