@@ -208,11 +208,18 @@ def _record_input(state: State, raw: Any, attributes: dict[str, Any]) -> None:
         return
     if raw is None or (type(raw) is not list and isinstance(raw, Iterator)):
         return
+    redact = rt.redact
+    if type(raw) is list and _plain_texts(raw, rt.max_judged_contexts):  # the common case, as in _record_result
+        state.before = [_redacted(c, redact) for c in raw] if redact is not None else list(raw)
+        if rt.capture_content:
+            limit, before = rt.max_value_length, state.before
+            for i in range(min(len(before), rt.max_contexts, _RERANK_RECORDED)):
+                attributes[_IN_KEYS[i]["content"]] = _shown(before[i], limit)
+        return
     extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
     if extracted is NOT_CAPTURED:
         return
     items = extracted.contexts
-    redact = rt.redact
     texts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
     state.before = texts
     if rt.capture_content:
