@@ -56,6 +56,7 @@ __all__ = [
     "query_of",
     "reorders",
     "reranker_input_of",
+    "reranks_nothing",
     "retrieved_of",
     "role",
 ]
@@ -172,6 +173,15 @@ def reranker_input_of(attributes: Mapping[str, Any]) -> Retrieved | None:
         return _indexed(attributes, n.RERANKER_INPUT_DOCUMENTS)
     except Exception:  # noqa: BLE001 - see retrieved_of
         return None
+
+
+def reranks_nothing(attributes: Mapping[str, Any]) -> bool:
+    """A RERANKER span whose recorded output is its input's head in the same order (so not a target)."""
+    try:
+        after = _indexed(attributes, n.RERANKER_OUTPUT_DOCUMENTS)
+    except Exception:  # noqa: BLE001 - see retrieved_of
+        return False
+    return after is not None and not _reorders(attributes, after)
 
 
 def reorders(before: Sequence[str] | None, after: Sequence[str] | None) -> bool:

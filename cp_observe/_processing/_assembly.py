@@ -39,6 +39,7 @@ from cp_observe._capture._conventions import (
     query_of,
     reorders,
     reranker_input_of,
+    reranks_nothing,
     retrieved_of,
 )
 from cp_observe._capture._spans import redact_foreign
@@ -153,6 +154,13 @@ class Item:
                 before = [redact_foreign(c) or "" for c in before]
             self._before = before
         return self._before  # type: ignore[no-any-return]
+
+    def reranks_nothing(self) -> bool:
+        """A reranker whose output is its input's leading documents in the same order (``_conventions.reorders``)."""
+        payload = self.payload
+        if payload is not None and payload.contexts is not None:
+            return not reorders(payload.before, payload.contexts)
+        return reranks_nothing(self.attributes or {})  # the span's lists (its contexts() reads None for these)
 
     def answer(self) -> str | None:
         """The answer this span carries: from memory, else per convention."""
@@ -275,7 +283,7 @@ class Assembler:
             out.append(Fold(item))
             return True
         reranks = item.stage == n.STAGE_RERANK
-        if reranks and not reorders(item.before(), item.contexts()):
+        if reranks and item.reranks_nothing():
             item.counts = False  # it ranks nothing of its own; its input is scored where it was retrieved
             out.append(Fold(item))
             return True

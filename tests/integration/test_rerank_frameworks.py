@@ -51,7 +51,7 @@ def _check(evaluations: list[dict[str, Any]]) -> None:
     assert reranked[n.CP_REFERENCE] == retrieval[n.CP_REFERENCE] == n.REFERENCE_OUTPUT
 
 
-def test_llama_index_reranker_spans_in_process_and_through_serve() -> None:
+def test_llama_index_reranker_spans_in_process_and_through_serve(tmp_path: Path) -> None:
     """The real RERANKER span: two evaluations and one judge call, in the app's process and in serve alike."""
     from cp_observe.serve import ScorerService, ServeSettings
 
@@ -60,7 +60,7 @@ def test_llama_index_reranker_spans_in_process_and_through_serve() -> None:
     provider.add_span_processor(SimpleSpanProcessor(exported))
     settings = ServeSettings.resolve(
         {"listen_host": "127.0.0.1", "grpc_port": 0, "http_port": 0, "admin_port": 0, "turn_timeout_s": 30,
-         "concurrency": 4},
+         "concurrency": 4, "data_dir": str(tmp_path)},  # its own durable store: nothing another run left
         environ={},
     )
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}

@@ -1,54 +1,53 @@
 """Rerank lift through ``cp-observe serve``: ``@cp_observe.reranker`` spans sent by the real OTLP/HTTP exporter.
 
-The app process here has no scorer: its decorated spans carry the documents as attributes
-(``retrieval.documents.*``, ``reranker.input_documents.*``, ``reranker.output_documents.*``) and go over real
-OTLP/HTTP to a ``ScorerService``, which judges through litellm at the loopback ``JudgeServer``. The hand
-computation is the one of ``tests/processing/test_rerank_lift.py``: retrieval AP 0.5; rerank AP 1.0, AP before
+The app (``tests/serve/rerank_app.py``) runs in a process of its own with no scorer: its decorated spans carry the
+documents as attributes (``retrieval.documents.*``, ``reranker.input_documents.*``, ``reranker.output_documents.*``)
+and go over real OTLP/HTTP to a ``ScorerService``, which judges through litellm at the loopback ``JudgeServer``. The
+hand computation is the one of ``tests/processing/test_rerank_lift.py``: retrieval AP 0.5; rerank AP 1.0, AP before
 0.5, lift 0.5, one relevant document dropped; one judge call for both evaluations.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import cp_observe
 from cp_observe import _names as n
 from cp_observe.testing import JudgeServer
-from tests.conftest import Otel
-from tests.processing.test_rerank_lift import ANSWER, DOCS, QUESTION, RERANKED
-from tests.serve_support import OtlpSink, start_service
+from tests.serve_support import OtlpSink, start_service, subprocess_env
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("serve_state_restored")
 
 
-def test_decorated_reranker_through_serve_is_judged_once(otel: Otel, sink: OtlpSink) -> None:
-    """Retriever, reranker and agent spans over OTLP/HTTP: two evaluations (by stage), one judge request."""
+def _serve(sink: OtlpSink, scenario: str, evaluations: int, data_dir: Path) -> tuple[dict[str, object], int]:
+    """Run the app's ``scenario`` against a fresh service; the service's stats and the judge's request count.
+
+    The service's durable store is the test's own: a shared one could hold targets another run left, which a
+    starting service resumes (and judges: more requests at the judge server than this test made).
+    """
     with JudgeServer() as server:
         judge = cp_observe.LLMJudge("openai/judge", api_base=server.url, api_key="sk-test", timeout=10)
-        with start_service(sink, judge, concurrency=4) as service:
-            exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{service.port('http')}/v1/traces")
-            otel.tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-
-            @cp_observe.retriever(name="products")
-            def search(query: str) -> list[str]:
-                return list(DOCS)
-
-            @cp_observe.reranker(name="cross-encoder")
-            def rerank(query: str, documents: list[str]) -> list[str]:
-                return RERANKED
-
-            @cp_observe.agent(name="shop")
-            def answer(question: str) -> str:
-                rerank(question, search(question))
-                return ANSWER
-
-            assert answer(QUESTION) == ANSWER
+        with start_service(sink, judge, concurrency=4, data_dir=str(data_dir)) as service:
+            app = subprocess.run(
+                [sys.executable, "-m", "tests.serve.rerank_app", scenario,
+                 "--otlp", f"http://127.0.0.1:{service.port('http')}"],
+                cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False,
+            )
+            assert app.returncode == 0, app.stderr[-4000:]
             assert service.flush(30)
-            assert sink.wait_for(lambda s: len(s.evaluations) >= 2 and len(s.logs) >= 2)
+            assert sink.wait_for(lambda s: len(s.evaluations) >= evaluations and len(s.logs) >= evaluations)
             stats = service.stats()
-        calls = server.calls
+        return stats, server.calls
+
+
+def test_decorated_reranker_through_serve_is_judged_once(sink: OtlpSink, tmp_path: Path) -> None:
+    """Retriever, reranker and agent spans over OTLP/HTTP: two evaluations (by stage), one judge request."""
+    stats, calls = _serve(sink, "reorder", 2, tmp_path)
 
     by_stage = {e.attributes[n.CP_STAGE]: e.attributes for e in sink.evaluations}
     assert set(by_stage) == {n.STAGE_RETRIEVAL, n.STAGE_RERANK}
@@ -67,3 +66,11 @@ def test_decorated_reranker_through_serve_is_judged_once(otel: Otel, sink: OtlpS
     instance = next(iter(sink.evaluations)).resource["service.instance.id"]
     assert sink.totals(n.METRIC_EVALUATIONS, by=n.STAGE) == {(instance, n.STAGE_RETRIEVAL): 1,
                                                               (instance, n.STAGE_RERANK): 1}
+
+
+def test_a_reranker_that_reorders_nothing_is_folded_in_serve(sink: OtlpSink, tmp_path: Path) -> None:
+    """Read from its attributes (no payload in serve), a truncating reranker is not a target: not counted at all."""
+    stats, calls = _serve(sink, "truncate", 1, tmp_path)
+    assert [e.attributes[n.CP_STAGE] for e in sink.evaluations] == [n.STAGE_RETRIEVAL]
+    assert (stats["sampled"], stats["scored"], stats["skipped"]) == (1, 1, 0), stats
+    assert calls == 1
