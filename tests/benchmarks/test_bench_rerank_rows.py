@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -29,19 +30,27 @@ def bench() -> Iterator[ModuleType]:
         sys.modules.pop("bench_hot_path_rerank", None)
 
 
-def test_rerank_rows_record_a_reranker_span_against_a_retriever_baseline(bench: ModuleType) -> None:
-    """One quick round: each pipeline's @reranker row ran beside its @retriever baseline and got a ratio."""
+def test_rerank_rows_record_a_reranker_span_against_a_retriever_baseline(bench: ModuleType, otel: Any) -> None:
+    """One quick round: each pipeline's @reranker row ran beside its @retriever baseline and got a ratio.
+
+    ``otel`` restores the process-wide runtime afterwards: the benchmark's pipelines install their own.
+    """
     shapes = bench.parse_shapes("rerank")
     assert shapes == [("rerank", p) for p in ("no processor", "unsampled", "sampled")]
     pipes = {"": bench._pipeline(None), bench._UNSAMPLED: bench._pipeline(0.0), bench._SAMPLED: bench._pipeline(1.0)}
-    variants = bench.cp_variants(shapes, pipes, bench._pipeline(None))
-    rerankers = [v for v in variants if not v.baseline]
-    assert len(rerankers) == 6 and all(v.name.startswith("@cp_observe.reranker") for v in rerankers)
-    pipes[""].select()
-    rerankers[0].fn("q")
-    [span] = pipes[""].sink.spans
-    assert span.attributes["openinference.span.kind"] == "RERANKER"
-    assert span.attributes["reranker.input_documents.0.document.content"] != \
-        span.attributes["reranker.output_documents.0.document.content"]
-    bench.measure(variants, rounds=1, calls=5, seed=1)
-    assert len(bench.rerank_lines(variants)) == 6
+    try:
+        variants = bench.cp_variants(shapes, pipes, bench._pipeline(None))
+        rerankers = [v for v in variants if not v.baseline]
+        assert len(rerankers) == 6 and all(v.name.startswith("@cp_observe.reranker") for v in rerankers)
+        pipes[""].select()
+        rerankers[0].fn("q")
+        [span] = pipes[""].sink.spans
+        assert span.attributes["openinference.span.kind"] == "RERANKER"
+        assert span.attributes["reranker.input_documents.0.document.content"] != \
+            span.attributes["reranker.output_documents.0.document.content"]
+        bench.measure(variants, rounds=1, calls=5, seed=1)
+        assert len(bench.rerank_lines(variants)) == 6
+    finally:
+        for pipe in pipes.values():  # their samplers leave the process-wide runtime with them
+            if pipe.processor is not None:
+                pipe.processor.shutdown()
