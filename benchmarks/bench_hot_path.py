@@ -4,7 +4,9 @@ Every variant of a shape decorates the same function, called with the same query
 value: in the "retrieve" group five contexts of 500 characters as ``list[str]``, LangChain-style dicts, and
 the real LangChain ``Document``, LlamaIndex ``NodeWithScore`` and Haystack ``Document`` classes; in the
 "agent" group one answer as a str, a dict, a list of str and chat messages; the "turn" group is an agent
-calling a retriever (two spans); the "stream" group a decorated generator. Each shape's baseline is a
+calling a retriever (two spans); the "stream" group a decorated generator; the "rerank" group ``@reranker``
+(five input documents in, the same five reordered out) against ``@retriever`` returning them, under each
+pipeline: what a reranker's span costs beyond a retriever's (issue 23). Each shape's baseline is a
 hand-written OpenTelemetry wrapper that records the same content ``@cp_observe.retriever`` / ``.agent``
 records for it (checked at set-up, span by span). Every OpenTelemetry-based pipeline ends in the same
 in-process sink (``ListSink``: append the span). Variants run interleaved in one process, in a shuffled order
@@ -41,14 +43,17 @@ from cp_observe import ContextPrecisionProcessor
 
 Fn = Callable[[str], Any]
 _QUEUE = 1_000_000  # large enough that the sampled variants never drop within a batch
-GROUPS = ("retrieve", "agent", "turn", "stream")
-_PAYLOADS = {"retrieve": c.RETRIEVE_SHAPES, "agent": c.AGENT_SHAPES, "turn": ("str",), "stream": ("str",)}
+GROUPS = ("retrieve", "agent", "turn", "stream", "rerank")
 _UNSAMPLED, _SAMPLED = " + processor, unsampled", " + processor, sampled"
 # Issue 23: the same sampled pipeline with two segments configured: one the decorated span carries (so a value
 # is read), one it does not (so the enclosing span is tried, then "none"). Segments are resolved on the evaluator
 # thread; this row shows what that costs the calling thread, beside the sampled row without segments.
 _SEGMENTED = " + processor, sampled, segments"
 _BENCH_SEGMENTS = "gen_ai.operation.name,retriever.version"
+#: The rerank group's payloads name the pipeline both its rows run under (its baseline is @retriever there).
+_RERANK_PIPES = {"no processor": "", "unsampled": _UNSAMPLED, "sampled": _SAMPLED}
+_PAYLOADS = {"retrieve": c.RETRIEVE_SHAPES, "agent": c.AGENT_SHAPES, "turn": ("str",), "stream": ("str",),
+             "rerank": tuple(_RERANK_PIPES)}
 
 
 def _noop() -> None:
@@ -427,6 +432,44 @@ def _stream_variants(pipes: dict[str, Pipeline]) -> list[Variant]:
     return out
 
 
+def _rerank_variants(payload: str, pipes: dict[str, Pipeline]) -> list[Variant]:
+    """``@reranker`` (reads five input documents, returns them reordered) against ``@retriever`` (returns five)."""
+    suffix = _RERANK_PIPES[payload]
+    pipe = pipes[suffix]
+    reordered = list(reversed(c.CONTEXTS))
+    out: list[Variant] = []
+    for mode in ("sync", "async"):
+        retrieve = cp_observe.retriever(name="kb")(_returning(c.CONTEXTS, mode))
+        if mode == "sync":
+
+            def rerank(query: str, documents: list[str] = c.CONTEXTS) -> list[str]:
+                return reordered
+
+            fn: Fn = cp_observe.reranker(name="ce")(rerank)
+        else:
+
+            async def arerank(query: str, documents: list[str] = c.CONTEXTS) -> list[str]:
+                return reordered
+
+            fn = cp_observe.reranker(name="ce")(arerank)
+        out.append(Variant("rerank", f"@cp_observe.retriever{suffix}", payload, mode, retrieve, before=pipe.select,
+                           after=pipe.drain, baseline=True))
+        out.append(Variant("rerank", f"@cp_observe.reranker{suffix}", payload, mode, fn, before=pipe.select,
+                           after=pipe.drain, note="5 documents in, 5 out"))
+    return out
+
+
+def rerank_lines(variants: list[Variant]) -> list[str]:
+    """The reranker's cost per call over the retriever decorator's, per pipeline and mode."""
+    lines = []
+    for v in variants:
+        if v.group == "rerank" and not v.baseline and v.wall_us:
+            wall, cpu = _ratios(v)
+            lines.append(f"{v.payload} {v.mode}: @reranker {_fmt(c.median(v.wall_us))} µs, {wall:.2f}x wall and "
+                         f"{cpu:.2f}x thread CPU of @retriever")
+    return lines
+
+
 def stream_lines(variants: list[Variant]) -> list[str]:
     """Per-item cost of each decorated generator over the undecorated one."""
     base = {v.mode: c.median(v.wall_us) for v in variants if v.group == "stream" and v.baseline and v.wall_us}
@@ -450,6 +493,8 @@ def cp_variants(shapes: list[tuple[str, str]], pipes: dict[str, Pipeline], wrapp
                 out += _missing(group, payload, exc)
         elif group == "turn":
             out += _turn_variants(pipes, wrapper_pipe)
+        elif group == "rerank":
+            out += _rerank_variants(payload, pipes)
         else:
             out += _stream_variants(pipes)
     return out
@@ -486,7 +531,7 @@ def same_content(shapes: list[tuple[str, str]], pipe: Pipeline, wrapper_pipe: Pi
     tracer = wrapper_pipe.provider.get_tracer("bench.check")
     lines = []
     for group, payload in shapes:
-        if group == "stream":
+        if group in ("stream", "rerank"):  # no hand-written wrapper: the rerank group compares two decorators
             continue
         try:
             if group == "turn":
@@ -734,7 +779,7 @@ def report(variants: list[Variant]) -> tuple[str, list[str]]:
         ratio_wall, ratio_cpu = _ratios(v)
         rows.append([*head, _fmt(c.median(v.wall_us)), f"{ratio_wall:.2f}x", _fmt(c.median(v.cpu_us)),
                      f"{ratio_cpu:.2f}x", v.note])
-        if v.name.startswith("@cp_observe") and "processor" in v.name and v.group != "stream":
+        if v.name.startswith("@cp_observe") and "processor" in v.name and v.group not in ("stream", "rerank"):
             ok = ratio_wall <= 1.1 and ratio_cpu <= 1.1  # met only when both clocks agree
             verdicts.append(f"{'MET ' if ok else 'MISSED'} {v.group}/{v.payload}/{v.mode} {v.name}: "
                             f"{ratio_wall:.2f}x wall, {ratio_cpu:.2f}x thread CPU (target ≤ 1.10x on both)")
@@ -751,7 +796,7 @@ def summary(variants: list[Variant]) -> tuple[str, list[str]]:
     over cp_observe's unsampled CPU ratio, both to the same wrapper: how many times faster cp_observe is.
     """
     rows, verdicts = [], []
-    keys = list(dict.fromkeys((v.group, v.payload, v.mode) for v in variants if v.group != "stream"))
+    keys = list(dict.fromkeys((v.group, v.payload, v.mode) for v in variants if v.group not in ("stream", "rerank")))
     for key in keys:
         same = [v for v in variants if (v.group, v.payload, v.mode) == key and v.fn is not None and v.cpu_us]
         base = next((v for v in same if v.baseline), None)
@@ -812,7 +857,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=20_251_201)
     parser.add_argument("--only-cp", action="store_true", help="skip the peers")
     parser.add_argument("--shapes", default=None,
-                        help="comma-separated: a group (retrieve, agent, turn, stream), group:payload "
+                        help="comma-separated: a group (retrieve, agent, turn, stream, rerank), group:payload "
                              "(retrieve:haystack, agent:chat) or a payload of any group (dict); default all")
     parser.add_argument("--on-end-only", action="store_true", help="only the on_end table")
     parser.add_argument("--segments", action="store_true",
@@ -840,6 +885,10 @@ def _print_report(variants: list[Variant], checks: list[str], on_end: list[tuple
           "on_end unsampled ≈ a couple of µs)\n")
     for line in verdicts + peer_verdicts:
         print(f"- {line}")
+    if any(v.group == "rerank" for v in variants):
+        print("\n### @reranker against @retriever (x: median paired ratio to @retriever under the same pipeline)\n")
+        for line in rerank_lines(variants):
+            print(f"- {line}")
     if any(v.group == "stream" for v in variants):
         print("\n### A decorated generator, per item\n")
         for line in stream_lines(variants):

@@ -27,6 +27,7 @@ __all__ = [
     "LLMJudge",
     "LexicalJudge",
     "PhoenixSink",
+    "RerankLift",
     "ScoreResult",
     "Sink",
     "Usage",
@@ -39,6 +40,7 @@ __all__ = [
     "create_context_precision_scorer",
     "force_evaluation",
     "load_dataset",
+    "reranker",
     "retriever",
     "run_evals",
     "write_eval_results",
@@ -64,6 +66,7 @@ _WHERE: dict[str, str] = {
     "LexicalJudge": "_judging._lexical",
     "PhoenixSink": "_emission._phoenix",
     "Sink": "_emission._sinks",
+    "RerankLift": "_types",
     "ScoreResult": "_types",
     "Usage": "_types",
     "Verdict": "_types",
@@ -75,6 +78,7 @@ _WHERE: dict[str, str] = {
     "create_context_precision_scorer": "_offline._scorer",
     "force_evaluation": "_config._sampling",
     "load_dataset": "_dataset._record",
+    "reranker": "_capture._decorators",
     "retriever": "_capture._decorators",
     "run_evals": "_offline._evals",
     "write_eval_results": "_offline._results",
@@ -95,7 +99,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from cp_observe._capture._decorators import agent, retriever
+    from cp_observe._capture._decorators import agent, reranker, retriever
     from cp_observe._config._sampling import force_evaluation
     from cp_observe._dataset._record import load_dataset
     from cp_observe._emission._phoenix import PhoenixSink
@@ -113,5 +117,5 @@ if TYPE_CHECKING:
         create_context_precision_scorer,
     )
     from cp_observe._processing._processor import ContextPrecisionProcessor
-    from cp_observe._types import Judge, Judgement, ScoreResult, Usage, Verdict
+    from cp_observe._types import Judge, Judgement, RerankLift, ScoreResult, Usage, Verdict
     from cp_observe._wiring._configure import configure

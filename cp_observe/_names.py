@@ -67,9 +67,12 @@ OI_EVALUATION_LABEL: Final = "evaluations.0.evaluation.label"
 OI_EVALUATION_EXPLANATION: Final = "evaluations.0.evaluation.explanation"
 
 
-def document_attribute(index: int, field: str) -> str:
-    """Return the OpenInference attribute for one field of the retrieved document at ``index``."""
-    return f"{RETRIEVAL_DOCUMENTS}.{index}.document.{field}"
+def document_attribute(index: int, field: str, prefix: str = RETRIEVAL_DOCUMENTS) -> str:
+    """Return the OpenInference attribute for one field of the document at ``index`` (retrieved by default).
+
+    ``prefix`` is ``RETRIEVAL_DOCUMENTS``, ``RERANKER_INPUT_DOCUMENTS`` or ``RERANKER_OUTPUT_DOCUMENTS``.
+    """
+    return f"{prefix}.{index}.document.{field}"
 
 
 # --- OpenLLMetry (Traceloop) and its vector-DB instrumentations -----------------------------------------------
@@ -124,6 +127,8 @@ STAGE_RERANK: Final = "rerank"
 CP_RERANK_AP_BEFORE: Final = "context_precision.rerank.average_precision_before"
 CP_RERANK_LIFT: Final = "context_precision.rerank.lift"
 CP_RERANK_DROPPED_RELEVANT: Final = "context_precision.rerank.dropped_relevant"
+# Issue 23 (rerank lift): the @reranker decorator's span name prefix ("rerank {name}").
+RERANK_SPAN_PREFIX: Final = "rerank"
 # Issue 24: a scored retrieval drawn (uniformly, at ``calibration_rate``) for a person to label.
 CP_NEEDS_LABEL: Final = "context_precision.needs_label"
 # Issue 24: the cheap-plus-LLM cascade. Every scored retrieval carries the cheap judge's score and identity; a
@@ -184,6 +189,9 @@ METRIC_SEGMENT_OVERFLOW: Final = "context_precision.segment.overflow"
 # the PPI++ MAP and its standard error (deploy/prometheus/rules).
 #: counter of the cascade's PPI sums by term -> context_precision_cascade_sums_total
 METRIC_CASCADE_SUMS: Final = "context_precision.cascade.sums"
+# Issue 23: per reranked retrieval, AP of the reranker's output order minus AP of its input order.
+#: histogram, unit "1", labels as the score histogram (stage="rerank") -> context_precision_rerank_lift_*
+METRIC_RERANK_LIFT: Final = "context_precision.rerank.lift"
 
 # `cp-observe serve`'s own instruments (SERVE_ prefix: not part of the library's METRIC_* set).
 #: counter of OTLP requests by protocol and result -> context_precision_serve_requests_total
@@ -204,6 +212,7 @@ EXEMPLAR_TRACE_ID: Final = "trace_id"
 EXEMPLAR_SPAN_ID: Final = "span_id"
 
 SCORE_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+LIFT_BUCKETS: Final = (-0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # issue 23
 DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 # Metric attribute (label) names.

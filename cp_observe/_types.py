@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-__all__ = ["CascadeResult", "Judge", "Judgement", "ScoreResult", "Usage", "Verdict"]
+__all__ = ["CascadeResult", "Judge", "Judgement", "RerankLift", "ScoreResult", "Usage", "Verdict"]
 
 Reference = Literal["output", "query"]
 
@@ -71,6 +71,23 @@ class Judgement:
 
 
 @dataclass(frozen=True, slots=True)
+class RerankLift:
+    """What a reranker did to the retrieval it reordered, from the one judgement of both orders' documents.
+
+    Attributes:
+        average_precision_before: AP of the reranker's input order (what was retrieved).
+        lift: AP of the output order (the score's AP) minus ``average_precision_before``.
+        dropped_relevant: relevant input documents the reranker did not return.
+        verdicts_before: the verdicts in input order.
+    """
+
+    average_precision_before: float
+    lift: float
+    dropped_relevant: int
+    verdicts_before: tuple[bool, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ScoreResult:
     """The result of scoring one retrieval.
 
@@ -85,6 +102,7 @@ class ScoreResult:
         cost_usd: judge cost in US dollars, ``None`` when unknown.
         truncated: indices of contexts cut to the prompt budget.
         scale: the scale the score was computed with.
+        rerank: for a reranker's output (``context_precision.stage=rerank``), what it did to its input; else ``None``.
     """
 
     score: float
@@ -97,6 +115,7 @@ class ScoreResult:
     cost_usd: float | None = None
     truncated: tuple[int, ...] = ()
     scale: float = 1.0
+    rerank: RerankLift | None = None
 
 
 @dataclass(frozen=True, slots=True)

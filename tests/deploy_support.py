@@ -9,6 +9,7 @@ and the Python ``opentelemetry-exporter-prometheus`` apply.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -103,7 +104,7 @@ def library_instruments() -> tuple[Instrument, ...]:
 
     from cp_observe import _internal
     from cp_observe._emission._emit import Emitter, Target
-    from cp_observe._types import ScoreResult, Usage, Verdict
+    from cp_observe._types import RerankLift, ScoreResult, Usage, Verdict
 
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])
@@ -146,6 +147,10 @@ def library_instruments() -> tuple[Instrument, ...]:
     emitter.scored(target, result, start_ns=0, end_ns=1_000_000_000, model="judge",
                    cascade=CascadeResult(cheap=result, llm=result, llm_status=names.CASCADE_LLM_JUDGED))
     emitter.failed(target, RuntimeError("boom"), "judge_error", start_ns=0, end_ns=1_000_000_000, model="judge")
+    # Issue 23: a reranker's evaluation (stage=rerank) also records the lift.
+    reranked = dataclasses.replace(target, stage=names.STAGE_RERANK)
+    emitter.scored(reranked, dataclasses.replace(result, rerank=RerankLift(0.25, 0.25, 1)), start_ns=0,
+                   end_ns=1_000_000_000, model="judge")
     # The internal-errors counter reports what the error boundary counted: count one, so it has a point.
     _internal.report_user_error("deploy_support", ValueError("one counted failure"))
     # The judge-agreement gauges are recorded by `cp-observe calibrate --push`, not the emitter: record one group.

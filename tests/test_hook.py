@@ -97,6 +97,7 @@ def test_retriever_inside_agent_is_scored_against_the_answer(  # noqa: PLR0915 -
         n.CP_JUDGE_MODEL: "keyword-judge",
         n.CP_JUDGE_PROMPT_VERSION: "none",
         n.CP_JUDGE_KIND: n.JUDGE_KIND_CUSTOM,
+        n.STAGE: n.STAGE_RETRIEVAL,
     }
     points = otel.metric_points(n.METRIC_EVALUATIONS)
     outcomes = {(p.attributes[n.OUTCOME], p.attributes[n.REASON]): p.value for p in points}
@@ -628,6 +629,7 @@ def test_exported_spans_snapshot(otel: Otel, keyword_judge: KeywordJudge) -> Non
                 "evaluations.0.evaluation.label": "pass",
                 "gen_ai.data_source.id": "kb",
                 "gen_ai.agent.name": "helper",
+                "context_precision.stage": "retrieval",
                 "context_precision.reasons": ("keyword overlap", "keyword overlap"),
             },
         },

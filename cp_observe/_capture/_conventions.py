@@ -6,10 +6,12 @@ One table, used in process (``ContextPrecisionProcessor.on_end``) and by ``cp-ob
 convention                        retrieval span                           what is read
 ================================  =======================================  ====================================
 cp-observe decorators             ``openinference.span.kind=RETRIEVER``    payload in memory, else as OpenInference
+                                  (``@reranker``: ``RERANKER``)
 OpenInference RETRIEVER           ``openinference.span.kind=RETRIEVER``    ``input.value`` (JSON ``query``),
                                                                            ``retrieval.documents.{i}.document.*``
 OpenInference RERANKER            ``openinference.span.kind=RERANKER``     ``reranker.query``,
-                                  (a target only when it reorders)         ``reranker.output_documents.{i}.*``
+                                  (a target only when it reorders)         ``reranker.output_documents.{i}.*``,
+                                                                           ``reranker.input_documents.{i}.*``
 OpenLLMetry                       ``gen_ai.operation.name``                ``traceloop.entity.input`` /
                                   ``= vector_db_retrieve``                 ``traceloop.entity.output`` (JSON)
 OpenLLMetry vector DBs            ``db.system`` + ``db.query.result``      each event's ``db.query.result.*``
@@ -52,6 +54,9 @@ __all__ = [
     "is_decorated",
     "plain_attributes",
     "query_of",
+    "reorders",
+    "reranker_input_of",
+    "reranks_nothing",
     "retrieved_of",
     "role",
 ]
@@ -84,7 +89,9 @@ _ROLE_OF_OPERATION: Final[Mapping[object, str]] = {
 }
 _QUERY_KEYS: Final = ("query", "query_str", "question", "input", "inputs", "text")
 _ANSWER_KEYS: Final = ("answer", "response", "output", "outputs", "result", "text", "content")
-_METHOD_OPERATIONS: Final = (n.OPERATION_RETRIEVAL + " ", n.OPERATION_VECTOR_DB_RETRIEVE + " ")
+_METHOD_OPERATIONS: Final = (
+    n.OPERATION_RETRIEVAL + " ", n.OPERATION_VECTOR_DB_RETRIEVE + " ", n.RERANK_SPAN_PREFIX + " "
+)
 
 
 def plain_attributes(span: Any) -> Mapping[str, Any] | None:
@@ -158,6 +165,34 @@ def retrieved_of(attributes: Mapping[str, Any], events: Sequence[Any] = ()) -> R
     except Exception:  # noqa: BLE001 - a malformed span reads as carrying nothing
         return None
     return None
+
+
+def reranker_input_of(attributes: Mapping[str, Any]) -> Retrieved | None:
+    """A RERANKER span's input documents (``reranker.input_documents.{i}.document.*``); ``None`` if it has none."""
+    try:
+        return _indexed(attributes, n.RERANKER_INPUT_DOCUMENTS)
+    except Exception:  # noqa: BLE001 - see retrieved_of
+        return None
+
+
+def reranks_nothing(attributes: Mapping[str, Any]) -> bool:
+    """A RERANKER span whose recorded output is its input's head in the same order (so not a target)."""
+    try:
+        after = _indexed(attributes, n.RERANKER_OUTPUT_DOCUMENTS)
+    except Exception:  # noqa: BLE001 - see retrieved_of
+        return False
+    return after is not None and not _reorders(attributes, after)
+
+
+def reorders(before: Sequence[str] | None, after: Sequence[str] | None) -> bool:
+    """A reranker reorders unless its output is its input's leading documents in the same order.
+
+    One that does not adds no ranking of its own, so it is not a target (for its span per convention and for
+    ``@reranker``'s alike). Without the input there is nothing to compare: it counts as reordering.
+    """
+    if before is None or after is None:
+        return True
+    return list(before[: len(after)]) != list(after)
 
 
 def query_of(attributes: Mapping[str, Any]) -> str | None:
@@ -287,9 +322,9 @@ def _indexed(attributes: Mapping[str, Any], prefix: str) -> Retrieved | None:
 
 
 def _reorders(attributes: Mapping[str, Any], output: Retrieved) -> bool:
-    """A reranker is a target only when its output order differs from its input (else it adds no ranking)."""
+    """A reranker is a target only when its output order differs from its input (``reorders``)."""
     before = _indexed(attributes, n.RERANKER_INPUT_DOCUMENTS)
-    return before is None or before.texts[: len(output.texts)] != output.texts
+    return reorders(before.texts if before is not None else None, output.texts)
 
 
 def _from_json(value: object) -> Retrieved | None:

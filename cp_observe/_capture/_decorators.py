@@ -1,4 +1,4 @@
-"""``@retriever`` and ``@agent``: each call becomes a span with the query, ranked contexts and answer.
+"""``@retriever``, ``@reranker`` and ``@agent``: each call becomes a span with the query, ranked contexts and answer.
 
 The wrapper is built once, at decoration time, for the function's kind (sync, async, generator, async
 generator); the query's argument position is resolved then too, so a call costs a span start, two
@@ -20,11 +20,13 @@ from cp_observe._capture._collecting import in_collection
 from cp_observe._capture._spans import Call
 from cp_observe._internal import USER_FAILED, report_user_error
 
-__all__ = ["agent", "retriever"]
+__all__ = ["agent", "reranker", "retriever"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-Kind = Literal["retriever", "agent"]
+Kind = Literal["retriever", "reranker", "agent"]
 QuerySpec = str | Callable[..., Any] | None
+#: Argument names ``@reranker`` takes its input documents from when ``documents=`` is not given (first found).
+DOCUMENT_ARGUMENTS = ("documents", "docs", "nodes", "contexts", "candidates", "passages", "hits", "results")
 
 
 @overload
@@ -57,6 +59,54 @@ def retriever(
         ValueError: ``query`` names an argument the function does not have.
     """
     return _decorate("retriever", func, name=name, query=query, context_extractor=context_extractor, output=None)
+
+
+@overload
+def reranker(func: F, /) -> F: ...
+@overload
+def reranker(
+    *,
+    name: str | None = None,
+    query: QuerySpec = None,
+    documents: QuerySpec = None,
+    context_extractor: Callable[[Any], Any] | None = None,
+) -> Callable[[F], F]: ...
+def reranker(
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    query: QuerySpec = None,
+    documents: QuerySpec = None,
+    context_extractor: Callable[[Any], Any] | None = None,
+) -> F | Callable[[F], F]:
+    """Trace a reranker: its query, the documents it was given and the documents it returns, each in rank order.
+
+    The span is an OpenInference ``RERANKER`` span (``reranker.query``, ``reranker.input_documents.{i}.document.*``,
+    ``reranker.output_documents.{i}.document.*``). A sampled call is judged once over the union of both lists,
+    and its evaluation carries the AP of the output order (the score, ``context_precision.stage=rerank``), the AP
+    of the input order, the lift and the relevant documents the reranker cut. A call whose output is its input's
+    leading documents in the same order reorders nothing and is not scored on its own.
+
+    Args:
+        func: the function (when used bare, as ``@reranker``).
+        name: the span name suffix (default: the function's qualified name). The evaluation's data source is the
+            retrieval whose documents it reranks, when that retrieval is scored in the same trace; else this name.
+        query: the argument holding the query, by name, or a callable ``(*args, **kwargs) -> str``
+            (default: the first argument other than ``self``/``cls``).
+        documents: the argument holding the input documents, by name, or a callable ``(*args, **kwargs) -> docs``
+            (default: the first argument named one of ``DOCUMENT_ARGUMENTS``, else the second argument other than
+            ``self``/``cls``). They are read when the call starts, before the reranker can reorder them in place.
+        context_extractor: ``(return value) -> contexts`` for output shapes the default extraction does not know.
+
+    Raises:
+        ValueError: ``query`` or ``documents`` names an argument the function does not have, or no argument can
+            hold the input documents.
+    """
+    if documents is not None and not (isinstance(documents, str) or callable(documents)):
+        raise ValueError("documents must be an argument name or a callable")
+    return _decorate("reranker", func, name=name, query=query, context_extractor=context_extractor, output=None,
+                     documents=documents)
 
 
 @overload
@@ -103,6 +153,7 @@ def _decorate(
     query: QuerySpec,
     context_extractor: Callable[[Any], Any] | None,
     output: Callable[[Any], Any] | None,
+    documents: QuerySpec = None,
 ) -> F | Callable[[F], F]:
     for label, value in (("context_extractor", context_extractor), ("output", output)):
         if value is not None and not callable(value):
@@ -123,6 +174,7 @@ def _decorate(
             query=_query_getter(target, query),
             context_extractor=context_extractor,
             output=output,
+            documents=_documents_getter(target, documents) if kind == "reranker" else None,
         )
         return _wrap(target, call)
 
@@ -131,8 +183,33 @@ def _decorate(
     return decorator
 
 
-def _query_getter(func: Callable[..., Any], query: QuerySpec) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
-    """Resolve where the query is, once; the returned getter is a tuple index or a dict lookup."""
+def _documents_getter(
+    func: Callable[..., Any], documents: QuerySpec
+) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    """Resolve, once, where a reranker's input documents are (``reranker``'s ``documents=`` says the rule)."""
+    if documents is not None:
+        return _query_getter(func, documents, label="documents")
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = {p.name for p in params}
+    for candidate in DOCUMENT_ARGUMENTS:
+        if candidate in names:
+            return _query_getter(func, candidate, label="documents")
+    plain = [p for p in params if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if len(plain) < 2:  # the query, then the documents
+        raise ValueError(
+            f"@reranker: {getattr(func, '__qualname__', func)} has no argument for the input documents; "
+            "pass documents= (an argument name or a callable)"
+        )
+    return _query_getter(func, plain[1].name, label="documents")
+
+
+def _query_getter(
+    func: Callable[..., Any], query: QuerySpec, *, label: str = "query"
+) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    """Resolve where the query (or ``label``'s argument) is, once; the getter is a tuple index or a dict lookup."""
     if callable(query) and not isinstance(query, str):
         spec = query
 
@@ -140,7 +217,7 @@ def _query_getter(func: Callable[..., Any], query: QuerySpec) -> Callable[[tuple
             try:
                 return spec(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - the user's callback: a user error, never raised
-                report_user_error("query", exc)
+                report_user_error(label, exc)
                 return USER_FAILED
 
         return from_callable
@@ -159,7 +236,8 @@ def _query_getter(func: Callable[..., Any], query: QuerySpec) -> Callable[[tuple
         if not matches:
             if any(p.kind is p.VAR_KEYWORD for p in params):
                 return lambda args, kwargs: kwargs.get(query)
-            raise ValueError(f"query={query!r}: {getattr(func, '__qualname__', func)} has no argument named {query!r}")
+            where = getattr(func, "__qualname__", func)
+            raise ValueError(f"{label}={query!r}: {where} has no argument named {query!r}")
         target = matches[0]
     name = target.name
     default = None if target.default is target.empty else target.default

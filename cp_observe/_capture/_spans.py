@@ -36,6 +36,17 @@ __all__ = ["Call", "State", "attach", "detach", "enter", "fail", "finish", "leav
 _JUDGE_TEXT_LIMIT = 20_000
 # Attribute keys of the first documents, spelled once (by _names) rather than formatted on every call.
 _DOC_KEYS = tuple({field: n.document_attribute(i, field) for field in n.DOCUMENT_FIELDS} for i in range(28))
+# A reranker's span carries two lists: each is recorded up to 14 documents, so both stay under the SDK's limit of
+# 128 attributes per span as one list of 28 does (four attributes a document).
+_RERANK_RECORDED = 14
+_IN_KEYS = tuple(
+    {field: n.document_attribute(i, field, n.RERANKER_INPUT_DOCUMENTS) for field in n.DOCUMENT_FIELDS}
+    for i in range(_RERANK_RECORDED)
+)
+_OUT_KEYS = tuple(
+    {field: n.document_attribute(i, field, n.RERANKER_OUTPUT_DOCUMENTS) for field in n.DOCUMENT_FIELDS}
+    for i in range(_RERANK_RECORDED)
+)
 _UNREADABLE = object()
 _START_KEYS = frozenset(
     (n.CP_SAMPLED, n.CP_USER_ERROR, n.INPUT_VALUE, n.GEN_AI_RETRIEVAL_QUERY_TEXT, n.CP_CONTENT_CAPTURED)
@@ -55,12 +66,22 @@ class Call:
     query: Callable[[tuple[Any, ...], dict[str, Any]], Any]
     context_extractor: Callable[[Any], Any] | None = None
     output: Callable[[Any], Any] | None = None
+    #: A reranker's input documents (a getter like ``query``); ``None`` for the other kinds.
+    documents: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None
     span_name: str = ""
     start_attributes: dict[str, Any] = field(default_factory=dict)
     scores_contexts: bool = False
+    doc_keys: tuple[dict[str, str], ...] = _DOC_KEYS  # where the returned documents are recorded
+    recorded: int = len(_DOC_KEYS)  # at most this many of them
 
     def __post_init__(self) -> None:
-        if self.kind == "retriever":
+        if self.kind == "reranker":
+            # No data source id: the evaluation takes the one of the retrieval it reranks (turn assembly).
+            self.span_name = f"{n.RERANK_SPAN_PREFIX} {self.name}"
+            self.start_attributes = {n.OPENINFERENCE_SPAN_KIND: n.KIND_RERANKER}
+            self.scores_contexts = True
+            self.doc_keys, self.recorded = _OUT_KEYS, _RERANK_RECORDED
+        elif self.kind == "retriever":
             self.span_name = f"{n.RETRIEVAL_SPAN_PREFIX} {self.name}"
             self.start_attributes = {
                 n.GEN_AI_OPERATION_NAME: n.OPERATION_RETRIEVAL,
@@ -81,7 +102,9 @@ class Call:
 class State:
     """One call in flight: its span, the context to make current, and whether it is sampled."""
 
-    __slots__ = ("call", "ctx", "key", "pending", "query", "recording", "runtime", "sampled", "span", "user_error")
+    __slots__ = (
+        "before", "call", "ctx", "key", "pending", "query", "recording", "runtime", "sampled", "span", "user_error",
+    )
 
     def __init__(  # noqa: PLR0917 - positional: this runs on every call, and keyword passing costs more
         self, call: Call, span: Span, runtime: Runtime, recording: bool, sampled: bool = False,
@@ -101,6 +124,7 @@ class State:
         self.pending = pending
         self.recording = recording
         self.ctx = _set_span_in_context(span)
+        self.before: list[str] | None = None  # a reranker's input documents, read at start
 
     @property
     def keep(self) -> int:
@@ -149,11 +173,16 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             attributes[n.INPUT_VALUE] = shown
             if call.kind == "retriever":
                 attributes[n.GEN_AI_RETRIEVAL_QUERY_TEXT] = shown
+            elif call.kind == "reranker":
+                attributes[n.RERANKER_QUERY] = shown
         if sampled and rt.keep_payloads:
             key = (trace_id, span_context.span_id)  # the payload itself is stored once, when the call ends
         if not rt.capture_content:
             attributes[n.CP_CONTENT_CAPTURED] = False
-        return State(call, span, rt, True, sampled, key, query, user_error, attributes)
+        state = State(call, span, rt, True, sampled, key, query, user_error, attributes)
+        if call.documents is not None and (sampled or rt.capture_content):
+            _record_input(state, call.documents(args, kwargs), attributes)
+        return state
     except Exception as exc:  # noqa: BLE001 - our failure: no span, the call runs untraced
         if span is not None:
             with contextlib.suppress(Exception):
@@ -165,6 +194,36 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             with contextlib.suppress(Exception):
                 span.end()
         raise
+
+
+def _record_input(state: State, raw: Any, attributes: dict[str, Any]) -> None:
+    """A reranker's input documents, read when the call starts (the reranker may reorder them in place).
+
+    Read like a retriever's result: by shape, bounded, redacted; an iterator is the host's own and is not read.
+    """
+    rt = state.runtime
+    if raw is USER_FAILED:
+        state.user_error = state.user_error or "documents_error"
+        attributes[n.CP_USER_ERROR] = state.user_error
+        return
+    if raw is None or (type(raw) is not list and isinstance(raw, Iterator)):
+        return
+    redact = rt.redact
+    if type(raw) is list and _plain_texts(raw, rt.max_judged_contexts):  # the common case, as in _record_result
+        state.before = [_redacted(c, redact) for c in raw] if redact is not None else list(raw)
+        if rt.capture_content:
+            limit, before = rt.max_value_length, state.before
+            for i in range(min(len(before), rt.max_contexts, _RERANK_RECORDED)):
+                attributes[_IN_KEYS[i]["content"]] = _shown(before[i], limit)
+        return
+    extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
+    if extracted is NOT_CAPTURED:
+        return
+    items = extracted.contexts
+    texts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
+    state.before = texts
+    if rt.capture_content:
+        _record_documents(rt, items, texts, attributes, doc_keys=_IN_KEYS, recorded=_RERANK_RECORDED)
 
 
 def enter(state: State) -> object:
@@ -266,9 +325,9 @@ def _record_result(state: State, result: Any, partial: bool, yielded: int | None
             contexts = [_redacted(c, redact) for c in raw] if redact is not None else list(raw)
             attributes[n.CP_CONTEXT_COUNT] = len(raw) if yielded is None else max(yielded, len(raw))
             if rt.capture_content:
-                limit = rt.max_value_length
-                for i in range(min(len(contexts), rt.max_contexts)):
-                    attributes[_DOC_KEYS[i]["content"]] = _shown(contexts[i], limit)
+                limit, keys = rt.max_value_length, call.doc_keys
+                for i in range(min(len(contexts), rt.max_contexts, call.recorded)):
+                    attributes[keys[i]["content"]] = _shown(contexts[i], limit)
             raw = _UNREADABLE
         elif raw is not _UNREADABLE:
             extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
@@ -280,7 +339,7 @@ def _record_result(state: State, result: Any, partial: bool, yielded: int | None
                     count += yielded - len(raw)  # items yielded beyond those kept, one context each
                 attributes[n.CP_CONTEXT_COUNT] = count
         if rt.capture_content and items and contexts is not None:
-            _record_documents(rt, items, contexts, attributes)
+            _record_documents(rt, items, contexts, attributes, doc_keys=call.doc_keys, recorded=call.recorded)
     answer: str | None = None
     if call.kind == "agent":
         answer, answer_error = _record_answer(call, rt, result, attributes)
@@ -290,18 +349,21 @@ def _record_result(state: State, result: Any, partial: bool, yielded: int | None
     if user_error is not None:
         attributes[n.CP_USER_ERROR] = user_error
     if state.key is not None:
-        PAYLOADS.put(state.key, Payload(state.query, contexts, answer))  # positional: cheaper per sampled call
+        PAYLOADS.put(state.key, Payload(state.query, contexts, answer, state.before))  # positional: cheaper
     span = state.span
     if attributes:
         span.set_attributes(attributes)
 
 
-def _record_documents(rt: Runtime, items: tuple[Context, ...], contexts: list[str], attributes: dict[str, Any]) -> None:
-    """The first ``max_contexts`` documents' content, id, score and metadata, as span attributes."""
+def _record_documents(
+    rt: Runtime, items: tuple[Context, ...], contexts: list[str], attributes: dict[str, Any], *,
+    doc_keys: tuple[dict[str, str], ...] = _DOC_KEYS, recorded: int = len(_DOC_KEYS),
+) -> None:
+    """The first ``max_contexts`` documents' content, id, score and metadata, as span attributes (at ``doc_keys``)."""
     limit, redact = rt.max_value_length, rt.redact
-    for i in range(min(len(items), rt.max_contexts)):
+    for i in range(min(len(items), rt.max_contexts, recorded)):
         item, text = items[i], contexts[i]
-        keys = _DOC_KEYS[i]
+        keys = doc_keys[i]
         attributes[keys["content"]] = _shown(text, limit)
         if item.id is not None:
             attributes[keys["id"]] = _shown(_redacted(item.id, redact) if redact else item.id, limit)

@@ -37,6 +37,7 @@ class Payload:
     query: str
     contexts: list[str] | None = None
     answer: str | None = None
+    before: list[str] | None = None  # a reranker's input documents, in their order (issue 23)
 
 
 @dataclass(slots=True)

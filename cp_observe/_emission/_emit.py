@@ -59,6 +59,7 @@ class Target:
     sampling_reason: str
     attributes: Any = None  # the scored span's attributes (the sinks read which documents it records)
     segments: tuple[tuple[str, str], ...] = ()  # (label name, value) per configured segment (SegmentValues)
+    stage: str = n.STAGE_RETRIEVAL  # issue 23: the ranking stage scored (a label, and CP_STAGE on span and event)
 
 
 class Emitter:
@@ -138,6 +139,12 @@ class Emitter:
             )
             self.segments = SegmentValues(segments, max_segment_values,
                                           on_overflow=lambda label: overflow.add(1, {n.SEGMENT: label}))
+        self._lift = meter.create_histogram(
+            n.METRIC_RERANK_LIFT,
+            unit="1",
+            description="AP of a reranker's output order minus AP of its input order, per reranked retrieval.",
+            explicit_bucket_boundaries_advisory=n.LIFT_BUCKETS,
+        )
 
         def observe_depth(_: CallbackOptions) -> list[Observation]:
             return [Observation(int(queue_depth()))]
@@ -171,9 +178,16 @@ class Emitter:
         return labels
 
     @staticmethod
-    def labels(target: Target) -> dict[str, str]:
-        """Metric attributes of a target: its dimensions, then one label per segment (when segments are set)."""
+    def base_labels(target: Target) -> dict[str, str]:
+        """Metric attributes every series of a target carries: its dimensions and its ranking stage."""
         labels = Emitter.dimensions(target)
+        labels[n.STAGE] = target.stage
+        return labels
+
+    @staticmethod
+    def labels(target: Target) -> dict[str, str]:
+        """Metric attributes of a target: its base labels, then one label per segment (when segments are set)."""
+        labels = Emitter.base_labels(target)
         if target.segments:
             labels.update(target.segments)
         return labels
@@ -236,6 +250,8 @@ class Emitter:
             n.OI_EVALUATION_LABEL: label,
             n.OI_EVALUATION_EXPLANATION: explanation,
             **self.dimensions(target),
+            n.CP_STAGE: target.stage,
+            **_rerank_attributes(result),
         }
         attributes.update(_segment_attributes(target))
         if result.truncated:
@@ -262,6 +278,8 @@ class Emitter:
         ap = result.average_precision
         self._score.record(ap, series.score, context=in_span)
         self._squares.add(ap * ap, series.score, context=in_span)
+        if result.rerank is not None:
+            self._lift.record(result.rerank.lift, series.score, context=in_span)
         if cascade is not None:
             self._add_cascade_sums(cascade, labels)
         self._evaluations.add(1, series.scored)  # count(OUTCOME_SCORED, "ok", labels), its dict reused
@@ -334,6 +352,7 @@ class Emitter:
             n.CP_SAMPLING_REASON: target.sampling_reason,
             n.ERROR_TYPE: type(error).__name__,
             **self.dimensions(target),
+            n.CP_STAGE: target.stage,
         }
         attributes.update(_segment_attributes(target))
         calls = getattr(error, "calls", None)
@@ -403,6 +422,8 @@ class Emitter:
             n.GEN_AI_DATA_SOURCE_ID: target.data_source,
             **(self.judge_attributes(model) if judge is None else judge),
             **_segment_attributes(target),
+            n.CP_STAGE: target.stage,
+            **_rerank_attributes(result),
         }
         if context is None:
             context = trace.set_span_in_context(NonRecordingSpan(target.span_context))
@@ -440,6 +461,15 @@ class Emitter:
 def _segment_attributes(target: Target) -> dict[str, str]:
     """The evaluation span's and event's segment attributes (``CP_SEGMENT_PREFIX + label``), whatever capture says."""
     return {n.CP_SEGMENT_PREFIX + label: value for label, value in target.segments}
+
+
+def _rerank_attributes(result: ScoreResult) -> dict[str, Any]:
+    """Issue 23: what a reranker did to the retrieval it reordered (nothing for a retrieval's own evaluation)."""
+    rerank = result.rerank
+    if rerank is None:
+        return {}
+    return {n.CP_RERANK_AP_BEFORE: rerank.average_precision_before, n.CP_RERANK_LIFT: rerank.lift,
+            n.CP_RERANK_DROPPED_RELEVANT: rerank.dropped_relevant}
 
 
 def _observe_errors(_options: CallbackOptions) -> list[Observation]:

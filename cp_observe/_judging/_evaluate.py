@@ -14,7 +14,7 @@ from cp_observe._judging._reason import build_reason
 from cp_observe._judging._verdicts import coerce_verdicts
 from cp_observe._types import Judge, Judgement, Reference, ScoreResult, Usage, Verdict
 
-__all__ = ["evaluate", "judge_model_name", "score_verdicts"]
+__all__ = ["evaluate", "judge_aligned", "judge_model_name", "score_verdicts"]
 
 
 def score_verdicts(
@@ -64,6 +64,20 @@ async def evaluate(
     model = judge_model_name(judge)
     if not contexts:
         return score_verdicts((), scale=scale, judge_model=model, reference=reference)
+    judgement, verdicts = await judge_aligned(judge, query, reference_text, contexts)
+    return score_verdicts(verdicts, scale=scale, judge_model=judgement.model or model, reference=reference,
+                          judgement=judgement)
+
+
+async def judge_aligned(
+    judge: Judge, query: str, reference_text: str, contexts: Sequence[str]
+) -> tuple[Judgement, tuple[Verdict, ...]]:
+    """One judge call over ``contexts`` (not empty): the judgement and its verdicts, one per context index.
+
+    Raises:
+        JudgeError: the judge failed, or its verdicts do not line up one-to-one with the contexts.
+    """
+    model = judge_model_name(judge)
     raw = await judge.judge(query, reference_text, list(contexts))
     judgement = raw if isinstance(raw, Judgement) else Judgement(verdicts=tuple(raw), model=model)
     verdicts = coerce_verdicts(judgement.verdicts, len(contexts))
@@ -73,8 +87,7 @@ async def evaluate(
             "not one per context index; refusing to score misaligned verdicts",
             calls=judgement.usage.calls,
         )
-    return score_verdicts(verdicts, scale=scale, judge_model=judgement.model or model, reference=reference,
-                          judgement=judgement)
+    return judgement, tuple(verdicts)
 
 
 def judge_model_name(judge: Judge) -> str:

@@ -54,6 +54,16 @@ _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{6,}|Bearer\s+[A-Za-z0-9._\-]{8,})"
 
 
 @dataclass(slots=True)
+class _Tab:
+    """What the model calls of one ``judge()`` cost, and which contexts they cut."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0
+    cost_known: bool = True
+    truncated: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
 class _Reply:
     text: str
     usage: Usage
@@ -127,6 +137,9 @@ class LLMJudge:
         self._transport: Transport = transport
         self._lean: LeanTransport | None = None
         self._lean_resolved = False
+        # Verdicts being asked for right now, by cache key: one entry per context of a call in flight (so bounded
+        # by concurrency x contexts), each removed when its call ends. Used by one event loop at a time per key.
+        self._inflight: dict[str, asyncio.Future[Verdict | None]] = {}
 
     def __repr__(self) -> str:
         # Never show the key.
@@ -166,24 +179,33 @@ class LLMJudge:
         language = self.reason_language or ""
         keys = [content_digest(self._model, PROMPT_VERSION, language, query, reference, c) for c in contexts]
         found: dict[int, Verdict] = {}
+        waiting: dict[int, asyncio.Future[Verdict | None]] = {}
+        loop = asyncio.get_running_loop()
         for i, key in enumerate(keys):
             hit = self._cache.get(key)
             if hit is not None:
                 found[i] = Verdict(i, hit.relevant, hit.reason)
-        todo = [i for i in range(n) if i not in found]
-        usage, cost = Usage(), 0.0
-        truncated: tuple[int, ...] = ()
-        cost_known = True
-        if todo:
-            sub = [contexts[i] for i in todo]
-            verdicts, usage, cost_or_none, sub_truncated = await self._judge_uncached(query, reference, sub)
-            cost_known = cost_or_none is not None
-            cost = cost_or_none or 0.0
-            truncated = tuple(todo[i] for i in sub_truncated)
-            for local, verdict in enumerate(verdicts):
-                index = todo[local]
-                found[index] = Verdict(index, verdict.relevant, verdict.reason)
-                self._cache.put(keys[index], found[index])
+                continue
+            pending = self._inflight.get(key)
+            if pending is not None and not pending.done() and pending.get_loop() is loop:
+                waiting[i] = pending  # another judgement on this loop is asking for it now (issue 23)
+        todo = [i for i in range(n) if i not in found and i not in waiting]
+        cached = n - len(todo)
+        spend = _Tab()
+        await self._judge_into(query, reference, contexts, keys=keys, todo=todo, found=found, spend=spend, loop=loop)
+        if waiting:
+            # shield: this judgement timing out must not cancel the call another judgement is waiting on.
+            answers = await asyncio.gather(*(asyncio.shield(f) for f in waiting.values()))
+            again = []
+            for i, answer in zip(waiting, answers, strict=True):
+                if answer is None:
+                    again.append(i)  # that call failed or was cancelled: ask for it here
+                else:
+                    found[i] = Verdict(i, answer.relevant, answer.reason)
+            cached -= len(again)
+            await self._judge_into(query, reference, contexts, keys=keys, todo=again, found=found, spend=spend,
+                                   loop=loop)
+        usage, cost, cost_known, truncated = spend.usage, spend.cost, spend.cost_known, tuple(sorted(spend.truncated))
         ordered = tuple(found[i] for i in range(n))
         reason = None
         if self.llm_reason and n:
@@ -199,9 +221,57 @@ class LLMJudge:
             usage=usage,
             cost_usd=cost if cost_known else None,
             truncated=truncated,
-            cached=n - len(todo),
+            cached=cached,
             reason=reason,
         )
+
+    async def _judge_into(  # the state of one judge() call, passed down
+        self,
+        query: str,
+        reference: str,
+        contexts: Sequence[str],
+        *,
+        keys: list[str],
+        todo: list[int],
+        found: dict[int, Verdict],
+        spend: _Tab,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Judge ``contexts[i]`` for ``i`` in ``todo`` in one call; cache them, and answer who waits on them.
+
+        While the call runs, each key is in ``_inflight``: a concurrent judgement on the same loop asking the same
+        question (the reranker over a retrieval's documents, say) awaits it instead of calling the model again.
+        """
+        if not todo:
+            return
+        mine: dict[str, asyncio.Future[Verdict | None]] = {}
+        for i in todo:
+            key = keys[i]
+            pending = self._inflight.get(key)
+            if key not in mine and (pending is None or pending.done() or pending.get_loop() is not loop):
+                mine[key] = self._inflight[key] = loop.create_future()
+        try:
+            sub = [contexts[i] for i in todo]
+            verdicts, usage, cost_or_none, sub_truncated = await self._judge_uncached(query, reference, sub)
+            spend.usage = spend.usage + usage
+            if cost_or_none is None:
+                spend.cost_known = False
+            else:
+                spend.cost += cost_or_none
+            spend.truncated.update(todo[i] for i in sub_truncated)
+            for local, verdict in enumerate(verdicts):
+                index = todo[local]
+                found[index] = Verdict(index, verdict.relevant, verdict.reason)
+                self._cache.put(keys[index], found[index])
+                future = mine.get(keys[index])
+                if future is not None and not future.done():
+                    future.set_result(found[index])
+        finally:
+            for key, future in mine.items():
+                if not future.done():
+                    future.set_result(None)  # failed or cancelled: the waiters ask for it themselves
+                if self._inflight.get(key) is future:
+                    del self._inflight[key]
 
     async def _judge_uncached(
         self, query: str, reference: str, contexts: Sequence[str]

@@ -12,6 +12,13 @@ one) are matched by what they carry: the same documents, in the same trace, over
 counted and judged once, under the preferred span (a decorated one, else one naming its data source). A
 retrieval span that carries no documents is not a retrieval to score: it is not counted at all.
 
+A reranker (an OpenInference ``RERANKER`` span, ``@cp_observe.reranker`` among them) is a retrieval of its own,
+``stage=rerank``, when it reorders (``_conventions.reorders``); one that does not is folded like a twin. It is
+named after the retrieval whose documents it reranks when that retrieval was seen in the trace first (its input
+documents are that retrieval's documents), so a data source's two stages are told apart by ``stage`` alone.
+When a turn holds both, both are scored: the retrieval on its documents (``stage=retrieval``), the reranker on the
+union of its input and output (``stage=rerank``, ``_judging/_rerank.py``); the judge's cache shares their verdicts.
+
 Only the evaluator thread touches an ``Assembler``; it needs no lock.
 """
 
@@ -25,7 +32,16 @@ from typing import Any
 from opentelemetry.trace import SpanContext
 
 from cp_observe import _names as n
-from cp_observe._capture._conventions import answer_of, convention_name, is_decorated, query_of, retrieved_of
+from cp_observe._capture._conventions import (
+    answer_of,
+    convention_name,
+    is_decorated,
+    query_of,
+    reorders,
+    reranker_input_of,
+    reranks_nothing,
+    retrieved_of,
+)
 from cp_observe._capture._spans import redact_foreign
 from cp_observe._config._runtime import Payload
 
@@ -70,6 +86,9 @@ class Item:
     enclosing: Any = None
     #: ``(label, value)`` per segment, resolved once on the evaluator thread (``SegmentValues``); None until then.
     segments: tuple[tuple[str, str], ...] | None = None
+    _before: Any = _UNSET
+    #: A reranker's data source when nothing on its span names one: the retrieval whose documents it reranks.
+    _inherited: str | None = None
 
     @property
     def name(self) -> str:
@@ -85,6 +104,8 @@ class Item:
         if name is None:
             value = attributes.get(n.GEN_AI_DATA_SOURCE_ID)
             name = str(value) if value is not None and str(value) else None
+        if name is None:
+            name = self._inherited
         if name is None:
             name = convention_name(self.span_name, attributes)
         self._name = name or "unknown"
@@ -118,6 +139,33 @@ class Item:
                 contexts = [redact_foreign(c) or "" for c in contexts]
             self._contexts = contexts
         return self._contexts  # type: ignore[no-any-return]
+
+    @property
+    def stage(self) -> str:
+        """``STAGE_RERANK`` for a reranker's span, else ``STAGE_RETRIEVAL`` (an agent scored on its contexts too)."""
+        attributes = self.attributes
+        if self.kind == "retriever" and attributes and attributes.get(n.OPENINFERENCE_SPAN_KIND) == n.KIND_RERANKER:
+            return n.STAGE_RERANK
+        return n.STAGE_RETRIEVAL
+
+    def before(self) -> list[str] | None:
+        """A reranker's input documents in their order: from memory, else from its span; ``None`` if unknown."""
+        if self.payload is not None and self.payload.contexts is not None:
+            return self.payload.before
+        if self._before is _UNSET:
+            found = reranker_input_of(self.attributes or {})
+            before = found.texts[:_MAX_DOCUMENTS_FROM_ATTRIBUTES] if found is not None else None
+            if before and not self.decorated:
+                before = [redact_foreign(c) or "" for c in before]
+            self._before = before
+        return self._before  # type: ignore[no-any-return]
+
+    def reranks_nothing(self) -> bool:
+        """A reranker whose output is its input's leading documents in the same order (``_conventions.reorders``)."""
+        payload = self.payload
+        if payload is not None and payload.contexts is not None:
+            return not reorders(payload.before, payload.contexts)
+        return reranks_nothing(self.attributes or {})  # the span's lists (its contexts() reads None for these)
 
     def answer(self) -> str | None:
         """The answer this span carries: from memory, else per convention."""
@@ -246,6 +294,11 @@ class Assembler:
             item.counts = False
             out.append(Fold(item))
             return True
+        reranks = item.stage == n.STAGE_RERANK
+        if reranks and item.reranks_nothing():
+            item.counts = False  # it ranks nothing of its own; its input is scored where it was retrieved
+            out.append(Fold(item))
+            return True
         fingerprint = item.fingerprint()
         if fingerprint is None:
             return False
@@ -268,9 +321,30 @@ class Assembler:
                 return True
             out.append(Fold(item))
             return True
+        if reranks:
+            self._inherit(item, entry[1])
         if len(entry[1]) < _MAX_RETRIEVALS_PER_TRACE:
             entry[1].append(_Seen(fingerprint, item))
         return False
+
+    @staticmethod
+    def _inherit(reranker: Item, seen: list[_Seen]) -> None:
+        """Name a reranker after the retrieval of its trace whose documents are its input (one list the other's head).
+
+        Spans may record fewer documents than were retrieved, so one list being the other's leading part matches.
+        """
+        before = reranker.before()
+        if not before:
+            return
+        wanted = tuple(c[:_FINGERPRINT_CHARS] for c in before)
+        for entry in seen:
+            if entry.item.stage != n.STAGE_RETRIEVAL:
+                continue
+            shorter = min(len(wanted), len(entry.fingerprint))
+            if wanted[:shorter] == entry.fingerprint[:shorter]:
+                reranker._inherited = entry.item.name
+                reranker._name = None
+                return
 
     def expire(self, now: float) -> list[Ready | Skip | Fold]:
         """Judge against their queries the retrievals whose agent did not answer in time."""

@@ -35,6 +35,7 @@ from cp_observe._emission._emit import Emitter, Target
 from cp_observe._errors import JudgeError, JudgeTransportError
 from cp_observe._judging._circuit import CircuitBreaker
 from cp_observe._judging._evaluate import evaluate, judge_model_name
+from cp_observe._judging._rerank import evaluate_rerank
 from cp_observe._log import logger
 from cp_observe._processing._accounting import Accounting
 from cp_observe._processing._assembly import Assembler, Fold, Item, Ready, Skip
@@ -114,7 +115,7 @@ class Evaluator:
         # Refused targets, accounted in stats at once; their metrics (by labels) and, in hold mode, the release
         # of their held spans wait for the evaluator thread. Both bounded: the keys by the data sources and
         # agents, the items by the held-span bound (only held spans' items are kept).
-        self._refused: Tally[tuple[str, str, str, str]] = Tally()  # (name, kind, sampling, reason)
+        self._refused: Tally[tuple[str, str, str, str, str]] = Tally()  # (name, kind, sampling, reason, stage)
         self._refused_items: deque[Item] = deque()
 
     def after_fork(self) -> None:
@@ -166,7 +167,7 @@ class Evaluator:
     def _refuse(self, item: Item, reason: str) -> None:
         """Count a refused target on the caller's thread in O(1): no metric update, no export, no I/O, no wait."""
         self.accounting.refused(reason)
-        self._refused.add((item.name, item.kind, item.sampling_reason, reason))
+        self._refused.add((item.name, item.kind, item.sampling_reason, reason, item.stage))
         if self.on_finished is not None:
             item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"  # one slot store: no lock
             self._refused_items.append(item)  # released by the evaluator thread (or by shutdown)
@@ -174,10 +175,10 @@ class Evaluator:
     def _emit_refused(self) -> None:
         """On the evaluator thread (or at shutdown): the metrics and releases that ``_refuse`` deferred."""
         refused = self._refused.drain()
-        for (name, kind, _, reason), count in refused.items():
+        for (name, kind, _, reason, stage), count in refused.items():
             # What Emitter.labels(_target(item, ...)) gives: an agent target is labelled with its own name. No
             # segment labels: a target refused at the queue was never read past its name (on_end stays O(1)).
-            labels = {n.GEN_AI_DATA_SOURCE_ID: name, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME}
+            labels = {n.GEN_AI_DATA_SOURCE_ID: name, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME, n.STAGE: stage}
             if kind != "retriever":
                 labels[n.GEN_AI_AGENT_NAME] = name
             try:
@@ -206,7 +207,7 @@ class Evaluator:
     def _drop(self, item: Item, reason: str) -> None:
         target = _target(item, "", item.sampling_reason, segments=self._segments(item))
         self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
-        self.emitter.count_sampled(Emitter.dimensions(target))  # the sampled counter has no segment labels
+        self.emitter.count_sampled(Emitter.base_labels(target))  # the sampled counter has no segment labels
         self.emitter.count(n.OUTCOME_DROPPED, reason, Emitter.labels(target))
         item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"
         self._finished(item, None)
@@ -407,17 +408,27 @@ class Evaluator:
         model = judge_model_name(self.judge)
         start_ns = time.time_ns()
         token = otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        before = item.before() if target.stage == n.STAGE_RERANK else None
         try:
-            result = await asyncio.wait_for(
-                evaluate(
+            if before is not None:  # a reranker: one judgement of both orders' documents (_judging/_rerank.py)
+                judging = evaluate_rerank(
+                    self.judge,
+                    query=item.query() or "",
+                    reference_text=ready.reference_text,
+                    reference=ready.reference,  # type: ignore[arg-type]
+                    before=before,
+                    after=contexts,
+                    limit=self.max_judged_contexts,
+                )
+            else:
+                judging = evaluate(
                     self.judge,
                     query=item.query() or "",
                     reference_text=ready.reference_text,
                     reference=ready.reference,  # type: ignore[arg-type]
                     contexts=contexts[: self.max_judged_contexts],
-                ),
-                timeout=self.evaluation_timeout_s,
-            )
+                )
+            result = await asyncio.wait_for(judging, timeout=self.evaluation_timeout_s)
         except asyncio.CancelledError:
             otel_context.detach(token)
             self._finish_drop(item, "shutdown")
@@ -515,6 +526,7 @@ def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | 
         sampling_reason=sampling_reason,
         attributes=item.attributes,
         segments=segments,
+        stage=item.stage,
     )
 
 

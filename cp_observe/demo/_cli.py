@@ -7,6 +7,10 @@ hook emits, like any backend would. ``--degrade-after N`` swaps in a bad retriev
 source id, so the sampled MAP visibly drops — and an alert on it fires. The default run (no ``--turns``,
 ``--degrade-after`` or ``--loop``) ends with such a degraded phase of ``DEGRADED_TURNS`` turns and prints the drop,
 its interval and which of the shipped alerts would fire.
+
+Between retriever and answerer sits a reranker stage (``@reranker``, ``demo/_rerank.py``): it reorders the retrieved
+documents and keeps the best four. Its evaluations (``stage=rerank``, one judgement of both orders) are kept apart
+from the MAP above: each turn prints its rerank lift, and the summary the mean lift per phase.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ __all__ = ["CANARY_SEGMENT", "DATA_SOURCE", "DEGRADED_TURNS", "add_arguments", "
 
 DATA_SOURCE = "demo-bm25"
 AGENT = "demo-agent"
+RERANKER = "demo-rerank"
 DEGRADED_TURNS = 24  # at least the alerts' minimum of 20 scored evaluations, so they can judge the drop
 CANARY_SEGMENT = "retriever.version"  # the canary's variant attribute, and the demo's one segment
 CANARY_CHUNK = 30  # characters per chunk of the canary's worse chunking
@@ -78,6 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     import cp_observe
     from cp_observe.demo._corpus import CORPUS, QUESTIONS
     from cp_observe.demo._rag import BM25Retriever, DegradedRetriever, ExtractiveAnswerer, rechunk
+    from cp_observe.demo._rerank import CoverageReranker
 
     printer = _Printer()
     processor = cp_observe.configure(
@@ -105,9 +111,15 @@ def _run(args: argparse.Namespace) -> int:
         retriever = canary if variant["version"] == "v2" else state["retriever"]
         return list(retriever.search(query))
 
+    reranker = CoverageReranker(top_n=4)
+
+    @cp_observe.reranker(name=RERANKER)  # its evaluation: stage=rerank, under the retrieval's data source
+    def rerank(query: str, documents: list[Any]) -> list[Any]:
+        return reranker.rerank(query, documents)
+
     @cp_observe.agent(name=AGENT)
     def ask(question: str) -> str:
-        return answerer.answer(question, search(question))
+        return answerer.answer(question, rerank(question, search(question)))
 
     stop = _Stop()
     _stop_on_signals(stop)
@@ -150,8 +162,10 @@ class _Printer(SpanProcessor):
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _latest and scores
         self._latest: tuple[tuple[bool, ...], float, str, str] | None = None
-        self.scores: list[tuple[bool, float]] = []  # (degraded, average precision)
+        self.scores: list[tuple[bool, float]] = []  # (degraded, average precision) of the retrieval stage
         self.variants: list[str] = []  # the retriever.version of each score in ``scores``
+        self._latest_rerank: tuple[float, float, int] | None = None  # (AP after, lift, relevant documents cut)
+        self.lifts: list[tuple[bool, float, int]] = []  # (degraded, lift, relevant documents cut)
         self.failures = 0
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -160,6 +174,13 @@ class _Printer(SpanProcessor):
         if span.name != n.EVALUATION_SPAN_NAME or not span.attributes:
             return
         attributes = span.attributes
+        if attributes.get(n.CP_STAGE) == n.STAGE_RERANK:  # the reranker's evaluation: its lift, not the MAP
+            if n.CP_RERANK_LIFT in attributes:
+                with self._lock:
+                    self._latest_rerank = (float(attributes[n.CP_AVERAGE_PRECISION]),  # type: ignore[arg-type]
+                                           float(attributes[n.CP_RERANK_LIFT]),  # type: ignore[arg-type]
+                                           int(attributes[n.CP_RERANK_DROPPED_RELEVANT]))  # type: ignore[arg-type]
+            return
         with self._lock:
             if n.CP_VERDICTS not in attributes:
                 self.failures += 1
@@ -175,9 +196,12 @@ class _Printer(SpanProcessor):
                degraded: bool) -> None:
         with self._lock:
             latest, self._latest = self._latest, None
+            reranked, self._latest_rerank = self._latest_rerank, None
         if latest is not None and latest[1] >= 0:
             self.scores.append((degraded, latest[1]))
             self.variants.append(latest[3])
+        if reranked is not None:
+            self.lifts.append((degraded, reranked[1], reranked[2]))
         if quiet:
             return
         print(f"{_bar(turn, turns)} {question}", flush=True)
@@ -191,6 +215,9 @@ class _Printer(SpanProcessor):
             marks = " ".join(f"{i + 1}{'✓' if v else '✗'}" for i, v in enumerate(verdicts))
             mean = sum(s for _, s in self.scores) / len(self.scores)
             print(f"        ranks: {marks}   score {ap:.2f} ({label})   sampled MAP {mean:.2f}", flush=True)
+        if reranked is not None:
+            print(f"        rerank: score {reranked[0]:.2f}, lift {reranked[1]:+.2f}, "
+                  f"relevant cut {reranked[2]}", flush=True)
 
 
 def _bar(turn: int, turns: int | None, width: int = 20) -> str:
@@ -241,10 +268,27 @@ def _summary(printer: _Printer, degrade_after: int | None, processor: Any, *, ca
 
         for line in report([s for d, s in scores if not d], [s for d, s in scores if d]):
             print(line, flush=True)
+    _lift_summary(printer.lifts, degrade_after)
     if processor is not None:
         stats = processor.stats()
         print(f"evaluations: sampled {stats['sampled']}, scored {stats['scored']}, failed {stats['failed']}, "
               f"dropped {stats['dropped']}, skipped {stats['skipped']}", flush=True)
+
+
+def _lift_summary(lifts: list[tuple[bool, float, int]], degrade_after: int | None) -> None:
+    """The reranker stage: its mean lift (AP after - AP before), per phase, and the relevant documents it cut."""
+    if not lifts:
+        print("rerank lift: the reranker reordered no scored turn", flush=True)
+        return
+    mean = sum(lift for _, lift, _ in lifts) / len(lifts)
+    cut = sum(c for _, _, c in lifts)
+    print(f"rerank lift (AP after - AP before, one judgement): {mean:+.2f} over {len(lifts)} reranked turns, "
+          f"{cut} relevant documents cut", flush=True)
+    if degrade_after is not None:
+        for label, degraded in (("before degradation", False), ("after degradation", True)):
+            part = [lift for d, lift, _ in lifts if d is degraded]
+            if part:
+                print(f"  {label}: {sum(part) / len(part):+.2f} over {len(part)} turns", flush=True)
 
 
 class _Stop:

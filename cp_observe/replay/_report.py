@@ -239,6 +239,8 @@ class _Reader:
 
     def _evaluation(self, span: ReadableSpan, attributes: Any) -> None:
         source = str(attributes.get(n.GEN_AI_DATA_SOURCE_ID, "unknown"))
+        if attributes.get(n.CP_STAGE) == n.STAGE_RERANK:  # issue 23: a data source's rerank stage is its own line
+            source = f"{source} ({n.STAGE_RERANK})"
         if span.status.status_code is StatusCode.ERROR or n.CP_AVERAGE_PRECISION not in attributes:
             stats = self.run.sources.get(source)
             if stats is None:

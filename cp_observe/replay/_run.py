@@ -53,7 +53,7 @@ from cp_observe.serve._convert import spans_from_request
 __all__ = ["DEFAULT_SERVICE_NAME", "ReplayOptions", "ReplayResult", "replay"]
 
 DEFAULT_SERVICE_NAME = "cp-observe-replay"
-_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT})
+_KINDS = frozenset({n.KIND_RETRIEVER, n.KIND_AGENT, n.KIND_RERANKER})
 _OPERATIONS = {n.OPERATION_RETRIEVAL: n.KIND_RETRIEVER, n.OPERATION_INVOKE_AGENT: n.KIND_AGENT}
 _WAIT_S = 0.005
 _FLUSH_TIMEOUT_S = 24 * 3600.0
@@ -222,7 +222,9 @@ class _Feeder:
                 continue
             kind = _kind(span)
             target = kind is not None and _is_target(span, kind)
-            if target and options.data_sources is not None and _source_of(span, str(kind)) not in options.data_sources:
+            # A reranker is named after the retrieval it reranks only in assembly: the data-source filter passes it.
+            if (target and kind != n.KIND_RERANKER and options.data_sources is not None
+                    and _source_of(span, str(kind)) not in options.data_sources):
                 result.other_data_source += 1  # an agent that is no target is kept: it carries the answer
                 continue
             context = span.context
@@ -269,7 +271,9 @@ def _kind(span: ReadableSpan) -> str | None:
 
 
 def _is_target(span: ReadableSpan, kind: str) -> bool:
-    """Retrievals, and agents that carry their own contexts (a ``context_extractor``), as the processor decides."""
+    """Retrievals, rerankers that reorder, agents that carry their own contexts, as the processor decides."""
+    if kind == n.KIND_RERANKER:
+        return not Admission.reranks_nothing(span)
     return kind == n.KIND_RETRIEVER or (span.attributes or {}).get(n.CP_CONTEXT_COUNT) is not None
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 
 from cp_observe import _names as n
-from cp_observe._capture._conventions import role
+from cp_observe._capture._conventions import reranks_nothing, role
 from cp_observe._config._sampling import FORCED, sampling_reason
 from cp_observe._processing._processor import ContextPrecisionProcessor
 
@@ -119,6 +119,11 @@ class Admission:
         # The processor's own classification (one code path): retrievals and answers of every convention.
         interesting = parent is None or parent.is_remote or role(span.attributes, span) is not None
         return interesting and sampling_reason(context.trace_id, self.processor.sampler) is not None
+
+    @staticmethod
+    def reranks_nothing(span: ReadableSpan) -> bool:
+        """A RERANKER span that reorders nothing: queued by ``on_end``, then folded, never an evaluation."""
+        return reranks_nothing(span.attributes or {})
 
     def items(self, spans: Sequence[ReadableSpan]) -> int:
         """How many of ``spans`` ``on_end`` will queue: never fewer (admission's guarantee rests on it)."""

@@ -65,12 +65,12 @@ def test_series_add_up_and_stay_apart() -> None:
     _score(emitter, "kb", (False, False, True), 1)
     _score(emitter, "faq", (True,), 2)
     evaluations = _points(reader, n.METRIC_EVALUATIONS)
-    kb = {n.GEN_AI_DATA_SOURCE_ID: "kb", n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
+    kb = {n.GEN_AI_DATA_SOURCE_ID: "kb", n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME, n.STAGE: n.STAGE_RETRIEVAL,
           n.OUTCOME: n.OUTCOME_SCORED, n.REASON: "ok"}
     assert evaluations[frozenset(kb.items())] == 2
     assert evaluations[frozenset({**kb, n.GEN_AI_DATA_SOURCE_ID: "faq"}.items())] == 1
     verdicts = _points(reader, n.METRIC_VERDICTS)
-    base = {n.GEN_AI_DATA_SOURCE_ID: "kb", n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME}
+    base = {n.GEN_AI_DATA_SOURCE_ID: "kb", n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME, n.STAGE: n.STAGE_RETRIEVAL}
     assert verdicts[frozenset({**base, n.RELEVANT: "true"}.items())] == 3
     assert verdicts[frozenset({**base, n.RELEVANT: "false"}.items())] == 3
     assert sum(_points(reader, n.METRIC_JUDGE_COST).values()) == 0.75
@@ -89,6 +89,7 @@ def test_more_label_sets_than_the_cache_holds_are_all_counted() -> None:
     evaluations = _points(reader, n.METRIC_EVALUATIONS)
     assert sum(evaluations.values()) == len(sources) + 1
     first = {n.GEN_AI_DATA_SOURCE_ID: sources[0], n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
+             n.STAGE: n.STAGE_RETRIEVAL,
              n.OUTCOME: n.OUTCOME_SCORED, n.REASON: "ok"}
     assert evaluations[frozenset(first.items())] == 2
 

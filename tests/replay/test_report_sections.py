@@ -69,14 +69,18 @@ def test_segments_and_canary_by_hand(tmp_path: Path) -> None:
     write_traces(path, cases)
     run = load_run([path])
     values = run.segments.by_value[("docs", "retriever_version")]
-    v1 = [1.0] * 12
-    v2 = [1.0 if i % 4 == 0 else 1 / 3 for i in range(12)]
-    assert values["v1"].count == 12 and values["v1"].mean == pytest.approx(1.0)
-    assert values["v2"].mean == pytest.approx(mean(v2))
+    # A data source's rerank-stage evaluations are a line of their own ("docs (rerank)"), so the retrieval stage
+    # holds the cases without a reranker: v1 all relevant first (AP 1), v2 the relevant context first or last.
+    v1 = [1.0 for c in cases if c.version == "v1" and c.rerank is None]
+    v2 = [1.0 if c.verdicts[0] else 1 / 3 for c in cases if c.version == "v2" and c.rerank is None]
+    assert values["v1"].count == len(v1) == 8 and values["v1"].mean == pytest.approx(1.0)
+    assert values["v2"].count == len(v2) == 8 and values["v2"].mean == pytest.approx(mean(v2))
+    reranked_values = run.segments.by_value[("docs (rerank)", "retriever_version")]
+    assert reranked_values["v1"].count == reranked_values["v2"].count == 4
     diff, bound = run.segments.canary("docs", "retriever_version", "v2")
     z = NormalDist().inv_cdf(0.99)
     assert diff == pytest.approx(mean(v2) - 1.0)
-    assert bound == pytest.approx(diff + z * math.sqrt(stdev(v2) ** 2 / 12 + stdev(v1) ** 2 / 12))
+    assert bound == pytest.approx(diff + z * math.sqrt(stdev(v2) ** 2 / len(v2) + stdev(v1) ** 2 / len(v1)))
     assert bound < 0  # v2 is worse than the rest of docs
     up, up_bound = run.segments.canary("docs", "retriever_version", "v1")
     assert up > 0 and up_bound is not None and up_bound > 0
