@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_alerts.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_alerts.py"
 
 
 @pytest.fixture(scope="module")

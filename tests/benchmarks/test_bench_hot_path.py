@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_hot_path.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_hot_path.py"
 
 
 @pytest.fixture(scope="module")

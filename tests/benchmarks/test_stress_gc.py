@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "stress_gc.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "stress_gc.py"
 SECONDS = 15
 STALL_SECONDS = 15  # a freeze is reported this long after it starts; no healthy step comes near it
 # Start-up, the run, the remaining collection, the flush (a queue of 4 at 50 ms), shutdown, and a freeze's report.

@@ -1,8 +1,9 @@
 """The convention readers and the one-retrieval-one-evaluation rule, with spans written through the OTel API.
 
 These spans follow the conventions as written (GenAI, OpenInference RERANKER) or reproduce shapes the real
-instrumentors emit that tests/test_frameworks.py cannot provoke on demand (OpenLLMetry's retriever span beside a
-decorated function's). The instrumentors themselves are tested for real in tests/test_frameworks.py.
+instrumentors emit that tests/integration/test_frameworks.py cannot provoke on demand (OpenLLMetry's retriever
+span beside a decorated function's). The instrumentors themselves are tested for real in
+tests/integration/test_frameworks.py.
 """
 
 from __future__ import annotations

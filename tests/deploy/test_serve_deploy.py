@@ -13,7 +13,7 @@ from cp_observe import _names as n
 from cp_observe.serve import ServeSettings
 from cp_observe.serve._service import DEFAULT_SERVICE_NAME
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = ROOT / "collectors" / "gateway-loadbalancing.yaml"
 K8S = ROOT / "deploy" / "k8s" / "scorer"
 COMPOSE = ROOT / "deploy" / "compose.scorer.yml"

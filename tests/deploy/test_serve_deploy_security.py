@@ -16,7 +16,7 @@ from cp_observe.serve import ServeSettings
 from tests.conftest import KeywordJudge
 from tests.serve_support import OtlpSink, retrieval_request, start_service
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = ROOT / "collectors" / "gateway-loadbalancing.yaml"
 K8S = ROOT / "deploy" / "k8s" / "scorer"
 COMPOSE = ROOT / "deploy" / "compose.scorer.yml"

@@ -29,7 +29,7 @@ import cp_observe
 from cp_observe import _names as n
 from cp_observe.testing import JudgeServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = ROOT / ".venv-frameworks" / "bin" / "python"
 pytestmark = [
     pytest.mark.skipif(

@@ -27,7 +27,7 @@ import cp_observe
 from cp_observe import _names as n
 from cp_observe.testing import JudgeServer
 
-APP = Path(__file__).resolve().parent / "node"
+APP = Path(__file__).resolve().parents[1] / "node"
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(
     NODE is None or not (APP / "node_modules" / "@langchain" / "core").is_dir(),

@@ -50,7 +50,7 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "cp-observe-demo-phoenix"
 TURNS = 4
 JUDGE_MODEL = "openai/judge-test"

@@ -23,7 +23,7 @@ import pytest
 import cp_observe
 from cp_observe import JudgeTransportError, LLMJudge
 from cp_observe._judging._prompt import VERDICTS_SCHEMA
-from tests.real_model_support import (
+from tests.integration.real_model_support import (
     AUTO_CASES,
     CASES,
     Case,

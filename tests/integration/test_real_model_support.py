@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_model_support import REBUILD_HINT, LlamaServer, ServerStartError, signal_death
+from tests.integration.real_model_support import REBUILD_HINT, LlamaServer, ServerStartError, signal_death
 
 
 class _SelfKillingServer(LlamaServer):

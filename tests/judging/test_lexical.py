@@ -42,7 +42,7 @@ from cp_observe._judging._lexical import LexicalJudge
 from cp_observe._judging._text import KANA_WEIGHT, term_weights, tokens
 from cp_observe._types import Judge, Judgement, Usage
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 #: Every reason the judge writes must match this: numbers and fixed words, never words from the texts.
 REASON = re.compile(
     r"(?:not relevant|relevant): (?:covers \d+% of (?:the (?:reference|query)'s key terms|the key terms of part "

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cp_observe import average_precision, context_precision_score
 
-REFERENCE_CASES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mastra_cases.json"
+REFERENCE_CASES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "mastra_cases.json"
 # The reference scorer's own cases, copied so the tests do not depend on a folder outside the repo.
 MASTRA_CASES = [
     ([True, True], 1, 1.0),

@@ -1,7 +1,8 @@
 """Scenarios that make the garbage collector run cp-observe's finalizer paths *inside* cp-observe's own code.
 
-Run as ``python -m tests.gc_reentrancy_support SCENARIO`` (``tests/test_gc_reentrancy.py`` does, one subprocess per
-scenario: a deadlock there cannot poison the test session's locks). Automatic collection is off; instead a trace
+Run as ``python -m tests.processing.gc_reentrancy_support SCENARIO`` (``tests/processing/test_gc_reentrancy.py``
+does, one subprocess per scenario: a deadlock there cannot poison the test session's locks). Automatic collection
+is off; instead a trace
 function runs on every line that cp-observe executes, in every thread (the host's and the evaluator's), and at each
 line makes garbage whose finalizer reaches cp-observe and collects it right there. Whatever lock of ours is held
 at that line is held while the finalizer runs, exactly as when the collector lands on an allocation inside the

@@ -1,7 +1,8 @@
 """Nothing the garbage collector can run waits on a lock of ours (issue 21).
 
-Each scenario of ``tests/gc_reentrancy_support.py`` runs in its own interpreter, with a collection forced on every
-line cp-observe executes (in the host's threads and the evaluator's) and garbage whose finalizer reaches our code:
+Each scenario of ``tests/processing/gc_reentrancy_support.py`` runs in its own interpreter, with a collection forced
+on every line cp-observe executes (in the host's threads and the evaluator's) and garbage whose finalizer reaches our
+code:
 a deadlock there dumps every thread's stack and fails the test, and cannot poison this session's locks. On the
 code before issue 21 every scenario deadlocked; ARCHITECTURE.md lists the paths and the rule.
 """
@@ -31,9 +32,9 @@ from cp_observe import ContextPrecisionProcessor
 from cp_observe import _names as n
 from cp_observe._tally import Tally
 from tests.conftest import Otel
-from tests.gc_reentrancy_support import SCENARIOS
+from tests.processing.gc_reentrancy_support import SCENARIOS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIO_TIMEOUT_S = 30
 
 
@@ -43,7 +44,7 @@ def test_collection_inside_our_code_never_deadlocks(scenario: str) -> None:
     env = {**os.environ, "CP_OBSERVE_GC_SCENARIO_TIMEOUT_S": str(SCENARIO_TIMEOUT_S)}
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "tests.gc_reentrancy_support", scenario],
+            [sys.executable, "-m", "tests.processing.gc_reentrancy_support", scenario],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S + 30, check=False,
         )
     except subprocess.TimeoutExpired as exc:

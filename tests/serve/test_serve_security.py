@@ -354,7 +354,7 @@ def test_bare_socket_that_never_handshakes_does_not_block_others(
                                   "tls_reload_interval_s", "admin_tls", "auth_token_file", "admin_auth", "log_level"])
 def test_every_security_setting_is_documented_in_securing_serve(name: str) -> None:
     """README's "Securing serve" names each setting and its variable; the token's variable is environment-only."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("## Securing serve"):]
     section = section[:section.index("\n## ", 1)]
     assert f"`{name}`" in section and f"`CP_OBSERVE_{name.upper()}`" in section

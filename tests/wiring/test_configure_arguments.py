@@ -14,7 +14,7 @@ from cp_observe._config import _bounds, _runtime
 from cp_observe._config._settings import Settings
 from cp_observe._errors import ConfigurationError
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
 NOT_SETTINGS = {"redact", "tracer_provider", "meter_provider", "logger_provider", "sinks", "unknown"}
 
 

@@ -9,7 +9,7 @@ import pytest
 from cp_observe import _names as n
 from cp_observe._config._settings import Settings
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("name", sorted(Settings.model_fields))
@@ -47,7 +47,7 @@ def test_every_emitted_attribute_is_documented(name: str) -> None:
 
 def test_the_two_setup_commands_are_there() -> None:
     """The demo and test commands are given, and the scripts exist."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for command in ("./scripts/demo", "./scripts/test"):
         assert command in README
         assert (root / command).exists()

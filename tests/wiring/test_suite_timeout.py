@@ -23,7 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - pytest itself depends on tomli before 3.11
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 _HUNG_TEST = '''
 import threading
