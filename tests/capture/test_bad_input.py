@@ -30,7 +30,7 @@ import cp_observe
 from cp_observe import _internal
 from cp_observe import _names as n
 from cp_observe._capture._serialize import MARKER_MAX
-from cp_observe._config import _runtime
+from cp_observe.testing import IsolatedRuntime
 from tests.conftest import KeywordJudge, Otel
 from tests.otlp_receiver import OtlpReceiver, attributes_of
 
@@ -53,7 +53,7 @@ def mode(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture
 def scored(otel: Otel, keyword_judge: KeywordJudge, mode: str) -> cp_observe.ContextPrecisionProcessor:
     """A processor judging every call with the recording keyword judge; small recording limits."""
-    _runtime.install(max_value_length=LIMIT, max_contexts=MAX_CONTEXTS)
+    otel.runtime.install(max_value_length=LIMIT, max_contexts=MAX_CONTEXTS)
     return otel.processor(keyword_judge)
 
 
@@ -690,7 +690,7 @@ def test_user_exception_that_cannot_be_printed_passes_through(
     saved = _internal.raise_internal_errors()
     _internal.set_raise_internal_errors(raising)
     try:
-        _runtime.install(max_value_length=LIMIT)
+        otel.runtime.install(max_value_length=LIMIT)
         processor = otel.processor(keyword_judge)
         error = UnprintableError()
 
@@ -728,7 +728,7 @@ def test_raising_context_extractor_is_contained_in_production(
     otel: Otel, keyword_judge: KeywordJudge, production_errors: None
 ) -> None:
     """A context_extractor that raises is a user error: the call keeps its result, the target is skipped."""
-    _runtime.install(max_value_length=LIMIT)
+    otel.runtime.install(max_value_length=LIMIT)
     processor = otel.processor(keyword_judge)
     result = {"answer": ANSWER}
 
@@ -753,8 +753,7 @@ def test_lone_surrogates_survive_otlp_export(keyword_judge: KeywordJudge, caplog
     with OtlpReceiver() as receiver:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.url("traces"), timeout=5)))
-        saved = _runtime.RUNTIME_HOLDER[0]
-        _runtime.install(tracer_provider=provider)
+        runtime = IsolatedRuntime(tracer_provider=provider).open()
         try:
 
             @cp_observe.retriever(name="kb")
@@ -764,7 +763,7 @@ def test_lone_surrogates_survive_otlp_export(keyword_judge: KeywordJudge, caplog
             search("q")
             assert receiver.wait_for(lambda r: bool(r.spans()), 5.0)
         finally:
-            _runtime.RUNTIME_HOLDER[0] = saved
+            runtime.close()
             provider.shutdown()
         [span] = receiver.spans()
         content = attributes_of(span).get(n.document_attribute(0, "content"))

@@ -298,9 +298,7 @@ def test_configure_data_source_setting() -> None:
 
 def test_foreign_content_passes_the_redact_hook_before_the_judge(otel: Otel, keyword_judge: KeywordJudge) -> None:
     """Query, contexts and answer read off another instrumentation's spans are redacted before the judge."""
-    from cp_observe._config import _runtime
-
-    _runtime.install(redact=lambda text: text.replace("4111-1111", "[card]"))
+    otel.runtime.install(redact=lambda text: text.replace("4111-1111", "[card]"))
     processor = otel.processor(keyword_judge)
     tracer = otel.tracer_provider.get_tracer("app")
     with tracer.start_as_current_span("chat", attributes={n.GEN_AI_OPERATION_NAME: "chat"}) as chat:

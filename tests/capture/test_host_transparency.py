@@ -36,8 +36,8 @@ from opentelemetry.trace import StatusCode
 import cp_observe
 from cp_observe import _internal
 from cp_observe import _names as n
-from cp_observe._config import _runtime
 from cp_observe._config._sampling import TraceIdRatio
+from cp_observe.testing import IsolatedRuntime
 from tests.conftest import KeywordJudge
 
 KINDS = ("sync", "async", "generator", "async_generator", "method", "classmethod", "staticmethod", "callable_object")
@@ -100,23 +100,32 @@ def _shut_pipelines() -> Iterator[None]:
 
 @contextlib.contextmanager
 def environment(name: str) -> Iterator[InMemorySpanExporter]:
-    """Install one environment for the decorators; restore everything after."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    try:
-        if name == "no_sdk":
-            _runtime.install(tracer_provider=None, sampler=TraceIdRatio(1.0))
-            spans = InMemorySpanExporter()
-        else:
-            provider, spans, processor = _pipeline(name)
-            spans.clear()
-            _runtime.install(tracer_provider=provider, sampler=TraceIdRatio(0.0 if name == "unsampled" else 1.0),
-                             capture_content=name != "capture_off")
-        yield spans
-        if name != "no_sdk":
-            processor.force_flush(5_000)
-    finally:
-        _runtime.RUNTIME_HOLDER[0] = saved
-        _runtime.PAYLOADS.clear()
+    """Install one environment for the decorators; restore everything after (``install`` changes it meanwhile)."""
+    with IsolatedRuntime() as runtime:
+        _ENVIRONMENT.append(runtime)
+        try:
+            if name == "no_sdk":
+                runtime.install(tracer_provider=None, sampler=TraceIdRatio(1.0))
+                spans = InMemorySpanExporter()
+            else:
+                provider, spans, processor = _pipeline(name)
+                spans.clear()
+                runtime.install(tracer_provider=provider, sampler=TraceIdRatio(0.0 if name == "unsampled" else 1.0),
+                                capture_content=name != "capture_off")
+            yield spans
+            if name != "no_sdk":
+                processor.force_flush(5_000)
+        finally:
+            _ENVIRONMENT.pop()
+
+
+#: The open environments' isolations, innermost last.
+_ENVIRONMENT: list[IsolatedRuntime] = []
+
+
+def install(**settings: Any) -> None:
+    """Change the runtime settings of the innermost open environment."""
+    _ENVIRONMENT[-1].install(**settings)
 
 
 @pytest.fixture(autouse=True)
@@ -496,7 +505,7 @@ def test_generator_capture_is_bounded_but_count_is_whole() -> None:
             yield f"row {i}"
 
     with environment("sampled") as spans:
-        _runtime.install(max_contexts=5, max_judged_contexts=7)
+        install(max_contexts=5, max_judged_contexts=7)
         assert list(stream("q")) == [f"row {i}" for i in range(500)]
         [span] = [s for s in spans.get_finished_spans() if s.name == "retrieval stream"]
     assert span.attributes[n.CP_CONTEXT_COUNT] == 500
@@ -530,7 +539,7 @@ def test_failing_user_callback_never_reaches_the_host(callback: str, switch: boo
     try:
         with environment("sampled") as spans:
             if callback == "redact":
-                _runtime.install(redact=_boom)
+                install(redact=_boom)
             assert rag("capital?") is result
             [span] = [s for s in spans.get_finished_spans() if s.name == "invoke_agent rag"]
     finally:

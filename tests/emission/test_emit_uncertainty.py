@@ -31,7 +31,7 @@ TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 class _Rig:
     """An Emitter wired to in-memory span, log and metric readers (and optionally a Prometheus reader)."""
 
-    def __init__(self, judge: Any = None, *, prometheus: bool = False) -> None:
+    def __init__(self, judge: Any = None, *, prometheus: bool = False, max_exemplars: int = 10_000) -> None:
         self.spans = InMemorySpanExporter()
         tracer_provider = TracerProvider()
         tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
@@ -42,7 +42,7 @@ class _Rig:
         self.registry = CollectorRegistry()
         readers: list[Any] = [self.reader]
         if prometheus:
-            self.prometheus = ExemplarPrometheusReader(registry=self.registry)
+            self.prometheus = ExemplarPrometheusReader(registry=self.registry, max_exemplars=max_exemplars)
             readers.append(self.prometheus)
         self.emitter = Emitter(tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=readers),
                                logger_provider=logger_provider, threshold=0.5, capture_content=False,
@@ -155,8 +155,7 @@ def test_openmetrics_exposition_puts_the_exemplar_on_its_bucket() -> None:
 
 def test_exemplar_memory_is_bounded_and_counts_what_it_drops() -> None:
     """Beyond max_exemplars new buckets go without an exemplar, counted in dropped."""
-    rig = _Rig(LexicalJudge(), prometheus=True)
-    rig.prometheus._max = 1
+    rig = _Rig(LexicalJudge(), prometheus=True, max_exemplars=1)
     rig.score(0.05)
     rig.score(0.95)
     text = generate_openmetrics(rig.registry).decode()
@@ -183,13 +182,22 @@ def test_an_exporter_without_the_expected_collector_still_serves_metrics(monkeyp
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
     class Opaque:
-        """Stands for a changed exporter internals: it forwards data but has no ``collect``."""
+        """Stands for a changed exporter internals: it forwards data but has no ``collect``.
+
+        It is equal to the collector it wraps, the one registered, so the reader's shutdown unregisters it.
+        """
 
         def __init__(self, inner: Any) -> None:
             self.inner = inner
 
         def add_metrics_data(self, data: Any) -> None:
             self.inner.add_metrics_data(data)
+
+        def __eq__(self, other: object) -> bool:
+            return other is self or other is self.inner
+
+        def __hash__(self) -> int:
+            return hash(self.inner)
 
     original = PrometheusMetricReader.__init__
 
@@ -199,9 +207,6 @@ def test_an_exporter_without_the_expected_collector_still_serves_metrics(monkeyp
 
     monkeypatch.setattr(PrometheusMetricReader, "__init__", opaque_collector)
     rig = _Rig(LexicalJudge(), prometheus=True)
-    try:
-        rig.score(0.25)
-        text = generate_openmetrics(rig.registry).decode()
-        assert "context_precision_score_count{" in text and "# {" not in text
-    finally:
-        rig.prometheus._collector = rig.prometheus._collector.inner  # lets shutdown unregister it
+    rig.score(0.25)
+    text = generate_openmetrics(rig.registry).decode()
+    assert "context_precision_score_count{" in text and "# {" not in text

@@ -24,6 +24,7 @@ from cp_observe._emission._phoenix import PhoenixSink, document_annotations, spa
 from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._judging._identity import judge_identity
 from cp_observe._wiring._providers import sinks_from_settings
+from cp_observe.testing import ProcessorProbe
 from tests.conftest import KeywordJudge, Otel
 
 DOCS = ["Paris is the capital of France.", "Bananas are yellow.", "France is in Europe."]
@@ -242,9 +243,7 @@ def test_processor_offers_each_scored_evaluation_to_its_sinks(otel: Otel, keywor
 
 def test_with_capture_off_the_record_has_no_reasons_and_no_documents(otel: Otel, keyword_judge: KeywordJudge) -> None:
     """Capture off: no per-context reasons leave the process, and no document is recorded to annotate."""
-    from cp_observe._config import _runtime
-
-    _runtime.install(tracer_provider=otel.tracer_provider, capture_content=False)
+    otel.runtime.install(capture_content=False)
     sink = ScriptedSink()
     processor = otel.processor(keyword_judge, sinks=[sink], capture_content=False)
 
@@ -298,7 +297,7 @@ def test_force_flush_tries_each_evaluation_once_without_waiting_out_retries(
     assert processor.force_flush(30_000)
     assert len(sink.batches) == 1
     assert processor.sink_stats()["scripted"]["pending"] == 1
-    [runner] = processor._sinks
+    [runner] = ProcessorProbe(processor).sinks
     assert runner.flush(30)  # the runner's own flush waits for the retries
     assert processor.sink_stats()["scripted"] == {"offered": 1, "sent": 1, "failed": 0, "dropped": 0, "pending": 0}
 
@@ -364,7 +363,7 @@ def test_serve_takes_phoenix_url_and_sink_flags() -> None:
     settings = ServeSettings.resolve({name: getattr(args, name) for name in SERVE_FIELDS}, environ={})
     service = ScorerService(settings, judge=cp_observe.LexicalJudge())
     try:
-        [runner] = service.processor._sinks
+        [runner] = ProcessorProbe(service.processor).sinks
         assert isinstance(runner.sink, PhoenixSink) and runner.queue_size == 7
         assert runner.sink.url == "http://127.0.0.1:6006"
     finally:
@@ -382,7 +381,7 @@ def test_configure_sets_up_the_phoenix_sink_and_your_own(otel: Otel, caplog: pyt
     )
     assert processor is not None
     try:
-        runners = processor._sinks
+        runners = ProcessorProbe(processor).sinks
         assert [type(r.sink) for r in runners] == [PhoenixSink, ScriptedSink]
         assert {r.queue_size for r in runners} == {42}
     finally:

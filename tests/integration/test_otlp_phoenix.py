@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +23,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 import cp_observe
 from cp_observe import _names as n
-from cp_observe._config import _runtime
-from tests.phoenix_support import INSTALL_HINT, PHOENIX_EXECUTABLE, PhoenixServer, RecordingExporter, phoenix_server
+from cp_observe.testing import IsolatedRuntime
+from tests.phoenix_support import INSTALL_HINT, PHOENIX_EXECUTABLE, PhoenixServer, RecordingExporter
 
 pytestmark = pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists(), reason=INSTALL_HINT)
 
@@ -96,14 +95,6 @@ def _otlp_exporter(protocol: str, server: PhoenixServer) -> SpanExporter:
     return OTLPSpanExporter(endpoint=f"{server.url}/v1/traces")
 
 
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PhoenixServer]:
-    """One Phoenix server for the module, on free loopback ports, with its database in a temporary directory."""
-    workdir: Path = tmp_path_factory.mktemp("phoenix")
-    with phoenix_server(workdir) as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=PROTOCOLS)
 def shipped(request: pytest.FixtureRequest, phoenix: PhoenixServer) -> Iterator[Shipped]:
     """Run the agent with scoring on, export over one protocol, and wait until Phoenix holds every span sent."""
@@ -114,15 +105,10 @@ def shipped(request: pytest.FixtureRequest, phoenix: PhoenixServer) -> Iterator[
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=100))
     processor = cp_observe.ContextPrecisionProcessor(cp_observe.LexicalJudge(), tracer_provider=provider)
     provider.add_span_processor(processor)
-    saved = _runtime.RUNTIME_HOLDER[0]
     try:
-        _runtime.install(tracer_provider=provider)
-        try:
+        with IsolatedRuntime(tracer_provider=provider):
             for question, expected in ANSWERS.items():
                 assert answer(question) == expected
-        finally:
-            _runtime.RUNTIME_HOLDER[0] = saved
-            _runtime.PAYLOADS.clear()
         assert processor.force_flush(30_000)
         assert provider.force_flush(30_000)
         assert processor.stats()["scored"] == len(ANSWERS)

@@ -40,9 +40,9 @@ from cp_observe import _names as n
 from cp_observe._emission._phoenix import PhoenixSink
 from cp_observe._emission._quiet_export import QuietLogExporter, QuietMetricExporter
 from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner
-from cp_observe.testing import JudgeServer
+from cp_observe.testing import JudgeServer, ProcessorProbe
 from tests.otlp_receiver import OtlpReceiver
-from tests.phoenix_support import INSTALL_HINT, PHOENIX_EXECUTABLE, PhoenixServer, phoenix_server
+from tests.phoenix_support import INSTALL_HINT, PHOENIX_EXECUTABLE, PhoenixServer
 
 pytestmark = [
     pytest.mark.skipif(not PHOENIX_EXECUTABLE.exists(), reason=INSTALL_HINT),
@@ -83,13 +83,6 @@ class DemoRun:
     @property
     def evaluations(self) -> list[dict[str, Any]]:
         return self.named(n.EVALUATION_SPAN_NAME)
-
-
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PhoenixServer]:
-    """One Phoenix server for the module, on free loopback ports, with its database in a temporary directory."""
-    with phoenix_server(tmp_path_factory.mktemp("phoenix")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -436,7 +429,7 @@ def test_cp_observe_serve_annotates_the_spans_it_scores(
         assert post(f"http://127.0.0.1:{service.port('http')}/v1/traces", body)[0] == 200
         assert service.flush(60)
         assert service.processor.stats()["scored"] == 3
-        [runner] = service.processor._sinks
+        [runner] = ProcessorProbe(service.processor).sinks
         assert runner.flush(60)  # and the retries of spans Phoenix had not ingested yet
         assert service.processor.sink_stats()[n.SINK_PHOENIX]["sent"] == 3
     annotations = phoenix.get_json("/v1/projects/default/span_annotations", span_ids=ids, limit=100)["data"]

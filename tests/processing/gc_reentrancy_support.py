@@ -288,16 +288,18 @@ def async_generators() -> dict[str, Any]:
 def payload_eviction() -> dict[str, Any]:
     """The payload store, full, evicts while finalizers store more payloads."""
     from cp_observe._config._runtime import PAYLOADS
+    from cp_observe.testing import IsolatedRuntime
 
-    PAYLOADS._max = 2  # a store of 10,000 would need 10,000 untaken payloads to evict
-    tracer_provider = provider()
-    # A processor that is not on the provider: calls are marked sampled and keep their payload for it, but no
-    # on_end ever takes them (as when the processor serves another provider), so the store fills and evicts.
-    ContextPrecisionProcessor(SlowJudge(), tracer_provider=tracer_provider, meter_provider=_meters(),
-                              shutdown_timeout_s=1.0)
-    with CollectInside(abandoned_generator, files=("_config/_runtime.py",), limit=1500,
-                       every=3) as inside:
-        _calls(40)
+    # A store of 10,000 would need 10,000 untaken payloads to evict.
+    with IsolatedRuntime(payload_capacity=2):
+        tracer_provider = provider()
+        # A processor that is not on the provider: calls are marked sampled and keep their payload for it, but no
+        # on_end ever takes them (as when the processor serves another provider), so the store fills and evicts.
+        ContextPrecisionProcessor(SlowJudge(), tracer_provider=tracer_provider, meter_provider=_meters(),
+                                  shutdown_timeout_s=1.0)
+        with CollectInside(abandoned_generator, files=("_config/_runtime.py",), limit=1500,
+                           every=3) as inside:
+            _calls(40)
     assert PAYLOADS.evicted > 0, "nothing was evicted: the scenario did not reach eviction"
     return {"collections": inside.collections, "finalized": inside.finalized, "evicted": PAYLOADS.evicted}
 

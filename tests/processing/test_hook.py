@@ -304,9 +304,7 @@ def test_sampling_is_by_trace_id_and_consistent(otel: Otel, keyword_judge: Keywo
 
 def test_capture_off_exports_no_content_but_still_scores(otel: Otel, keyword_judge: KeywordJudge) -> None:
     """With capture off, spans carry no query, contexts, answer or reasons; the judge still sees them."""
-    from cp_observe._config import _runtime
-
-    _runtime.install(capture_content=False)
+    otel.runtime.install(capture_content=False)
     processor = otel.processor(keyword_judge)
 
     @cp_observe.agent(name="quiet")
@@ -327,9 +325,7 @@ def test_capture_off_exports_no_content_but_still_scores(otel: Otel, keyword_jud
 
 def test_redaction_runs_before_recording_and_judging(otel: Otel, keyword_judge: KeywordJudge) -> None:
     """The redaction hook changes what is recorded and what the judge receives."""
-    from cp_observe._config import _runtime
-
-    _runtime.install(redact=lambda text: text.replace("Paris", "[CITY]"))
+    otel.runtime.install(redact=lambda text: text.replace("Paris", "[CITY]"))
     processor = otel.processor(keyword_judge)
     sync_search("Is Paris big?")
     processor.force_flush(10_000)
@@ -499,7 +495,7 @@ def test_hold_mode_writes_the_score_onto_the_scored_span(keyword_judge: KeywordJ
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from cp_observe._config import _runtime
+    from cp_observe.testing import IsolatedRuntime
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -507,13 +503,12 @@ def test_hold_mode_writes_the_score_onto_the_scored_span(keyword_judge: KeywordJ
         keyword_judge, tracer_provider=provider, export_processor=SimpleSpanProcessor(exporter)
     )
     provider.add_span_processor(processor)
-    saved = _runtime.RUNTIME_HOLDER[0]
-    _runtime.install(tracer_provider=provider)
+    runtime = IsolatedRuntime(tracer_provider=provider).open()
     try:
         assert sync_search("capital of France") == DOCS
         processor.force_flush(10_000)
     finally:
-        _runtime.RUNTIME_HOLDER[0] = saved
+        runtime.close()
         processor.shutdown()
     spans = {s.name: s for s in exporter.get_finished_spans()}
     retrieval = spans["retrieval sync"]
@@ -529,7 +524,7 @@ def test_hold_mode_releases_unenriched_when_time_is_up(keyword_judge: KeywordJud
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from cp_observe._config import _runtime
+    from cp_observe.testing import IsolatedRuntime
 
     gate = threading.Event()
 
@@ -547,8 +542,7 @@ def test_hold_mode_releases_unenriched_when_time_is_up(keyword_judge: KeywordJud
         Stuck(), tracer_provider=provider, export_processor=SimpleSpanProcessor(exporter), hold_timeout_s=0.2
     )
     provider.add_span_processor(processor)
-    saved = _runtime.RUNTIME_HOLDER[0]
-    _runtime.install(tracer_provider=provider)
+    runtime = IsolatedRuntime(tracer_provider=provider).open()
     try:
         sync_search("capital")
         deadline = time.monotonic() + 5
@@ -560,7 +554,7 @@ def test_hold_mode_releases_unenriched_when_time_is_up(keyword_judge: KeywordJud
     finally:
         gate.set()
         processor.force_flush(10_000)
-        _runtime.RUNTIME_HOLDER[0] = saved
+        runtime.close()
         processor.shutdown()
     names = sorted(s.name for s in exporter.get_finished_spans())
     assert names == [n.EVALUATION_SPAN_NAME, "retrieval sync"]

@@ -36,9 +36,8 @@ from opentelemetry.trace import StatusCode
 import cp_observe
 from cp_observe import _names as n
 from cp_observe._config import _runtime
-from cp_observe._config._sampling import RateLimiter
 from cp_observe._judging._litellm import load_litellm
-from cp_observe.testing import JudgeServer, delay, good, raw, reset, status
+from cp_observe.testing import JudgeServer, ProcessorProbe, delay, good, raw, reset, status
 from tests.conftest import KeywordJudge, Otel
 
 DOCS = (
@@ -399,7 +398,7 @@ def test_probe_refused_by_the_rate_cap_does_not_wedge_the_circuit(otel: Otel) ->
 
     now = [0.0]
     processor = otel.processor(Flaky(), circuit_failures=1, circuit_cooldown_s=0.2, max_evaluations_per_minute=1)
-    processor._evaluator.rate = RateLimiter(1, clock=lambda: now[0])  # a fake clock for the rate cap only
+    ProcessorProbe(processor).use_rate_clock(lambda: now[0])  # a fake clock for the rate cap only
     question = "capital of France?"
     answer(question)
     assert processor.force_flush(10_000)
@@ -463,7 +462,7 @@ def test_shutdown_leaves_no_task_pending_on_the_evaluator_loop(
     processor = otel.processor(llm_judge(server.url))
     answer("capital of France?")
     assert processor.force_flush(10_000)
-    loop = processor._evaluator._loop
+    loop = ProcessorProbe(processor).event_loop
     assert loop is not None
     processor.shutdown()
     assert loop.is_closed()
@@ -490,7 +489,7 @@ def test_shutdown_counts_targets_arriving_while_it_drains(otel: Otel) -> None:
     assert entered.wait(5)
     stopper = threading.Thread(target=processor.shutdown)
     stopper.start()
-    assert _wait_until(lambda: processor._evaluator._closed, 5.0)
+    assert _wait_until(lambda: ProcessorProbe(processor).closed, 5.0)
     for i in range(5):
         answer(f"late {i}")
     release.set()
@@ -821,7 +820,7 @@ def test_two_providers_with_two_processors_stay_independent(otel: Otel) -> None:
 
 def test_a_second_processor_does_not_change_the_first_ones_sampling(otel: Otel, keyword_judge: KeywordJudge) -> None:
     """Building a rate-0 processor for another provider does not stop the first (rate 1) from judging its calls."""
-    _runtime.install(capture_content=False)  # the judge can then only work from the in-memory payloads
+    otel.runtime.install(capture_content=False)  # the judge can then only work from the in-memory payloads
     processor = otel.processor(keyword_judge, sample_rate=1.0)
     other = _pipeline()
     quiet = cp_observe.ContextPrecisionProcessor(
@@ -849,7 +848,7 @@ def test_no_payloads_are_kept_after_shutdown(otel: Otel, keyword_judge: KeywordJ
     processor.shutdown()
     for i in range(50):
         answer(f"after {i}")
-    assert len(_runtime.PAYLOADS) == 0
+    assert otel.runtime.payloads_held == 0
 
 
 def test_calls_on_the_judge_path_are_neither_traced_nor_scored(

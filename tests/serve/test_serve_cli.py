@@ -11,19 +11,17 @@ from collections.abc import Iterator
 import pytest
 
 from cp_observe import ConfigurationError
-from cp_observe._config import _runtime
 from cp_observe.serve import ScorerService, ServeSettings
 from cp_observe.serve._cli import add_arguments, run
-from cp_observe.testing import JudgeServer
+from cp_observe.testing import IsolatedRuntime, JudgeServer
 from tests.serve_support import ROOT, OtlpSink, post, read_line, retrieval_request, stop_by_signal, subprocess_env
 
 
 @pytest.fixture(autouse=True)
 def clean_runtime() -> Iterator[None]:
     """Restore the process-wide runtime the processor touches."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    yield
-    _runtime.RUNTIME_HOLDER[0] = saved
+    with IsolatedRuntime():
+        yield
 
 
 def _parse(*argv: str) -> argparse.Namespace:

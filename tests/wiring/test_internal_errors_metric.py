@@ -65,7 +65,7 @@ def test_configure_exports_it_too(otel: Otel) -> None:
     processor = cp_observe.configure("lexical", tracer_provider=otel.tracer_provider,
                                      meter_provider=otel.meter_provider, logger_provider=otel.logger_provider)
     assert processor is not None
-    otel._processors.append(processor)
+    otel.shut_down_after(processor)
     _internal.report_user_error("query", ValueError("theirs"))
     assert _errors(otel) == {("user", "query"): 1}
 

@@ -36,12 +36,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 import cp_observe
 from cp_observe import _internal
 from cp_observe import _names as n
-from cp_observe._config import _runtime
-from cp_observe._config._sampling import FORCED
 from cp_observe._config._settings import Settings
 from cp_observe._judging._litellm import load_litellm
-from cp_observe._wiring import _configure
-from cp_observe.testing import JudgeServer, fixed, raw, status
+from cp_observe.testing import IsolatedRuntime, JudgeServer, fixed, raw, status
 from cp_observe.testing._prompt_reader import parse_judge_prompt
 from tests.otlp_receiver import OtlpReceiver, attributes_of
 
@@ -96,17 +93,10 @@ def server() -> Iterator[JudgeServer]:
 
 
 @pytest.fixture
-def clean_runtime() -> Iterator[None]:
+def clean_runtime() -> Iterator[IsolatedRuntime]:
     """Whatever configure() or a processor installs process-wide is undone after the test."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    yield
-    current = _configure._CURRENT[0]
-    if current is not None:
-        current.shutdown()
-    _configure._CURRENT[0] = None
-    _runtime.RUNTIME_HOLDER[0] = saved
-    _runtime.PAYLOADS.clear()
-    FORCED._ids.clear()
+    with IsolatedRuntime() as runtime:
+        yield runtime
 
 
 @pytest.fixture
@@ -132,6 +122,7 @@ class OtlpPipeline:
     meter_provider: MeterProvider
     logger_provider: LoggerProvider
     span_encoding: str  # the Content-Encoding the span exporter sends: "gzip" or "" (none)
+    runtime: IsolatedRuntime  # the test's: what it installs process-wide is undone after it
 
     def flush(self, processor: cp_observe.ContextPrecisionProcessor | None = None) -> None:
         if processor is not None:
@@ -147,7 +138,9 @@ class OtlpPipeline:
 
 
 @pytest.fixture(params=["batch", "simple"])
-def pipeline(request: pytest.FixtureRequest, receiver: OtlpReceiver, clean_runtime: None) -> Iterator[OtlpPipeline]:
+def pipeline(
+    request: pytest.FixtureRequest, receiver: OtlpReceiver, clean_runtime: IsolatedRuntime
+) -> Iterator[OtlpPipeline]:
     """A real OTLP pipeline into the receiver; spans through a batch (gzip) or a simple (plain) span processor."""
     tracer_provider = TracerProvider()
     compression = Compression.Gzip if request.param == "batch" else Compression.NoCompression
@@ -163,12 +156,9 @@ def pipeline(request: pytest.FixtureRequest, receiver: OtlpReceiver, clean_runti
         BatchLogRecordProcessor(OTLPLogExporter(endpoint=receiver.url("logs"), timeout=5))
     )
     encoding = "gzip" if compression is Compression.Gzip else ""
-    running = OtlpPipeline(tracer_provider, meter_provider, logger_provider, encoding)
+    running = OtlpPipeline(tracer_provider, meter_provider, logger_provider, encoding, clean_runtime)
     yield running
-    current = _configure._CURRENT[0]
-    if current is not None:
-        current.shutdown()
-        _configure._CURRENT[0] = None
+    clean_runtime.close()  # shuts configure()'s processor down first, while the providers it exports to still run
     running.shutdown()
 
 
@@ -243,7 +233,7 @@ def _configure_capture_off(
         "logger_provider": pipeline.logger_provider,
     }
     if how == "runtime_install":
-        _runtime.install(capture_content=False, tracer_provider=pipeline.tracer_provider)
+        pipeline.runtime.install(capture_content=False, tracer_provider=pipeline.tracer_provider)
         processor = cp_observe.ContextPrecisionProcessor(judge, capture_content=False, **providers)
         pipeline.tracer_provider.add_span_processor(processor)
         return processor
@@ -279,7 +269,7 @@ def test_capture_off_exports_no_content_yet_the_judge_sees_it(  # noqa: PLR0917 
         status(400, body={"error": {"message": f"invalid input near '{QUERY} {ECHO}'", "type": "invalid_request"}}),
     )
     processor = _configure_capture_off(how, judge, pipeline, monkeypatch)
-    assert _runtime.runtime().capture_content is False
+    assert pipeline.runtime.settings.capture_content is False
 
     assert answer(f"What is the capital of France? {QUERY}") == f"Paris is the capital of France. {ANSWER}"
     assert processor.force_flush(30_000)
@@ -663,7 +653,7 @@ def test_internal_error_log_line_carries_no_content(
     def redactor(text: str) -> str:
         raise RuntimeError(f"redactor saw {text}")
 
-    _runtime.install(redact=redactor)
+    otel.runtime.install(redact=redactor)
 
     @cp_observe.retriever(name="kb")
     def leaky(query: str) -> list[str]:
