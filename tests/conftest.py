@@ -111,10 +111,25 @@ def _fresh_error_log() -> None:
     _internal.reset_error_counts()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The session's default durable store (``$XDG_STATE_HOME/cp-observe``) is its own, from before any fixture.
+
+    A service built from settings resolved with ``environ={}`` ignores ``CP_OBSERVE_DATA_DIR`` and would
+    otherwise open ``~/.local/state/cp-observe``, shared with every other run on the machine, and resume their
+    targets (module-scoped services start before the per-test directory below is set).
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _own_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's `serve` gets its own durable store, so no test resumes what another one left."""
-    monkeypatch.setenv("CP_OBSERVE_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    data = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("CP_OBSERVE_DATA_DIR", str(data))
+    monkeypatch.setenv("XDG_STATE_HOME", str(data / "state"))  # the default location too
 
 
 @pytest.fixture
