@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the real RAG frameworks and instrumentors (LangChain, LlamaIndex, Haystack, Chroma; OpenInference and
-# OpenLLMetry) into their own venv, .venv-frameworks, for tests/test_frameworks.py. A separate venv because their
+# OpenLLMetry) into their own venv, .venv-frameworks, for tests/integration/test_frameworks.py. A separate venv because their
 # dependency trees (numpy, onnxruntime, SQLAlchemy, ...) must never constrain the library's test venv.
 # Exact versions from scripts/frameworks.lock, installed with --no-deps (nothing to resolve: a minute or two from
 # a warm cache), plus cp-observe itself (editable, so the apps run this checkout). Idempotent: a stamp records the

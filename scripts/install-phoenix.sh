@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Install Arize Phoenix into its own venv, .venv-phoenix, for tests/test_otlp_phoenix.py: a real OTLP receiver
+# Install Arize Phoenix into its own venv, .venv-phoenix, for tests/integration/test_otlp_phoenix.py: a real OTLP receiver
 # (HTTP and gRPC) on loopback whose API reads the spans back. A separate venv because Phoenix pins a large
 # dependency tree (FastAPI, SQLAlchemy, gRPC, pandas, ...) that must never constrain the library's test venv.
 # Idempotent: a stamp records the pinned version, so a second run does nothing. Quiet; fails loudly.
 #
-# Bump PHOENIX_VERSION only together with a green tests/test_otlp_phoenix.py: the test reads spans back through
+# Bump PHOENIX_VERSION only together with a green tests/integration/test_otlp_phoenix.py: the test reads spans back through
 # Phoenix's REST API and its server environment variables, both of which change between major versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."

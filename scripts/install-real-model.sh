@@ -5,7 +5,7 @@
 # Some hosts of this machine kind advertise instructions (AMX, the newer AVX-512 sets) that their virtual
 # machine does not enable: a native build there dies with SIGILL at the first evaluated token. So this is the one
 # place that says how the tier is built: native tuning off, an explicit instruction set every x86-64 host of this
-# kind runs (x86-64-v3: AVX, AVX2, FMA, F16C), nothing chosen by the build host. tests/real_model_support.py reads
+# kind runs (x86-64-v3: AVX, AVX2, FMA, F16C), nothing chosen by the build host. tests/integration/real_model_support.py reads
 # the flags back from .venv (LLAMA_FLAGS_STAMP) to report them if the model server dies from a signal.
 #
 # The built wheel is kept in a cache keyed by version and flags (CP_OBSERVE_WHEEL_CACHE, default

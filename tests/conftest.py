@@ -21,10 +21,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from cp_observe import _internal
-from cp_observe._config import _runtime
-from cp_observe._config._sampling import FORCED
 from cp_observe._types import Judgement, Usage, Verdict
-from cp_observe._wiring import _configure
+from cp_observe.testing import IsolatedRuntime
 
 if TYPE_CHECKING:
     from tests.serve_support import OtlpSink
@@ -36,7 +34,11 @@ _internal.set_raise_internal_errors(True)
 
 @dataclass
 class Otel:
-    """An in-memory tracer, meter and logger provider, wired as the decorators' provider."""
+    """An in-memory tracer, meter and logger provider, wired as the decorators' provider.
+
+    ``runtime`` is the test's ``IsolatedRuntime``: ``otel.runtime.install(capture_content=False)`` changes what
+    the decorators read for the rest of the test.
+    """
 
     tracer_provider: TracerProvider
     spans: InMemorySpanExporter
@@ -44,6 +46,7 @@ class Otel:
     metrics: InMemoryMetricReader
     logger_provider: LoggerProvider
     logs: InMemoryLogRecordExporter
+    runtime: IsolatedRuntime
 
     def finished(self) -> list[ReadableSpan]:
         return list(self.spans.get_finished_spans())
@@ -77,6 +80,10 @@ class Otel:
         self._processors.append(processor)
         return processor
 
+    def shut_down_after(self, processor: Any) -> None:
+        """Shut ``processor`` (one the test built itself) down when the test ends, with the fixture's own."""
+        self._processors.append(processor)
+
     _processors: list[Any] = field(default_factory=list)
 
 
@@ -91,16 +98,11 @@ def otel() -> Iterator[Otel]:
     logs = InMemoryLogRecordExporter()
     logger_provider = LoggerProvider()
     logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
-    saved = _runtime.RUNTIME_HOLDER[0]
-    _runtime.install(tracer_provider=tracer_provider)
-    state = Otel(tracer_provider, spans, meter_provider, metrics, logger_provider, logs)
-    yield state
-    for processor in state._processors:
-        processor.shutdown()
-    _runtime.RUNTIME_HOLDER[0] = saved
-    _runtime.PAYLOADS.clear()
-    _configure._CURRENT[0] = None
-    FORCED._ids.clear()
+    with IsolatedRuntime(tracer_provider=tracer_provider) as runtime:
+        state = Otel(tracer_provider, spans, meter_provider, metrics, logger_provider, logs, runtime)
+        yield state
+        for processor in state._processors:
+            processor.shutdown()
 
 
 @pytest.fixture(autouse=True)
@@ -109,10 +111,25 @@ def _fresh_error_log() -> None:
     _internal.reset_error_counts()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The session's default durable store (``$XDG_STATE_HOME/cp-observe``) is its own, from before any fixture.
+
+    A service built from settings resolved with ``environ={}`` ignores ``CP_OBSERVE_DATA_DIR`` and would
+    otherwise open ``~/.local/state/cp-observe``, shared with every other run on the machine, and resume their
+    targets (module-scoped services start before the per-test directory below is set).
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _own_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's `serve` gets its own durable store, so no test resumes what another one left."""
-    monkeypatch.setenv("CP_OBSERVE_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    data = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("CP_OBSERVE_DATA_DIR", str(data))
+    monkeypatch.setenv("XDG_STATE_HOME", str(data / "state"))  # the default location too
 
 
 @pytest.fixture
@@ -163,10 +180,7 @@ def sink() -> Iterator[OtlpSink]:
 
 
 @pytest.fixture
-def serve_state_restored() -> Iterator[None]:
+def serve_state_restored() -> Iterator[IsolatedRuntime]:
     """A service installs its sampler in the process-wide runtime: restore it, drop payloads, forget forced traces."""
-    saved = _runtime.RUNTIME_HOLDER[0]
-    yield
-    _runtime.RUNTIME_HOLDER[0] = saved
-    _runtime.PAYLOADS.clear()
-    FORCED._ids.clear()
+    with IsolatedRuntime() as runtime:
+        yield runtime

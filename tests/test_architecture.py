@@ -168,3 +168,177 @@ def test_no_import_cycle_between_packages() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     """The cycle check can fail: a two-module loop is reported."""
     assert _cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
+
+
+# --- the test tree (ARCHITECTURE.md "The test tree") ---------------------------------------------------------
+
+TESTS = ROOT / "tests"
+
+
+def _test_folders() -> dict[str, set[str]]:
+    """Each folder of the test-tree table, by name, with the packages (``_capture`` ...) its row names."""
+    folders: dict[str, set[str]] = {}
+    for first, exercised in _table_rows("The test tree"):
+        (folder,) = re.findall(r"`tests/(\w+)/`", first)
+        folders[folder] = {name.rstrip("/") for name in re.findall(r"`(\w+/)`", exercised)}
+    return folders
+
+
+FOLDERS = _test_folders()
+
+
+def _test_files() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("test_*.py") if "node_modules" not in p.parts)
+
+
+def _misplaced(files: list[Path], folders: set[str]) -> list[str]:
+    """Test files outside the table's folders (the two tests of the whole repository may stay at the root)."""
+    out = []
+    for path in files:
+        parts = path.relative_to(TESTS).parts
+        if parts in (("test_architecture.py",), ("test_no_machine_paths.py",)):
+            continue
+        if len(parts) < 2 or parts[0] not in folders:
+            out.append(str(path.relative_to(ROOT)))
+    return out
+
+
+def test_every_test_file_is_in_a_folder_of_the_table() -> None:
+    """No flat tests/test_*.py and no folder the table does not name (the whole-repository tests aside)."""
+    files = _test_files()
+    assert len(files) > 60
+    assert _misplaced(files, set(FOLDERS)) == []
+
+
+def test_a_flat_test_file_is_caught(tmp_path: Path) -> None:
+    """The placement check can fail: a test file at the root of tests/ or in an unknown folder is reported."""
+    planted = [TESTS / "test_new_thing.py", TESTS / "misc" / "test_other.py", TESTS / "capture" / "test_fine.py"]
+    assert _misplaced(planted, set(FOLDERS)) == ["tests/test_new_thing.py", "tests/misc/test_other.py"]
+
+
+def test_the_folders_map_to_the_packages() -> None:
+    """Every package of the package table has exactly one test folder, and every folder of the table exists."""
+    packages = {unit for unit in ALLOWED if unit != "cp_observe" and (PACKAGE / unit).is_dir()}
+    assert len(packages) >= 11
+    owners: dict[str, list[str]] = {}
+    for folder, named in FOLDERS.items():
+        assert (TESTS / folder / "__init__.py").is_file(), f"tests/{folder}/ is missing (or its __init__.py)"
+        for package in named:
+            assert package in packages, f"tests/{folder}/ names {package}/, which is not a package of the table"
+            owners.setdefault(package, []).append(folder)
+    assert {p: f for p, f in owners.items() if len(f) > 1} == {}, "a package tested in two folders"
+    assert packages - set(owners) == set(), "packages without a test folder"
+    with_tests = {p.relative_to(TESTS).parts[0] for p in _test_files() if p.parent != TESTS}
+    assert with_tests <= set(FOLDERS)
+
+
+# What a test may not write: the process-wide state cp-observe keeps (by the names that hold it), and any private
+# attribute of an object that is not the test's own ``self``. Reading is allowed; so is holding a lock, and
+# ``monkeypatch`` (undone by pytest) on anything but the process-wide state. cp_observe/testing, the kit that does
+# this for tests, is library code and not scanned.
+PROCESS_STATE = frozenset({
+    "_runtime", "RUNTIME_HOLDER", "RUNTIME", "PAYLOADS", "FORCED", "_sampling", "_CURRENT", "_configure",
+    "_LIVE_SAMPLERS", "_SAMPLER_CHANGES",
+})
+MUTATORS = frozenset({
+    "install", "clear", "append", "appendleft", "extend", "insert", "pop", "popleft", "popitem", "add", "discard",
+    "remove", "update", "setdefault", "put", "take", "move_to_end",
+})
+
+
+def _chain(node: ast.AST) -> list[tuple[str, str]]:
+    """``a.b[0].c(x).d`` as [("name", "a"), ("attr", "b"), ("attr", "c"), ("attr", "d")]."""
+    out: list[tuple[str, str]] = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            out.append(("attr", node.attr))
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            if isinstance(node, ast.Name):
+                out.append(("name", node.id))
+            return out[::-1]
+
+
+def _forbidden(chain: list[tuple[str, str]]) -> str | None:
+    for i, (kind, name) in enumerate(chain):
+        if name in PROCESS_STATE:
+            return f"the process-wide {name}"
+        private = kind == "attr" and name.startswith("_") and not name.startswith("__")
+        if private and not (i == 1 and chain[0][1] in ("self", "cls")):
+            return f"the private attribute .{name}"
+    return None
+
+
+def _private_state_writes(source: str) -> Iterator[str]:
+    """Each place in ``source`` that assigns, deletes or resets process-wide state or a private attribute."""
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute | ast.Subscript) and (why := _forbidden(_chain(target))):
+                yield f"line {node.lineno}: writes {why}"
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in MUTATORS and (why := _forbidden(_chain(func.value))):
+            yield f"line {node.lineno}: {func.attr}() on {why}"
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name not in ("setattr", "delattr") or len(node.args) < 2:
+            continue
+        on_monkeypatch = isinstance(func, ast.Attribute) and _chain(func.value)[:1] == [("name", "monkeypatch")]
+        attribute = node.args[1]
+        private = (isinstance(attribute, ast.Constant) and isinstance(attribute.value, str)
+                   and attribute.value.startswith("_") and not attribute.value.startswith("__"))
+        state = _forbidden(_chain(node.args[0])) if on_monkeypatch else None
+        if (private and not on_monkeypatch) or (state and "process-wide" in state) or (
+            on_monkeypatch and isinstance(attribute, ast.Constant) and attribute.value in PROCESS_STATE
+        ):
+            yield f"line {node.lineno}: {name} of {ast.unparse(node.args[0])}.{getattr(attribute, 'value', '?')}"
+
+
+def test_no_test_writes_process_wide_state_or_private_attributes() -> None:
+    """Tests reach the runtime, payloads, forced traces and processors only through the public API and the kit."""
+    found = []
+    for path in sorted(p for p in TESTS.rglob("*.py") if "node_modules" not in p.parts):
+        found += [f"{path.relative_to(ROOT)} {v}" for v in _private_state_writes(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+@pytest.mark.parametrize("planted", [
+    "from cp_observe._config import _runtime\n_runtime.RUNTIME_HOLDER[0] = saved\n",
+    "from cp_observe._config import _runtime\n_runtime.install(capture_content=False)\n",
+    "from cp_observe._config._sampling import FORCED\nFORCED._ids.clear()\n",
+    "from cp_observe._config._runtime import PAYLOADS\nPAYLOADS.clear()\n",
+    "from cp_observe._wiring import _configure\n_configure._CURRENT[0] = None\n",
+    "processor._evaluator.rate = limiter\n",
+    "del processor._sinks\n",
+    "processor._evaluator._queue.clear()\n",
+    "setattr(processor, '_shutdown', True)\n",
+    "monkeypatch.setattr(_runtime, 'RUNTIME_HOLDER', [fake])\n",
+    "monkeypatch.setattr(_configure, '_CURRENT', [None])\n",
+])
+def test_a_private_state_write_is_caught(planted: str) -> None:
+    """The scan can fail: each way a test could reach private state is reported."""
+    assert list(_private_state_writes(planted)), planted
+
+
+def test_reads_the_kit_and_own_attributes_are_allowed() -> None:
+    """What tests may do passes the scan: reads, the kit, their own objects' private attributes, monkeypatch."""
+    allowed = (
+        "runtime.install(capture_content=False)\n"
+        "otel.runtime.install(redact=None)\n"
+        "assert _runtime.runtime().capture_content is False\n"
+        "loop = ProcessorProbe(processor).event_loop\n"
+        "self._never = threading.Event()\n"
+        "monkeypatch.setattr(rig.prometheus, '_remember', broken)\n"
+        "with tally._lock:\n    pass\n"
+        "items.append(1)\n"
+    )
+    assert list(_private_state_writes(allowed)) == []

@@ -5,7 +5,7 @@ model); a dozen scalar fields do not need it. A setting is a dataclass field dec
 (default, description, bounds); ``FieldTable`` lists a settings class's fields once, with their types, for
 ``resolve()``, the ``serve`` flags and the tests. ``SettingField.coerce`` accepts and refuses what pydantic's
 lax mode did for these types, so no value that used to configure now fails, or the reverse
-(``tests/test_settings_fields.py`` compares the two on the same inputs):
+(``tests/wiring/test_settings_fields.py`` compares the two on the same inputs):
 
 - ``int``: an int, a bool, a whole finite float, or a string of ASCII digits (sign, ``_`` between digits,
   surrounding whitespace and a ``.0`` tail allowed);

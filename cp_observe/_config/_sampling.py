@@ -66,6 +66,10 @@ class ForcedTraces:
     def __contains__(self, trace_id: object) -> bool:
         return trace_id in self._ids
 
+    def clear(self) -> None:
+        """Forget every forced trace (``cp_observe.testing.IsolatedRuntime`` does, when it closes)."""
+        self._ids.clear()
+
 
 #: Process-wide forced traces; ``force_evaluation()`` adds to it, every processor reads it.
 FORCED = ForcedTraces()

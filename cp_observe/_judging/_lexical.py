@@ -4,7 +4,7 @@
 deployments score with, and a baseline to compare an LLM judge against. It cannot read meaning: a context
 that paraphrases the answer in other words, or a same-topic context with the wrong fact, can fool it.
 
-The rule, chosen on the dev half of ``tests/data/lexical_{en,ja}.jsonl`` (see ``tests/test_lexical.py``):
+The rule, chosen on the dev half of ``tests/data/lexical_{en,ja}.jsonl`` (see ``tests/judging/test_lexical.py``):
 
 1. The *target* is the reference (the agent's answer), or the query when the reference has no terms.
    A reference that declines to answer ("I don't know", "分かりません") used no context: all are not

@@ -1,7 +1,7 @@
 """What the shipped alert rules would say about the demo's degraded phase: the drop, its interval, which alerts fire.
 
 The arithmetic is the rules' (deploy/prometheus/rules/context_precision.rules.yml): the window's mean, its standard
-error from the sum of squares, and the same z, thresholds and minimum; ``tests/test_demo_alerts.py`` keeps these
+error from the sum of squares, and the same z, thresholds and minimum; ``tests/demo/test_demo_alerts.py`` keeps these
 constants equal to the rules. The healthy phase stands in for the regression alert's "same hour a day earlier".
 """
 

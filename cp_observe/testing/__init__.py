@@ -9,6 +9,11 @@ scores the decorated calls in memory and returns the evaluations. The pytest plu
 (``cp_observe.testing.pytest_plugin``, registered by the ``pytest11`` entry point) offers both as the fixtures
 ``cp_observe_judge`` and ``cp_observe_evaluations``.
 
+For tests that wire cp-observe themselves: ``IsolatedRuntime`` (the fixture ``cp_observe_runtime``) saves the
+process-wide state the decorators and ``configure()`` keep and puts it back afterwards, and ``ProcessorProbe``
+reads a processor's queue, event loop and sinks (and runs its rate cap on a fake clock) without reaching into
+its private attributes.
+
 The names load on first use (PEP 562): pytest loads the plugin in every session of an environment where
 cp-observe is installed, and that must not cost the HTTP server's imports.
 """
@@ -23,10 +28,12 @@ __all__ = [
     "EvaluationCapture",
     "FakeJudge",
     "HumanLabels",
+    "IsolatedRuntime",
     "JudgeCall",
     "JudgeServer",
     "LabelAgreement",
     "Policy",
+    "ProcessorProbe",
     "RecordedRequest",
     "delay",
     "fixed",
@@ -44,9 +51,11 @@ _WHERE: dict[str, str] = {
     "FakeJudge": "_fake_judge",
     "HumanLabels": "_labels",
     "LabelAgreement": "_labels",
+    "IsolatedRuntime": "_isolation",
     "JudgeCall": "_fake_judge",
     "JudgeServer": "_judge_server",
     "Policy": "_behaviours",
+    "ProcessorProbe": "_probe",
     "RecordedRequest": "_judge_server",
     "delay": "_behaviours",
     "fixed": "_behaviours",
@@ -86,5 +95,7 @@ if TYPE_CHECKING:
     )
     from cp_observe.testing._capture import EvaluationCapture
     from cp_observe.testing._fake_judge import FakeJudge, JudgeCall, word_overlap
+    from cp_observe.testing._isolation import IsolatedRuntime
     from cp_observe.testing._judge_server import JudgeServer, RecordedRequest
     from cp_observe.testing._labels import HumanLabels, LabelAgreement
+    from cp_observe.testing._probe import ProcessorProbe

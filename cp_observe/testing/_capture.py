@@ -55,8 +55,8 @@ class EvaluationCapture:
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-        from cp_observe._config import _runtime
         from cp_observe._processing._processor import ContextPrecisionProcessor
+        from cp_observe.testing._isolation import IsolatedRuntime
 
         self._sink = _KeepSink()
         self._spans = InMemorySpanExporter()
@@ -69,8 +69,7 @@ class EvaluationCapture:
             logger_provider=LoggerProvider(), sinks=[self._sink], **options,
         )
         self.tracer_provider.add_span_processor(self.processor)
-        self._saved = _runtime.RUNTIME_HOLDER[0]
-        _runtime.install(tracer_provider=self.tracer_provider)
+        self._runtime = IsolatedRuntime(tracer_provider=self.tracer_provider).open()
         self._closed = False
 
     def evaluations(self, timeout_s: float = 10.0) -> list[EvaluationRecord]:
@@ -88,11 +87,8 @@ class EvaluationCapture:
         if self._closed:
             return
         self._closed = True
-        from cp_observe._config import _runtime
-
         self.processor.shutdown()
-        _runtime.RUNTIME_HOLDER[0] = self._saved
-        _runtime.PAYLOADS.clear()
+        self._runtime.close()
 
     def __enter__(self) -> EvaluationCapture:
         return self

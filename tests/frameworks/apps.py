@@ -1,4 +1,6 @@
-"""Small RAG apps on the real frameworks and instrumentors, run by tests/test_frameworks.py in ``.venv-frameworks``.
+"""Small RAG apps on the real frameworks and instrumentors, run in ``.venv-frameworks``.
+
+Run by tests/integration/test_frameworks.py.
 
 ``python -m tests.frameworks.apps FAMILY --judge URL --otlp URL``
 

@@ -1,5 +1,5 @@
-"""The judge tests of ``tests/test_llm_judge.py`` and the fault matrix and circuit of ``tests/test_reliability.py``,
-run again on the litellm fallback path.
+"""The judge tests of ``tests/judging/test_llm_judge.py`` and the fault matrix and circuit of
+``tests/processing/test_reliability.py``, run again on the litellm fallback path.
 
 Their judges are ``openai/`` models, which now take the lean path; here every judge built takes
 ``litellm.acompletion`` instead (the route is refused, exactly as for a provider the lean path does not cover),

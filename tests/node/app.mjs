@@ -1,5 +1,5 @@
 // A LangChain JS RAG app instrumented by OpenInference, exporting its spans with the standard OTLP exporter.
-// Usage: node app.mjs http|grpc URL   (tests/test_node.py runs it against `cp-observe serve` on loopback)
+// Usage: node app.mjs http|grpc URL   (tests/integration/test_node.py runs it against `cp-observe serve` on loopback)
 // No network: a fake vector store with synthetic embeddings and a fake chat model, from @langchain/core.
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
 import { SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";

@@ -226,7 +226,7 @@ def test_configure_runs_the_cascade_in_process(otel: Otel) -> None:
                                          tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider,
                                          logger_provider=otel.logger_provider)
         assert processor is not None
-        otel._processors.append(processor)
+        otel.shut_down_after(processor)
         evaluations = _run(otel, processor, QUESTIONS[:3])
         calls = server.calls
     assert calls == 3

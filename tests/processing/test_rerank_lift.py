@@ -170,7 +170,7 @@ def test_capture_off_still_judges_both_orders(otel: Otel, server: JudgeServer) -
         judge=_judge(server), capture_content=False, tracer_provider=otel.tracer_provider,
         meter_provider=otel.meter_provider, logger_provider=otel.logger_provider,
     )
-    otel._processors.append(processor)  # shut down with the fixture's
+    otel.shut_down_after(processor)  # shut down with the fixture's
 
     @cp_observe.reranker(name="ce", documents="candidates")
     def rerank(candidates: list[str], query: str) -> list[str]:
