@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from cp_observe._judging import _llm_judge
-from tests.test_llm_judge import (  # noqa: F401 - collected again here, on the fallback path
+from tests.judging.test_llm_judge import (  # noqa: F401 - collected again here, on the fallback path
     server,
     test_api_key_never_appears_in_errors,
     test_connection_reset_mid_body_is_retried,
@@ -31,7 +31,7 @@ from tests.test_llm_judge import (  # noqa: F401 - collected again here, on the 
     test_timeout_is_retried_then_fails,
     test_too_few_verdicts_are_repaired_per_context,
 )
-from tests.test_reliability import (  # noqa: F401 - collected again here, on the fallback path
+from tests.processing.test_reliability import (  # noqa: F401 - collected again here, on the fallback path
     _litellm_worker_hygiene,
     litellm_ready,
     test_circuit_opens_skips_probes_once_and_closes,

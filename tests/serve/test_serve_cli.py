@@ -49,7 +49,7 @@ def test_flag_beats_variable_beats_default() -> None:
     environ = {"CP_OBSERVE_QUEUE_SIZE": "7", "CP_OBSERVE_GRPC_PORT": "5317", "CP_OBSERVE_CONCURRENCY": "many",
                "CP_OBSERVE_JUDGE_API_KEY": "sk-from-env"}
     settings = ServeSettings.resolve(explicit, environ=environ)
-    assert (settings.queue_size, settings.grpc_port, settings.concurrency) == (5, 5317, 4)
+    assert (settings.queue_size, settings.grpc_port, settings.concurrency) == (5, 5317, 32)  # serve's own default
     assert settings.capture_content is False
     assert settings.judge_api_key is not None and settings.judge_api_key.get_secret_value() == "sk-from-env"
     assert "sk-from-env" not in repr(settings)
