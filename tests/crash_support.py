@@ -175,7 +175,9 @@ def crash_run(workdir: Path, *, turns_total: int, batch: int, kills: Sequence[tu
         turns(i, min(batch, turns_total - i)) for i in range(0, turns_total, batch)]
     work = iter(batches)
     work_lock = threading.Lock()  # guards work
-    with JudgeServer() as judge, OtlpReceiver() as receiver:
+    # A judge that takes its time (200 ms a call, 8 in flight): every kill then lands while judgements run, so a
+    # restart has work to resume. With an instant judge the lean transport drains the queue between batches.
+    with JudgeServer(latency=0.2) as judge, OtlpReceiver() as receiver:
         serve = Serve(workdir / "data", judge.url, receiver.endpoint, durable=durable)
         serve.start()
         endpoint = f"http://127.0.0.1:{serve.http_port}/v1/traces"
