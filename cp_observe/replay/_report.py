@@ -247,10 +247,13 @@ class _Reader:
             return
         if n.GEN_AI_RETRIEVAL_QUERY_TEXT in attributes or n.CP_CONTEXT_COUNT in attributes or \
                 attributes.get(n.GEN_AI_OPERATION_NAME) == n.OPERATION_RETRIEVAL:
-            query = attributes.get(n.GEN_AI_RETRIEVAL_QUERY_TEXT) or attributes.get(n.INPUT_VALUE)
+            query = attributes.get(n.GEN_AI_RETRIEVAL_QUERY_TEXT) or attributes.get(n.RERANKER_QUERY) or \
+                attributes.get(n.INPUT_VALUE)
+            reranker = attributes.get(n.OPENINFERENCE_SPAN_KIND) == n.KIND_RERANKER  # scored on what it kept
+            prefix = n.RERANKER_OUTPUT_DOCUMENTS if reranker else n.RETRIEVAL_DOCUMENTS
             contexts = []
             for i in range(MAX_RANKS):
-                value = attributes.get(n.document_attribute(i, "content"))
+                value = attributes.get(n.document_attribute(i, "content", prefix))
                 if value is None:
                     break
                 contexts.append(str(value)[:_PREVIEW])
