@@ -11,13 +11,18 @@ evaluation span's parent in a bounded map of the most recent ``MAX_TARGETS`` tar
 Confidence intervals are normal approximations at 95 %: MAP ± 1.96·s/√n, and for two runs the difference of
 MAPs ± 1.96·√(s₁²/n₁ + s₂²/n₂) (Welch). Average precision is bounded and often bimodal, so for small n read
 the interval as a guide; at n < 2 none is given.
+
+A report line is a data source and stage (``report_line``, the one rule for evaluation spans and dataset lines
+alike): a data source's rerank-stage evaluations score what its reranker kept, so they are a line of their own,
+``"<data source> (rerank)"``, with their own MAP, segments and canary verdicts, never pooled with the retrieval's;
+two runs are compared line by line, rerank with rerank.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +40,7 @@ from cp_observe.replay._source import ReplayInputError
 from cp_observe.serve._convert import spans_from_request
 
 __all__ = ["MAX_TARGETS", "Evaluation", "Run", "SourceStats", "evaluations_from_run_evals", "load_run",
-           "summary_text", "verdict", "verdict_text", "write_report"]
+           "report_line", "summary_text", "verdict", "verdict_text", "write_report"]
 
 MAX_TARGETS = 100_000
 MAX_RANKS = 50
@@ -45,11 +50,20 @@ _Z = 1.96
 _PREVIEW = 160
 
 
+def report_line(data_source: str, stage: str | None) -> str:
+    """The report line an evaluation counts on: its data source, or ``"<data source> (rerank)"`` for its rerank stage.
+
+    ``stage`` is ``context_precision.stage`` of the evaluation span or the dataset line's ``stage``; missing (an
+    evaluation from before stages, or ``run_evals``) is the retrieval stage.
+    """
+    return f"{data_source} ({n.STAGE_RERANK})" if stage == n.STAGE_RERANK else data_source
+
+
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     """One scored retrieval as the report sees it."""
 
-    data_source: str
+    data_source: str  # gen_ai.data_source.id; the report line is report_line(data_source, stage)
     average_precision: float
     verdicts: tuple[bool, ...]
     time_ns: int
@@ -58,9 +72,10 @@ class Evaluation:
     contexts: tuple[str, ...] = ()
     judge_model: str = ""
     reference: str = ""
-    key: str = ""  # what pairs it with the same evaluation in another run: trace:span id, else source and query
+    key: str = ""  # what pairs it with the same evaluation in another run: trace:span id, else line and query
     segments: tuple[tuple[str, str], ...] = ()
     rerank: tuple[float, float, int] | None = None  # AP before, lift, relevant documents dropped
+    stage: str | None = None  # n.STAGE_RETRIEVAL or n.STAGE_RERANK; None: the retrieval stage
 
 
 @dataclass
@@ -162,7 +177,7 @@ class SourceStats:
 
 @dataclass
 class Run:
-    """One run's evaluations: per data source, and all together under ``ALL``."""
+    """One run's evaluations: per report line (data source and stage), and all together under ``ALL``."""
 
     label: str
     sources: dict[str, SourceStats]
@@ -174,6 +189,7 @@ class Run:
     keys: Paired = field(default_factory=Paired)
     segments: Segments = field(default_factory=Segments)
     rerank: Rerank = field(default_factory=Rerank)
+    stages: Counter[str] = field(default_factory=Counter)  # evaluations per stage (None counts as retrieval)
 
     def moments(self) -> Moments:
         """Count, sum and sum of squares of every evaluation (the overall MAP)."""
@@ -196,19 +212,25 @@ class _Reader:
         self.targets: OrderedDict[int, tuple[int, str | None, tuple[str, ...]]] = OrderedDict()
         self.sequence = 0
 
+    def _line(self, data_source: str, stage: str | None) -> SourceStats:
+        line = report_line(data_source, stage)
+        stats = self.run.sources.get(line)
+        if stats is None:
+            stats = self.run.sources[line] = SourceStats(line, worst_kept=self.worst)
+        return stats
+
     def add(self, evaluation: Evaluation) -> None:
         self.sequence += 1
-        stats = self.run.sources.get(evaluation.data_source)
-        if stats is None:
-            stats = SourceStats(evaluation.data_source, worst_kept=self.worst)
-            self.run.sources[evaluation.data_source] = stats
+        stats = self._line(evaluation.data_source, evaluation.stage)
         stats.add(evaluation, self.sequence)
         self.run.overall.add(evaluation, self.sequence)
         self.run.evaluations += 1
+        self.run.stages[evaluation.stage or n.STAGE_RETRIEVAL] += 1
         ap = evaluation.average_precision
-        if evaluation.key:
-            self.run.keys.add(evaluation.key, ap)
-        self.run.segments.add(evaluation.data_source, dict(evaluation.segments), ap)
+        key = evaluation.key or (f"{stats.name}\x00{evaluation.query}" if evaluation.query else "")
+        if key:
+            self.run.keys.add(key, ap)
+        self.run.segments.add(stats.name, dict(evaluation.segments), ap)
         if evaluation.rerank is not None:
             before, lift, dropped = evaluation.rerank
             self.run.rerank.add(before, ap, lift, dropped)
@@ -225,10 +247,13 @@ class _Reader:
             return
         if n.GEN_AI_RETRIEVAL_QUERY_TEXT in attributes or n.CP_CONTEXT_COUNT in attributes or \
                 attributes.get(n.GEN_AI_OPERATION_NAME) == n.OPERATION_RETRIEVAL:
-            query = attributes.get(n.GEN_AI_RETRIEVAL_QUERY_TEXT) or attributes.get(n.INPUT_VALUE)
+            query = attributes.get(n.GEN_AI_RETRIEVAL_QUERY_TEXT) or attributes.get(n.RERANKER_QUERY) or \
+                attributes.get(n.INPUT_VALUE)
+            reranker = attributes.get(n.OPENINFERENCE_SPAN_KIND) == n.KIND_RERANKER  # scored on what it kept
+            prefix = n.RERANKER_OUTPUT_DOCUMENTS if reranker else n.RETRIEVAL_DOCUMENTS
             contexts = []
             for i in range(MAX_RANKS):
-                value = attributes.get(n.document_attribute(i, "content"))
+                value = attributes.get(n.document_attribute(i, "content", prefix))
                 if value is None:
                     break
                 contexts.append(str(value)[:_PREVIEW])
@@ -239,13 +264,10 @@ class _Reader:
 
     def _evaluation(self, span: ReadableSpan, attributes: Any) -> None:
         source = str(attributes.get(n.GEN_AI_DATA_SOURCE_ID, "unknown"))
-        if attributes.get(n.CP_STAGE) == n.STAGE_RERANK:  # issue 23: a data source's rerank stage is its own line
-            source = f"{source} ({n.STAGE_RERANK})"
+        stage = attributes.get(n.CP_STAGE)
+        stage = str(stage) if stage is not None else None
         if span.status.status_code is StatusCode.ERROR or n.CP_AVERAGE_PRECISION not in attributes:
-            stats = self.run.sources.get(source)
-            if stats is None:
-                stats = self.run.sources[source] = SourceStats(source, worst_kept=self.worst)
-            stats.failed += 1
+            self._line(source, stage).failed += 1
             self.run.overall.failed += 1
             return
         target = self.targets.get(span.parent.span_id) if span.parent is not None else None
@@ -269,14 +291,12 @@ class _Reader:
             contexts=target[2] if target is not None else (),
             judge_model=str(attributes.get(n.CP_JUDGE_MODEL, "")),
             reference=str(attributes.get(n.CP_REFERENCE, "")),
-            key=key or (f"{source}\x00{target[1]}" if target is not None and target[1] else ""),
-            segments=tuple(sorted(segments_of(attributes).items())), rerank=rerank,
+            key=key, segments=tuple(sorted(segments_of(attributes).items())), rerank=rerank, stage=stage,
         ))
 
     def record(self, record: Record) -> None:
         """One line of a dataset file (a run's output)."""
-        key = f"{record.trace_id}:{record.span_id}" if record.trace_id and record.span_id else \
-            f"{record.data_source}\x00{record.query}"
+        key = f"{record.trace_id}:{record.span_id}" if record.trace_id and record.span_id else ""
         rerank = None
         if record.rerank is not None:
             rerank = (record.rerank.get("average_precision_before", 0.0), record.rerank.get("lift", 0.0),
@@ -286,7 +306,7 @@ class _Reader:
             verdicts=tuple(record.verdicts), time_ns=record.time_unix_nano, reasons=tuple(record.reasons),
             query=record.query, contexts=tuple(c[:_PREVIEW] for c in record.contexts),
             judge_model=record.judge_model, reference=record.reference, key=key,
-            segments=tuple(sorted(record.segments.items())), rerank=rerank,
+            segments=tuple(sorted(record.segments.items())), rerank=rerank, stage=record.stage,
         ))
 
 
@@ -359,7 +379,12 @@ def verdict_text(comparison: Comparison, first: str, second: str) -> str:
 
 def summary_text(run: Run, other: Run | None = None, comparison: Comparison | None = None) -> str:
     """The plain-text summary printed on the terminal."""
-    lines = [f"{run.label}: {run.evaluations} evaluations ({run.overall.failed} failed) from {', '.join(run.files)}"]
+    stages = ""
+    if run.stages[n.STAGE_RERANK]:
+        stages = (f"{run.stages[n.STAGE_RETRIEVAL]} {n.STAGE_RETRIEVAL} stage, "
+                  f"{run.stages[n.STAGE_RERANK]} {n.STAGE_RERANK} stage; ")
+    lines = [f"{run.label}: {run.evaluations} evaluations ({stages}{run.overall.failed} failed) from "
+             f"{', '.join(run.files)}"]
     rows: Iterable[SourceStats] = [*sorted(run.sources.values(), key=lambda s: s.name), run.overall]
     for stats in rows:
         lines.append(f"  {stats.name:<28} MAP {stats.mean:.3f}  95% CI {_fmt_interval(stats.interval()):<16} "

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cp_observe import _names as n
 from cp_observe import load_dataset
 from tests.dataset_support import canary_cases, write_traces
 from tests.phoenix_support import INSTALL_HINT, PHOENIX_EXECUTABLE, PhoenixServer, phoenix_server
@@ -104,10 +107,18 @@ def test_a_phoenix_project_is_an_input_and_the_selection_goes_back_as_a_dataset(
                            "--quiet", "--otlp", phoenix.url], capture_output=True, text=True, timeout=180, check=False,
                           env=env)
     assert demo.returncode == 0, demo.stderr[-2000:]
-    spans = phoenix.wait_for_spans("dataset-demo", lambda s: sum(x["name"].startswith("evaluation") for x in s) >= 12)
-    live = {span["parent_id"]: float(span["attributes"]["context_precision.average_precision"])
-            for span in spans if span["name"] == "evaluation context_precision"}
-    assert len(live) == 12
+    # 12 retrieval-stage evaluations, one per turn, and one rerank-stage evaluation per turn whose documents the
+    # demo's reranker reordered (one that keeps the order is not scored): the demo's summary says how many.
+    found = re.search(r"over (\d+) reranked turns", demo.stdout)
+    reranked = int(found.group(1)) if found is not None else 0
+    assert found is not None or "the reranker reordered no scored turn" in demo.stdout, demo.stdout
+    spans = phoenix.wait_for_spans("dataset-demo", lambda s: sum(
+        x["name"] == "evaluation context_precision" for x in s) >= 12 + reranked)
+    evaluations = [span for span in spans if span["name"] == "evaluation context_precision"]
+    stages = Counter(str(span["attributes"].get(n.CP_STAGE)) for span in evaluations)
+    assert stages == Counter({n.STAGE_RETRIEVAL: 12, n.STAGE_RERANK: reranked}), stages  # a zero count: no key
+    live = {span["parent_id"]: float(span["attributes"][n.CP_AVERAGE_PRECISION]) for span in evaluations}
+    assert len(live) == 12 + reranked  # each evaluation scored its own span: the retriever's or the reranker's
     out = tmp_path / "all.jsonl"
     done = subprocess.run([*CLI, "--phoenix", phoenix.url, "--project", "dataset-demo", "-o", str(out)],
                           capture_output=True, text=True, timeout=120, check=False)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import cp_observe
+from cp_observe.demo._cli import CANARY_CHUNK
 from cp_observe.replay import (
     ReplayOptions,
     TraceFile,
@@ -137,13 +138,24 @@ def test_html_report_is_self_contained_and_renders_in_chromium(runs: tuple[Path,
     done = subprocess.run([*CLI, "report", str(good), "--compare", str(bad), "--label", "before", "--label", "after",
                            "-o", str(html_path)], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 3, done.stderr  # the degraded half is worse: report --compare fails CI
-    assert "before: 20 evaluations" in done.stdout and "after vs before" in done.stdout
+    # 20 turns before the split, each a retrieval-stage evaluation. The demo's reranker is a target only where it
+    # reorders what it was given: over the good retriever's whole documents it keeps BM25's order, and of the canary
+    # turns (retriever.version=v2, 30-character chunks) it reorders one, so the good half holds one rerank-stage
+    # evaluation as well, on a line of its own.
+    first = load_run([good])
+    assert first.stages == {"retrieval": 20, "rerank": 1}
+    (reranked,) = first.sources["demo-bm25 (rerank)"].worst()
+    assert reranked.contexts and all(len(c) <= CANARY_CHUNK for c in reranked.contexts)  # a v2 turn's chunks
+    assert "before: 21 evaluations (20 retrieval stage, 1 rerank stage; 0 failed)" in done.stdout
+    assert "after vs before" in done.stdout
     assert "verdict: after vs before at 95% confidence: WORSE" in done.stdout
     page = html_path.read_text(encoding="utf-8")
     assert not re.search(r"(src|href)\s*=", page), "no external asset"
     assert "http://" not in page and "https://" not in page
-    charts = page.count("class='chart-svg'")
-    assert charts == 4  # the comparison's forest plot, and 3 charts for the one data source
+    charts = page.count("class='chart-svg")
+    # The comparison's forest plot, 3 charts per report line (demo-bm25, demo-bm25 (rerank)), the rerank scatter
+    # and lift bars.
+    assert charts == 1 + 3 * 2 + 2
     profile = tempfile.mkdtemp(prefix="cp-chromium-")
     shot = tmp_path / "report.png"
     base = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -162,5 +174,6 @@ def test_html_report_is_self_contained_and_renders_in_chromium(runs: tuple[Path,
     assert not [line for line in console if "cp-observe report:" not in line], console
     assert "Uncaught" not in rendered.stderr
     assert shot.exists() and shot.stat().st_size > 20_000  # a blank page compresses to a few kilobytes
-    assert dom.stdout.count("<svg class=\"chart-svg\"") == charts
-    assert dom.stdout.count("<rect") == 10 + 5  # histogram bins + ranks 1..5 and "<polyline" in dom.stdout
+    assert dom.stdout.count("<svg class=\"chart-svg") == charts
+    # Per line: histogram bins + ranks (1..5 retrieved, 1..4 kept by the reranker); one lift bar.
+    assert dom.stdout.count("<rect") == (10 + 5) + (10 + 4) + 1 and "<polyline" in dom.stdout

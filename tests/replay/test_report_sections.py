@@ -3,6 +3,7 @@ rerank-lift chart, checked by hand and rendered in headless Chromium (Debian's p
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
@@ -14,8 +15,9 @@ from statistics import NormalDist, mean, stdev
 
 import pytest
 
-from cp_observe.replay import load_run
+from cp_observe.replay import load_run, summary_text
 from cp_observe.replay._compare import Moments, Paired, compare
+from cp_observe.replay._report import verdict
 from tests.dataset_support import Case, canary_cases, write_traces
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -97,6 +99,16 @@ def test_segments_and_canary_by_hand(tmp_path: Path) -> None:
     assert (again.rerank.count, again.rerank.dropped_total, again.rerank.points) == (
         run.rerank.count, run.rerank.dropped_total, run.rerank.points)
     assert set(again.keys.keys) == set(run.keys.keys) and len(run.keys.keys) == 25
+    # Compared line by line: rerank with rerank, retrieval with retrieval, each evaluation with itself.
+    text = summary_text(run, again)
+    assert re.search(r"docs \(rerank\)\s+0\.750 -> 0\.750  diff \+0\.000", text), text
+    assert verdict(run, again).paired == 25
+    # Without trace and span ids a line pairs by report line and query, so a stage never pairs with the other.
+    lines = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text(encoding="utf-8").splitlines()]
+    (tmp_path / "no-ids.jsonl").write_text("".join(json.dumps({**d, "trace_id": "", "span_id": ""}) + "\n"
+                                                   for d in lines), encoding="utf-8")
+    expected = {f"{c.data_source}{' (rerank)' if c.rerank else ''}\x00{c.query}" for c in cases}
+    assert set(load_run([tmp_path / "no-ids.jsonl"]).keys.keys) == expected
 
 
 def test_compare_forms_exit_codes_and_bad_options(tmp_path: Path) -> None:
@@ -138,13 +150,17 @@ def test_segment_canary_and_rerank_sections_render_in_chromium(tmp_path: Path) -
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "canary: docs retriever_version=v2 is below the rest of docs" in done.stdout
+    # Each stage is its own line with its own canary: v2's reranked retrievals are worse than v1's too.
+    assert "canary: docs (rerank) retriever_version=v2 is below the rest of docs (rerank)" in done.stdout
+    assert "25 evaluations (17 retrieval stage, 8 rerank stage; 0 failed)" in done.stdout
     assert "rerank: 8 reranked" in done.stdout
     page = html_path.read_text(encoding="utf-8")
     assert not re.search(r"(src|href)\s*=", page) and "http://" not in page and "https://" not in page
     assert "<h2>Segments</h2>" in page and "<h2>Rerank lift</h2>" in page and "class='verdict'" in page
-    assert page.count("<span class='down'>worse</span>") == 1  # v2 flagged, v1 not
+    assert page.count("<span class='down'>worse</span>") == 2  # v2 flagged in each stage of docs, v1 not
     charts = page.count("class='chart-svg")
-    assert charts == 1 + 3 * 2 + 2  # the forest plot, 3 per data source (docs, faq), the rerank scatter and lift bars
+    # The forest plot, 3 per report line (docs, docs (rerank), faq), the rerank scatter and lift bars.
+    assert charts == 1 + 3 * 3 + 2
     profile = tempfile.mkdtemp(prefix="cp-chromium-")
     shot = tmp_path / "report.png"
     base = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -168,4 +184,6 @@ def test_segment_canary_and_rerank_sections_render_in_chromium(tmp_path: Path) -
     bars = dom.stdout.split('class="chart-svg lift"', 1)[1].split("</svg>", 1)[0]
     assert bars.count("<rect") == 8
     table = dom.stdout.split('class="segments"', 1)[1].split("</table>", 1)[0]
-    assert table.count("<tr>") == 3  # header, v1, v2
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in table.split("<tr>")[2:]]  # past the header
+    assert [(c[0], c[2], re.sub(r"<[^>]+>", "", c[-1])) for c in cells] == [
+        ("docs", "v1", "ok"), ("docs", "v2", "worse"), ("docs (rerank)", "v1", "ok"), ("docs (rerank)", "v2", "worse")]
