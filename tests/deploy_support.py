@@ -69,9 +69,9 @@ RULE_GROUPS = ("context_precision.recording", "context_precision.alerts")
 #: Issue 23: the canary rules' alert (its own file, generated per segment label) and groups.
 CANARY_ALERT_NAMES = ("ContextPrecisionVariantRegression",)
 CANARY_RULE_GROUPS = ("context_precision.canary.recording", "context_precision.canary.alerts")
-#: A series the canary alert reads that the user records (the baseline MAP per data source), unless the rules
-#: were generated with --baseline, which records it as a constant.
-CANARY_BASELINE_SERIES = "gen_ai_data_source_id:context_precision_score:canary_baseline"
+#: A series the canary alert reads that the user records (the baseline MAP per data source and stage), unless the
+#: rules were generated with --baseline, which records it as a constant.
+CANARY_BASELINE_SERIES = "gen_ai_data_source_id_stage:context_precision_score:canary_baseline"
 
 # --- OpenTelemetry -> Prometheus names --------------------------------------------------------------------
 

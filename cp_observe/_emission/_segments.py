@@ -1,7 +1,9 @@
 """Segment values: which value of each configured segment an evaluation carries, bounded in cardinality.
 
-The one home of the rule: the first value found on the retrieval span, then on the span it was assembled with
-(its enclosing agent or answer-carrying span, or its local root when judged against its query); missing (or
+The one home of the rule: the first value found on the retrieval span, then (for a reranker) on the retrieval
+whose documents it reranks (the one it inherits its data source from, so a variant set on the retrieval span
+labels both stages alike), then on the span it was assembled with (its enclosing agent or answer-carrying span,
+or its local root when judged against its query); missing (or
 empty) is ``none``; a value is cut to ``MAX_SEGMENT_VALUE_CHARS`` characters; each segment keeps at most
 ``max_values`` distinct values per processor, later ones become ``other`` and each such evaluation is counted in
 ``context_precision.segment.overflow`` by segment. Values are the user's own attributes, not captured content,
@@ -43,12 +45,17 @@ class SegmentValues:
     def _after_fork(self) -> None:
         self._lock = threading.Lock()  # a holder at fork time does not exist in the child
 
-    def resolve(self, attributes: Mapping[str, Any] | None, enclosing: Mapping[str, Any] | None
-                ) -> tuple[tuple[str, str], ...]:
-        """``(label name, value)`` per segment for a target with these span attributes."""
+    def resolve(self, attributes: Mapping[str, Any] | None, enclosing: Mapping[str, Any] | None,
+                reranked: Mapping[str, Any] | None = None) -> tuple[tuple[str, str], ...]:
+        """``(label name, value)`` per segment for a target with these span attributes.
+
+        ``reranked``: a reranker's reranked retrieval's attributes, looked at after its own and before ``enclosing``.
+        """
         out = []
         for attribute, label in self.labels:
             value = _value(attributes, attribute)
+            if value is None:
+                value = _value(reranked, attribute)
             if value is None:
                 value = _value(enclosing, attribute)
             out.append((label, n.SEGMENT_NONE if value is None else self._bounded(label, value)))

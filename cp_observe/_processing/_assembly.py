@@ -89,6 +89,9 @@ class Item:
     _before: Any = _UNSET
     #: A reranker's data source when nothing on its span names one: the retrieval whose documents it reranks.
     _inherited: str | None = None
+    #: A reranker's second place to look for a segment (after its own span, before ``enclosing``): the segment
+    #: attributes of the retrieval whose documents it reranks (only those: a small dict), set with ``_inherited``.
+    reranked: Any = None
 
     @property
     def name(self) -> str:
@@ -327,9 +330,11 @@ class Assembler:
             entry[1].append(_Seen(fingerprint, item))
         return False
 
-    @staticmethod
-    def _inherit(reranker: Item, seen: list[_Seen]) -> None:
+    def _inherit(self, reranker: Item, seen: list[_Seen]) -> None:
         """Name a reranker after the retrieval of its trace whose documents are its input (one list the other's head).
+
+        The reranker also keeps that retrieval's segment attributes: a variant set on the retrieval span labels
+        the rerank evaluation too (``_emission/_segments.py`` says where each source ranks).
 
         Spans may record fewer documents than were retrieved, so one list being the other's leading part matches.
         """
@@ -344,6 +349,9 @@ class Assembler:
             if wanted[:shorter] == entry.fingerprint[:shorter]:
                 reranker._inherited = entry.item.name
                 reranker._name = None
+                attributes = entry.item.attributes
+                if self.segment_attributes and attributes:
+                    reranker.reranked = {k: attributes[k] for k in self.segment_attributes if k in attributes}
                 return
 
     def expire(self, now: float) -> list[Ready | Skip | Fold]:

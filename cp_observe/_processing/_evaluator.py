@@ -201,7 +201,7 @@ class Evaluator:
         if values is None:
             return ()
         if item.segments is None:
-            item.segments = values.resolve(item.attributes, item.enclosing)
+            item.segments = values.resolve(item.attributes, item.enclosing, item.reranked)
         return item.segments
 
     def _drop(self, item: Item, reason: str) -> None:

@@ -135,8 +135,9 @@ class ContextPrecisionProcessor(SpanProcessor):
             attributes returning a name (``None`` keeps the conventional name), or attribute names tried in order.
         segments: span attribute names (a list, or one comma-separated string) whose values label the score,
             squares, evaluations and verdicts series and go onto the evaluation span and event
-            (``context_precision.segment.<label>``); read on the retrieval span, then the span it was assembled
-            with. Refused (``ValueError``) when a label name collides with the library's own.
+            (``context_precision.segment.<label>``); read on the retrieval span (a reranker's: its own, then the
+            retrieval it reranks), then the span it was assembled with. Refused (``ValueError``) when a label
+            name collides with the library's own.
         max_segment_values: distinct values kept per segment; later ones are ``other``, counted in
             ``context_precision.segment.overflow``.
         cheap_judge: the cheap-plus-LLM cascade (issue 24): a ``Judge`` or model string (``"lexical"``) that scores

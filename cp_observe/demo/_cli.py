@@ -164,7 +164,9 @@ class _Printer(SpanProcessor):
         self._latest: tuple[tuple[bool, ...], float, str, str] | None = None
         self.scores: list[tuple[bool, float]] = []  # (degraded, average precision) of the retrieval stage
         self.variants: list[str] = []  # the retriever.version of each score in ``scores``
-        self._latest_rerank: tuple[float, float, int] | None = None  # (AP after, lift, relevant documents cut)
+        # (AP after, lift, relevant documents cut, retriever.version) of the latest rerank evaluation
+        self._latest_rerank: tuple[float, float, int, str] | None = None
+        self.reranks: list[tuple[bool, float, str]] = []  # (degraded, AP, retriever.version) of the rerank stage
         self.lifts: list[tuple[bool, float, int]] = []  # (degraded, lift, relevant documents cut)
         self.failures = 0
 
@@ -174,12 +176,16 @@ class _Printer(SpanProcessor):
         if span.name != n.EVALUATION_SPAN_NAME or not span.attributes:
             return
         attributes = span.attributes
+        # The variant as the evaluation span carries it (the segment the demo configures), as a backend sees it;
+        # a rerank evaluation carries the variant of the retrieval it reranked.
+        segment = str(attributes.get(n.CP_SEGMENT_PREFIX + _SEGMENT_LABEL, n.SEGMENT_NONE))
         if attributes.get(n.CP_STAGE) == n.STAGE_RERANK:  # the reranker's evaluation: its lift, not the MAP
             if n.CP_RERANK_LIFT in attributes:
                 with self._lock:
                     self._latest_rerank = (float(attributes[n.CP_AVERAGE_PRECISION]),  # type: ignore[arg-type]
                                            float(attributes[n.CP_RERANK_LIFT]),  # type: ignore[arg-type]
-                                           int(attributes[n.CP_RERANK_DROPPED_RELEVANT]))  # type: ignore[arg-type]
+                                           int(attributes[n.CP_RERANK_DROPPED_RELEVANT]),  # type: ignore[arg-type]
+                                           segment)
             return
         with self._lock:
             if n.CP_VERDICTS not in attributes:
@@ -187,8 +193,6 @@ class _Printer(SpanProcessor):
                 self._latest = ((), -1.0, str(attributes.get(n.ERROR_TYPE, "error")), "")
                 return
             verdicts = tuple(bool(v) for v in attributes[n.CP_VERDICTS])  # type: ignore[union-attr]
-            # The variant as the evaluation span carries it (the segment the demo configures), as a backend sees it.
-            segment = str(attributes.get(n.CP_SEGMENT_PREFIX + _SEGMENT_LABEL, n.SEGMENT_NONE))
             self._latest = (verdicts, float(attributes[n.CP_AVERAGE_PRECISION]),  # type: ignore[arg-type]
                             str(attributes.get(n.GEN_AI_EVALUATION_SCORE_LABEL, "")), segment)
 
@@ -202,6 +206,7 @@ class _Printer(SpanProcessor):
             self.variants.append(latest[3])
         if reranked is not None:
             self.lifts.append((degraded, reranked[1], reranked[2]))
+            self.reranks.append((degraded, reranked[0], reranked[3]))
         if quiet:
             return
         print(f"{_bar(turn, turns)} {question}", flush=True)
@@ -217,7 +222,7 @@ class _Printer(SpanProcessor):
             print(f"        ranks: {marks}   score {ap:.2f} ({label})   sampled MAP {mean:.2f}", flush=True)
         if reranked is not None:
             print(f"        rerank: score {reranked[0]:.2f}, lift {reranked[1]:+.2f}, "
-                  f"relevant cut {reranked[2]}", flush=True)
+                  f"relevant cut {reranked[2]}, {CANARY_SEGMENT}={reranked[3]}", flush=True)
 
 
 def _bar(turn: int, turns: int | None, width: int = 20) -> str:
@@ -248,15 +253,22 @@ def _summary(printer: _Printer, degrade_after: int | None, processor: Any, *, ca
     mean = sum(s for _, s in scores) / len(scores)
     print(f"sampled MAP over {len(scores)} scored turns: {mean:.2f}", flush=True)
     if canary:
+        from cp_observe import _names as n
         from cp_observe.demo._canary import report as canary_report
 
-        by_variant: dict[str, list[float]] = {}
+        # One report per stage, as the rules group by stage: a reranked turn is scored once in each.
+        by_stage: dict[str, dict[str, list[float]]] = {n.STAGE_RETRIEVAL: {}, n.STAGE_RERANK: {}}
         for (degraded, score), version in zip(scores, printer.variants, strict=True):
             if not degraded:
-                by_variant.setdefault(version, []).append(score)
+                by_stage[n.STAGE_RETRIEVAL].setdefault(version, []).append(score)
+        for degraded, score, version in printer.reranks:
+            if not degraded:
+                by_stage[n.STAGE_RERANK].setdefault(version, []).append(score)
         print(f"canary ({CANARY_SEGMENT}=v2: chunks of {CANARY_CHUNK} characters), healthy turns only:", flush=True)
-        for line in canary_report(by_variant, label=CANARY_SEGMENT):
-            print(line, flush=True)
+        for stage, by_variant in by_stage.items():
+            if by_variant:
+                for line in canary_report(by_variant, label=CANARY_SEGMENT, stage=stage):
+                    print(line, flush=True)
         # The degradation is judged on the stable variant: the canary's own gap is the verdict above.
         scores = [s for s, version in zip(scores, printer.variants, strict=True) if version == "v1"]
     if degrade_after is not None:

@@ -22,10 +22,23 @@ def test_default_run_prints_map_by_variant_and_the_canary_verdict() -> None:
     assert out.returncode == 0, out.stderr
     maps = dict(re.findall(r"^  (v[12]): MAP ([0-9.]+) ± [0-9.]+ \(99%\) over 28 scored$", out.stdout, re.M))
     assert set(maps) == {"v1", "v2"} and float(maps["v2"]) < float(maps["v1"])
-    assert re.search(r"ContextPrecisionVariantRegression FIRES for retriever\.version=v2: rest MAP higher by "
-                     r"0\.\d\d, 99% lower bound 0\.\d\d vs margin 0\.05", out.stdout)
-    assert "ContextPrecisionVariantRegression quiet for retriever.version=v1" in out.stdout
+    assert re.search(r"ContextPrecisionVariantRegression FIRES for retriever\.version=v2 \(stage retrieval\): rest "
+                     r"MAP higher by 0\.\d\d, 99% lower bound 0\.\d\d vs margin 0\.05", out.stdout)
+    assert "ContextPrecisionVariantRegression quiet for retriever.version=v1 (stage retrieval)" in out.stdout
     assert "before degradation: 1.00 over 28 turns" in out.stdout  # the degradation is judged on v1
+
+
+def test_rerank_evaluations_carry_the_variant_of_the_retrieval_they_rerank() -> None:
+    """The variant is set on the retrieval span only: each rerank line and the rerank stage's MAP name v1 or v2."""
+    out = _run("--canary-share", "0.5")
+    assert out.returncode == 0, out.stderr
+    stage = out.stdout.split("MAP by retriever.version, stage rerank:\n", 1)[1].split("\n  before", 1)[0]
+    assert set(re.findall(r"^  (\w+): MAP", stage, re.M)) == {"v1", "v2"}
+    verbose = subprocess.run([sys.executable, "-m", "cp_observe.cli", "demo"], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, check=False)
+    variants = re.findall(r"^        rerank: .*, retriever\.version=(\w+)$", verbose.stdout, re.M)
+    assert variants and set(variants) <= {"v1", "v2"}, verbose.stdout[-2000:]
+    assert "retriever.version=none" not in verbose.stdout
 
 
 def test_no_canary_without_a_share() -> None:

@@ -1,10 +1,13 @@
 """A canary app for the live-Prometheus test: retrievals tagged retriever.version v1 / v2, metrics on loopback.
 
-    python -m tests.integration.canary_app PORT --v2-first-share 0.3
+    python -m tests.integration.canary_app PORT --v2-first-share 0.3 [--v1-first-share 0.9] [--rerank-v1]
 
-Every retrieval returns a relevant and an irrelevant document; v1 ranks the relevant one first 90 % of the time
-(AP 1, else 0.5), v2 at ``--v2-first-share`` (0.9: equal variants). Judged by ``KeywordJudge`` against the query,
-in process, with ``segments=retriever.version``; ``/metrics`` is served on 127.0.0.1:PORT. Runs until killed.
+Every retrieval returns a relevant and an irrelevant document; v1 ranks the relevant one first at
+``--v1-first-share`` (default 90 % of the time: AP 1, else 0.5), v2 at ``--v2-first-share`` (0.9: equal variants).
+With ``--rerank-v1``, v1's retrievals go through a reranker (``stage=rerank``) that puts the relevant document
+first (AP 1); the variant is set on the retrieval span only, so the rerank evaluations carry it from there.
+Judged by ``KeywordJudge`` against the query, in process, with ``segments=retriever.version``; ``/metrics`` is
+served on 127.0.0.1:PORT. Runs until killed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
     parser.add_argument("--v2-first-share", type=float, default=0.9)
+    parser.add_argument("--v1-first-share", type=float, default=0.9)
+    parser.add_argument("--rerank-v1", action="store_true")
     parser.add_argument("--rate", type=float, default=40.0)
     args = parser.parse_args()
     meter_provider = MeterProvider(metric_readers=[start_prometheus_endpoint(args.port, "127.0.0.1")])
@@ -39,12 +44,21 @@ def main() -> None:
     @cp_observe.retriever(name="kb")
     def search(query: str, version: str) -> list[str]:
         trace.get_current_span().set_attribute("retriever.version", version)
-        share = 0.9 if version == "v1" else args.v2_first_share
+        share = args.v1_first_share if version == "v1" else args.v2_first_share
         return [RELEVANT, IRRELEVANT] if rng.random() < share else [IRRELEVANT, RELEVANT]
 
+    @cp_observe.reranker(name="relevant-first")
+    def rerank(query: str, documents: list[str]) -> list[str]:
+        return sorted(documents, key=lambda d: d != RELEVANT)
+
+    tracer = trace.get_tracer("canary-app")
     i = 0
     while True:
-        search("What is the capital city of France?", "v2" if i % 2 else "v1")
+        version = "v2" if i % 2 else "v1"
+        with tracer.start_as_current_span("turn"):  # one trace: the reranker is named after this retrieval
+            documents = search("What is the capital city of France?", version)
+            if args.rerank_v1 and version == "v1":
+                rerank("What is the capital city of France?", documents)
         i += 1
         time.sleep(1.0 / args.rate)
 

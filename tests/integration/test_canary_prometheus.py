@@ -2,8 +2,9 @@
 
 The rules are the generator's for ``retriever.version`` with the window and ``for`` shortened (the expression
 text otherwise unchanged); the app runs cp-observe in process with ``segments=retriever.version`` and exposes
-``/metrics`` on loopback. A worse v2 fires ``ContextPrecisionVariantRegression`` for v2 only; equal variants
-stay quiet while both sides have enough evaluations.
+``/metrics`` on loopback. A worse v2 fires ``ContextPrecisionVariantRegression`` for v2 only (at the retrieval
+stage); equal variants stay quiet while both sides have enough evaluations, also when only v1's retrievals are
+reranked (the rules compare within a stage: pooled over both, v1's reranked scores would make v2 look worse).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _active(prom: str) -> list[dict[str, Any]]:
     return [a for a in prom_alerts(prom) if a["labels"].get("alertname") == ALERT]
 
 
-def _run(tmp_path: Path, v2_first_share: float) -> tuple[str, subprocess.Popen[str], Any]:
+def _run(tmp_path: Path, v2_first_share: float, *app_args: str) -> tuple[str, subprocess.Popen[str], Any]:
     port = free_port()
     config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
               "scrape_configs": [{"job_name": "canary", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]}
@@ -67,16 +68,21 @@ def _run(tmp_path: Path, v2_first_share: float) -> tuple[str, subprocess.Popen[s
     prom = server.__enter__()
     log = (tmp_path / "app.log").open("w")
     app = subprocess.Popen([sys.executable, "-m", "tests.integration.canary_app", str(port),
-                            "--v2-first-share", str(v2_first_share)], cwd=ROOT, stdout=log,
+                            "--v2-first-share", str(v2_first_share), *app_args], cwd=ROOT, stdout=log,
                            stderr=subprocess.STDOUT, text=True, env=child_env(LITELLM_LOCAL_MODEL_COST_MAP="True"))
     return prom, app, (server, log)
 
 
-def _both_sides_counted(prom: str) -> bool:
+def _counts(prom: str) -> dict[tuple[str, str], float]:
     # The recorded name keeps the generated window's "30m"; only the range inside was shortened.
-    counts = prom_query(prom, "gen_ai_data_source_id_retriever_version:context_precision_score_count:increase30m")
-    values = {s["metric"].get("retriever_version"): float(s["value"][1]) for s in counts}
-    return values.get("v1", 0) >= 20 and values.get("v2", 0) >= 20
+    counts = prom_query(prom, "gen_ai_data_source_id_stage_retriever_version:context_precision_score_count:increase30m")
+    return {(s["metric"].get("stage", ""), s["metric"].get("retriever_version", "")): float(s["value"][1])
+            for s in counts}
+
+
+def _both_sides_counted(prom: str, stage: str = "retrieval") -> bool:
+    values = _counts(prom)
+    return values.get((stage, "v1"), 0) >= 20 and values.get((stage, "v2"), 0) >= 20
 
 
 def _wait(probe: Any, timeout: float, what: str, tmp_path: Path) -> Any:
@@ -97,6 +103,7 @@ def test_a_worse_variant_fires_for_that_variant_only(tmp_path: Path) -> None:
         firing = _wait(lambda: [a for a in _active(prom) if a["state"] == "firing"], 60, f"{ALERT} firing", tmp_path)
         assert [a["labels"]["retriever_version"] for a in firing] == ["v2"]
         assert firing[0]["labels"]["gen_ai_data_source_id"] == "kb"
+        assert firing[0]["labels"]["stage"] == "retrieval"
     finally:
         stop_process(app)
         log.close()
@@ -112,6 +119,27 @@ def test_equal_variants_stay_quiet(tmp_path: Path) -> None:
         while time.monotonic() < quiet_until:
             assert _active(prom) == []
             assert _both_sides_counted(prom)
+            time.sleep(0.5)
+    finally:
+        stop_process(app)
+        log.close()
+        server.__exit__(None, None, None)
+
+
+def test_a_reranked_variant_does_not_make_the_other_look_worse(tmp_path: Path) -> None:
+    """Both variants retrieve alike (relevant first 30 %: MAP ~0.65); only v1's turns are reranked (AP 1).
+
+    Within each stage nothing differs (v2 has no rerank evaluations, so v1's rerank has no rest): quiet. Pooled
+    over the stages, v1's reranked scores would lift its MAP to ~0.8 and fire the alert for v2.
+    """
+    prom, app, (server, log) = _run(tmp_path, 0.3, "--v1-first-share", "0.3", "--rerank-v1")
+    try:
+        _wait(lambda: _both_sides_counted(prom) and _counts(prom).get(("rerank", "v1"), 0) >= 20, 60,
+              "both variants counted, and v1's rerank stage", tmp_path)
+        assert ("rerank", "none") not in _counts(prom)  # the rerank evaluations carry the retrieval's variant
+        quiet_until = time.monotonic() + 20
+        while time.monotonic() < quiet_until:
+            assert _active(prom) == []
             time.sleep(0.5)
     finally:
         stop_process(app)

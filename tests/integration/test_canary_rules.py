@@ -55,6 +55,27 @@ def test_python_verdict_on_the_promtool_edges() -> None:
     assert _canary.verdict(v1, v1, baseline=0.9).fires and not _canary.verdict(v1, v1, baseline=0.84).fires
 
 
+def test_python_verdict_keeps_the_stages_apart() -> None:
+    """The promtool scenario 'stages kept apart', in Python: per stage quiet; pooled, v2 would fire (wrongly)."""
+    retrieval = {"v1": _canary.Sums.of([0.6] * 300), "v2": _canary.Sums.of([0.6] * 300)}
+    rerank = {"v1": _canary.Sums.of([0.95] * 300), "v2": _canary.Sums.of([0.95] * 30)}
+    for stage in (retrieval, rerank):
+        assert not any(_canary.verdict(stage[v], stage["v1"] + stage["v2"]).fires for v in ("v1", "v2"))
+    pooled = {v: retrieval[v] + rerank[v] for v in ("v1", "v2")}
+    assert _canary.verdict(pooled["v2"], pooled["v1"] + pooled["v2"]).fires
+
+
+def test_the_rules_group_by_stage() -> None:
+    """Every aggregation of the canary rules keeps ``stage``, and every vector match is on it (no pooling)."""
+    import re
+
+    text = _generator().rules("tenant.tier", 0.7)
+    groupings = re.findall(r"sum by \(([^)]*)\)", text)
+    matches = re.findall(r"on \(([^)]*)\)", text)
+    assert groupings and matches
+    assert all("stage" in g.split(", ") for g in groupings + matches), (groupings, matches)
+
+
 @pytest.mark.parametrize("baseline", [None, 0.7])
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install-system-deps.sh)")
 def test_rules_for_another_label_pass_promtool(tmp_path: Path, baseline: float | None) -> None:

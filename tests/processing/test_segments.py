@@ -155,3 +155,54 @@ def test_the_bound_holds_under_threads() -> None:
     kept = {r for r in results if r != n.SEGMENT_OTHER}
     assert len(kept) == 50 and results.count(n.SEGMENT_OTHER) == 7_950
     assert len(overflowed) == 7_950 and values.overflowed == {"v": 7_950}
+
+
+def test_a_reranker_takes_the_variant_of_the_retrieval_it_reranks(otel: Otel, keyword_judge: KeywordJudge) -> None:
+    """The variant set on the retrieval span only: the rerank evaluation carries it too (not ``none``).
+
+    Its own span wins over the retrieval's, and the retrieval's over the enclosing agent's.
+    """
+    from opentelemetry import trace
+
+    from tests.processing.test_rerank_lift import ANSWER, DOCS, QUESTION, RERANKED
+
+    processor = otel.processor(keyword_judge, segments=SEGMENTS)
+    own: dict[str, str] = {}
+
+    @cp_observe.retriever(name="products")
+    def search(query: str, version: str) -> list[str]:
+        trace.get_current_span().set_attribute("retriever.version", version)
+        return list(DOCS)
+
+    @cp_observe.reranker(name="cross-encoder")
+    def rerank(query: str, documents: list[str]) -> list[str]:
+        for key, value in own.items():
+            trace.get_current_span().set_attribute(key, value)
+        return list(RERANKED)
+
+    @cp_observe.agent(name="shop")
+    def answer(question: str, version: str) -> str:
+        trace.get_current_span().set_attribute("retriever.version", "agent")
+        trace.get_current_span().set_attribute("tenant.tier", "gold")
+        rerank(question, search(question, version))
+        return ANSWER
+
+    answer(QUESTION, "v2")
+    own["retriever.version"] = "mine"
+    answer(QUESTION, "v1")
+    assert processor.force_flush(30_000)
+    labelled = sorted((dict(p.attributes)[n.STAGE], dict(p.attributes)["retriever_version"],
+                       dict(p.attributes)["tenant_tier"]) for p in otel.metric_points(n.METRIC_SCORE))
+    assert labelled == [(n.STAGE_RERANK, "mine", "gold"), (n.STAGE_RERANK, "v2", "gold"),
+                        (n.STAGE_RETRIEVAL, "v1", "gold"), (n.STAGE_RETRIEVAL, "v2", "gold")]
+    spans = [dict(s.attributes or {}) for s in otel.by_name(n.EVALUATION_SPAN_NAME)]
+    assert sorted((s[n.CP_STAGE], s[n.CP_SEGMENT_PREFIX + "retriever_version"]) for s in spans) == [
+        (n.STAGE_RERANK, "mine"), (n.STAGE_RERANK, "v2"), (n.STAGE_RETRIEVAL, "v1"), (n.STAGE_RETRIEVAL, "v2")]
+
+
+def test_the_reranked_retrieval_ranks_between_the_own_span_and_the_enclosing_one() -> None:
+    """``resolve``'s order: own span, then the reranked retrieval, then the enclosing span."""
+    values = SegmentValues([("v", "v")], 5)
+    assert values.resolve({}, {"v": "agent"}, {"v": "retrieval"}) == (("v", "retrieval"),)
+    assert values.resolve({"v": "own"}, {"v": "agent"}, {"v": "retrieval"}) == (("v", "own"),)
+    assert values.resolve({}, {"v": "agent"}, {"v": " "}) == (("v", "agent"),)

@@ -1,6 +1,7 @@
 """The app side of tests/serve/test_rerank_serve.py: decorated spans exported over OTLP/HTTP, nothing scored here.
 
-``python -m tests.serve.rerank_app {reorder|truncate} --otlp URL``. A process of its own, so the service under
+``python -m tests.serve.rerank_app {reorder|truncate|variant} --otlp URL`` (``variant``: reorders, and the
+retrieval span alone carries ``retriever.version=v2``). A process of its own, so the service under
 test has none of the app's memory (no payload): it judges what the spans' attributes carry.
 """
 
@@ -20,7 +21,7 @@ from tests.processing.test_rerank_lift import ANSWER, DOCS, QUESTION, RERANKED
 def main(argv: list[str] | None = None) -> int:
     """Run one turn: retriever, reranker (reordering, or only keeping the head) and agent."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=("reorder", "truncate"))
+    parser.add_argument("scenario", choices=("reorder", "truncate", "variant"))
     parser.add_argument("--otlp", required=True)
     args = parser.parse_args(argv)
     provider = TracerProvider()
@@ -29,11 +30,13 @@ def main(argv: list[str] | None = None) -> int:
 
     @cp_observe.retriever(name="products")
     def search(query: str) -> list[str]:
+        if args.scenario == "variant":
+            trace.get_current_span().set_attribute("retriever.version", "v2")
         return list(DOCS)
 
     @cp_observe.reranker(name="cross-encoder")
     def rerank(query: str, documents: list[str]) -> list[str]:
-        return RERANKED if args.scenario == "reorder" else documents[:2]
+        return documents[:2] if args.scenario == "truncate" else RERANKED
 
     @cp_observe.agent(name="shop")
     def answer(question: str) -> str:

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("serve_state_restored")
 
 
-def _serve(sink: OtlpSink, scenario: str, evaluations: int, data_dir: Path) -> tuple[dict[str, object], int]:
+def _serve(sink: OtlpSink, scenario: str, evaluations: int, data_dir: Path,
+           **settings: object) -> tuple[dict[str, object], int]:
     """Run the app's ``scenario`` against a fresh service; the service's stats and the judge's request count.
 
     The service's durable store is the test's own: a shared one could hold targets another run left, which a
@@ -32,7 +33,7 @@ def _serve(sink: OtlpSink, scenario: str, evaluations: int, data_dir: Path) -> t
     """
     with JudgeServer() as server:
         judge = cp_observe.LLMJudge("openai/judge", api_base=server.url, api_key="sk-test", timeout=10)
-        with start_service(sink, judge, concurrency=4, data_dir=str(data_dir)) as service:
+        with start_service(sink, judge, concurrency=4, data_dir=str(data_dir), **settings) as service:
             app = subprocess.run(
                 [sys.executable, "-m", "tests.serve.rerank_app", scenario,
                  "--otlp", f"http://127.0.0.1:{service.port('http')}"],
@@ -74,3 +75,13 @@ def test_a_reranker_that_reorders_nothing_is_folded_in_serve(sink: OtlpSink, tmp
     assert [e.attributes[n.CP_STAGE] for e in sink.evaluations] == [n.STAGE_RETRIEVAL]
     assert (stats["sampled"], stats["scored"], stats["skipped"]) == (1, 1, 0), stats
     assert calls == 1
+
+
+def test_a_reranker_in_serve_takes_the_variant_of_the_retrieval_it_reranks(sink: OtlpSink, tmp_path: Path) -> None:
+    """``retriever.version`` on the retrieval span only: both stages' evaluations carry ``v2``, not ``none``."""
+    _serve(sink, "variant", 2, tmp_path, segments="retriever.version")
+    by_stage = {e.attributes[n.CP_STAGE]: e.attributes for e in sink.evaluations}
+    assert {stage: a[n.CP_SEGMENT_PREFIX + "retriever_version"] for stage, a in by_stage.items()} == {
+        n.STAGE_RETRIEVAL: "v2", n.STAGE_RERANK: "v2"}
+    assert {log[n.CP_STAGE]: log[n.CP_SEGMENT_PREFIX + "retriever_version"] for log in sink.logs} == {
+        n.STAGE_RETRIEVAL: "v2", n.STAGE_RERANK: "v2"}
