@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.metrics import CallbackOptions, Meter, NoOpMeter, Observation
 
 from cp_observe import _names as n
 from cp_observe._fork import at_fork
@@ -45,16 +45,20 @@ def key(attributes: Mapping[str, str]) -> Key:
 class Sums:
     """Cumulative sums per counter and attribute set of one meter, read by its observable counters."""
 
-    def __init__(self, meter: Meter, counters: Iterable[tuple[str, str, str]]) -> None:
+    def __init__(self, meter: Meter | None, counters: Iterable[tuple[str, str, str]]) -> None:
         self._lock = threading.Lock()
         self._totals: dict[str, dict[Key, float]] = {}
+        self._on = meter is not None  # no meter: nobody reads the sums, so nothing is added
         for name, unit, description in counters:
             self._totals[name] = {}
-            meter.create_observable_counter(name, callbacks=[self._observer(name)], unit=unit,
-                                            description=description)
+            if meter is not None:
+                meter.create_observable_counter(name, callbacks=[self._observer(name)], unit=unit,
+                                                description=description)
 
     def add(self, changes: Iterable[tuple[str, Key, float]]) -> None:
         """Add each ``(counter name, key, value)``: one evaluation's additions under one lock."""
+        if not self._on:
+            return
         with self._lock:
             for name, series, value in changes:
                 totals = self._totals[name]
@@ -83,7 +87,12 @@ _stores_lock = threading.Lock()  # guards _stores (emitters are made on any thre
 
 
 def sums_for(meter: Meter, counters: Iterable[tuple[str, str, str]]) -> Sums:
-    """The store of ``meter`` (made, with its observable counters, by the first emitter on it)."""
+    """The store of ``meter`` (made, with its observable counters, by the first emitter on it).
+
+    An explicit no-op meter (the API's, or the SDK's when disabled) gets a store that adds nothing.
+    """
+    if isinstance(meter, NoOpMeter):
+        return Sums(None, counters)
     with _stores_lock:
         found = _stores.get(meter)
         if found is None:
