@@ -14,8 +14,10 @@ store's lock guards the totals against two evaluator threads (two processors on 
 it is taken by the evaluator thread, ``flush``/``shutdown`` callers, ``serve``'s recovery and the reader's
 collection, never on a path a finalizer can reach (``on_end`` defers its counts to the evaluator thread). Its
 totals are bounded: past ``MAX_SERIES`` attribute sets per counter, a new set's additions go to the
-``otel.metric.overflow`` set, as the SDK's cardinality limit does, so no count is lost. A forked child starts
-its own sums (``_fork.py``).
+``otel.metric.overflow=True`` set, as the SDK's cardinality limit does, so no count is lost. The bound is above
+the SDK's default limit (2,000 per instrument and reader, since SDK 1.45.2), which therefore still decides
+first, as it did for the synchronous counters; ours only bounds the memory (an older SDK has no limit). A forked
+child starts its own sums (``_fork.py``).
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ from cp_observe._fork import at_fork
 
 __all__ = ["MAX_SERIES", "Key", "Sums", "key", "sums_for"]
 
-MAX_SERIES = 4096  # attribute sets kept per counter; more go to the overflow set
-Key = frozenset[tuple[str, str]]
-_OVERFLOW: Key = frozenset({(n.OTEL_METRIC_OVERFLOW, "true")})
+MAX_SERIES = 4096  # attribute sets kept per counter; more go to the overflow set (above the SDK's 2,000)
+Key = frozenset[tuple[str, Any]]
+_OVERFLOW: Key = frozenset({(n.OTEL_METRIC_OVERFLOW, True)})  # the SDK's own overflow set
 
 
 def key(attributes: Mapping[str, str]) -> Key:

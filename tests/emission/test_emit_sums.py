@@ -213,3 +213,33 @@ def test_a_forked_child_starts_its_own_sums() -> None:
         assert parent == [1]
     finally:
         meter.shutdown()
+
+
+def test_past_the_bound_further_attribute_sets_add_into_the_overflow_set() -> None:
+    """No count is lost: the sets past ``MAX_SERIES`` add into ``otel.metric.overflow``, the rest stay apart."""
+    from cp_observe._emission._sums import MAX_SERIES
+
+    try:  # the SDK's own limit (2,000 attribute sets) raised above ours, so ours is what shows
+        reader = InMemoryMetricReader(cardinality_limits={ObservableCounter: 2 * MAX_SERIES})
+    except TypeError:  # an SDK before 1.45.2 has no cardinality limit
+        reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader])
+    try:
+        emitter = current.Emitter(tracer_provider=TracerProvider(), meter_provider=meter, logger_provider=None,
+                                  threshold=0.5, capture_content=False, queue_depth=lambda: 0)
+        for i in range(MAX_SERIES + 10):
+            labels = {n.GEN_AI_DATA_SOURCE_ID: f"kb{i}", n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
+                      n.STAGE: "retrieval"}
+            emitter.count(n.OUTCOME_DROPPED, "queue_full", labels)
+            if i == 0:
+                emitter.count(n.OUTCOME_DROPPED, "queue_full", labels)  # a known set still adds to itself
+        points = {point[1]: point[3] for point in _points(reader) if point[0] == n.METRIC_EVALUATIONS}
+        overflow = frozenset({(n.OTEL_METRIC_OVERFLOW, True)})
+        assert len(points) == MAX_SERIES + 1
+        assert points[overflow] == 10
+        assert sum(points.values()) == MAX_SERIES + 11
+        first = frozenset({(n.GEN_AI_DATA_SOURCE_ID, "kb0"), (n.GEN_AI_EVALUATION_NAME, n.EVALUATION_NAME),
+                           (n.STAGE, "retrieval"), (n.OUTCOME, n.OUTCOME_DROPPED), (n.REASON, "queue_full")})
+        assert points[first] == 2
+    finally:
+        meter.shutdown()
