@@ -5,7 +5,8 @@ hash of them, at every call: about half of an evaluation's emission. Here an add
 the attribute set (a ``frozenset`` of its items, built once per series by the emitter), and the metric reader's
 collection reads a copy through the observable counters' callbacks. The SDK reports an observable counter's
 cumulative value per attribute set, and computes deltas from it for a delta-temporality exporter, so what is
-exported is what the synchronous counters exported: the same series, values (added in the same order), and types.
+exported is what the synchronous counters exported: the same series, values (added in the same order), and types;
+the one difference is that a delta exporter also gets a zero point for a set unchanged since its last export.
 Counters keep no exemplars here (cp-observe puts exemplars only on the score histogram's buckets).
 
 One store per meter: the SDK keeps the first callbacks registered under a name and ignores a second emitter's,
