@@ -243,6 +243,9 @@ TERM_Y2: Final = "y2"
 TERM_F_SUB: Final = "f_sub"
 TERM_F2_SUB: Final = "f2_sub"
 TERM_FY: Final = "fy"
+#: Issue 25: the attribute set the emitter's summed counters (_emission/_sums.py) report past their bound of
+#: attribute sets, as the OpenTelemetry SDK's cardinality limit names it.
+OTEL_METRIC_OVERFLOW: Final = "otel.metric.overflow"
 
 # --- environment variables -----------------------------------------------------------------------------------
 ENV_PREFIX: Final = "CP_OBSERVE_"

@@ -22,6 +22,7 @@ from cp_observe import _internal
 from cp_observe import _names as n
 from cp_observe._emission._segments import SegmentValues
 from cp_observe._emission._sinks import EvaluationRecord, SinkRunner, recorded_documents
+from cp_observe._emission._sums import Key, key, sums_for
 from cp_observe._judging._calibration import needs_label
 from cp_observe._judging._identity import JudgeIdentity, judge_identity
 from cp_observe._types import CascadeResult, ScoreResult
@@ -46,6 +47,13 @@ class _Series:
     relevant: Mapping[str, str]
     irrelevant: Mapping[str, str]
     judge: Mapping[str, str]  # model, prompt version, kind (span and log attributes)
+    # The same sets as the counters' keys in the observable sums (_sums.py): score (squares), scored, relevant,
+    # irrelevant, and the base labels (cascade sums add the term).
+    score_key: Key
+    scored_key: Key
+    relevant_key: Key
+    irrelevant_key: Key
+    labels_key: Key
 
 
 @dataclass(slots=True)
@@ -94,7 +102,7 @@ class Emitter:
         self.cheap_identity = judge_identity(cheap_judge) if cheap_judge is not None else self.identity
         # Keyed by the full label tuple (every label ``labels()`` gives, whatever is added there) and the model.
         self._series: OrderedDict[tuple[Any, ...], _Series] = OrderedDict()
-        self._model_series: dict[str, tuple[Mapping[str, str], ...]] = {}  # per model: duration and token labels
+        self._model_series: dict[str, tuple[Any, ...]] = {}  # per model: duration and token labels, cost key
         # A log pipeline nobody configured (an explicit no-op provider, or the SDK disabled): no record is built.
         self._logs_on = not isinstance(self._logger, NoOpLogger)
         self._score = meter.create_histogram(
@@ -105,21 +113,13 @@ class Emitter:
         )
         # Sum of squared scores, with the histogram's _sum and _count: the exact variance of any window, so the
         # alert rules can state a standard error (the buckets would only bound it). See deploy/README.md.
-        self._squares = meter.create_counter(
-            n.METRIC_SCORE_SQUARES, unit="1", description="Sum of squared average precision of sampled retrievals."
-        )
-        # The cascade's PPI sums (issue 24), split by term: the recording rules turn them into the PPI++ MAP.
-        self._cascade_sums = meter.create_counter(
-            n.METRIC_CASCADE_SUMS, unit="1", description="Cheap and LLM judges' sums for prediction-powered MAP."
-        )
-        self._evaluations = meter.create_counter(
-            n.METRIC_EVALUATIONS, unit="{evaluation}", description="Sampled evaluation targets by outcome."
-        )
+        # Squares (sum of squared scores, with the histogram's _sum and _count: the exact variance of any window,
+        # so the alert rules can state a standard error; see deploy/README.md), the cascade's PPI sums (issue 24,
+        # split by term: the recording rules turn them into the PPI++ MAP), evaluations by outcome, verdicts by
+        # relevance and judge cost are our own sums, exported by observable counters (_sums.py, issue 25).
+        self._sums = sums_for(meter, _SUMMED)
         self._sampled = meter.create_counter(
             n.METRIC_SAMPLED, unit="{evaluation}", description="Evaluation targets marked sampled."
-        )
-        self._verdicts = meter.create_counter(
-            n.METRIC_VERDICTS, unit="{verdict}", description="Per-context verdicts by relevance."
         )
         self._duration = meter.create_histogram(
             n.METRIC_JUDGE_DURATION,
@@ -130,7 +130,6 @@ class Emitter:
         self._tokens = meter.create_histogram(
             n.METRIC_TOKEN_USAGE, unit="{token}", description="Tokens used by the judge per evaluation."
         )
-        self._cost = meter.create_counter(n.METRIC_JUDGE_COST, unit="{USD}", description="Judge cost in US dollars.")
         self.segments: SegmentValues | None = None
         if segments:
             overflow = meter.create_counter(
@@ -201,23 +200,27 @@ class Emitter:
     def series(self, labels: Mapping[str, str], model: str, identity: JudgeIdentity | None = None) -> _Series:
         """The metric attribute dicts of ``labels``, ``model`` and the judge's identity, built on first use (LRU)."""
         identity = identity or self.identity
-        key = (*labels.items(), model, identity)
-        found = self._series.get(key)
+        cached = (*labels.items(), model, identity)
+        found = self._series.get(cached)
         if found is not None:
-            self._series.move_to_end(key)
+            self._series.move_to_end(cached)
             return found
         judge = self.judge_attributes(model, identity)
-        found = _Series(score={**labels, **judge}, scored={**labels, n.OUTCOME: n.OUTCOME_SCORED, n.REASON: "ok"},
-                        relevant={**labels, n.RELEVANT: "true"}, irrelevant={**labels, n.RELEVANT: "false"},
-                        judge=judge)
-        self._series[key] = found
+        score = {**labels, **judge}
+        scored = {**labels, n.OUTCOME: n.OUTCOME_SCORED, n.REASON: "ok"}
+        relevant = {**labels, n.RELEVANT: "true"}
+        irrelevant = {**labels, n.RELEVANT: "false"}
+        found = _Series(score=score, scored=scored, relevant=relevant, irrelevant=irrelevant, judge=judge,
+                        score_key=key(score), scored_key=key(scored), relevant_key=key(relevant),
+                        irrelevant_key=key(irrelevant), labels_key=key(labels))
+        self._series[cached] = found
         if len(self._series) > _MAX_SERIES:
             self._series.popitem(last=False)
         return found
 
     def count(self, outcome: str, reason: str, labels: Mapping[str, str]) -> None:
         """Count one target's outcome."""
-        self._evaluations.add(1, {**labels, n.OUTCOME: outcome, n.REASON: reason})
+        self._sums.add(((n.METRIC_EVALUATIONS, key({**labels, n.OUTCOME: outcome, n.REASON: reason}), 1),))
 
     def count_sampled(self, labels: Mapping[str, str]) -> None:
         """Count one target marked sampled."""
@@ -277,22 +280,25 @@ class Emitter:
         in_span = trace.set_span_in_context(span)
         ap = result.average_precision
         self._score.record(ap, series.score, context=in_span)
-        self._squares.add(ap * ap, series.score, context=in_span)
+        # The counters' additions, in the order the synchronous counters had them, go in under one lock.
+        sums: list[tuple[str, Key, float]] = [(n.METRIC_SCORE_SQUARES, series.score_key, ap * ap)]
         if result.rerank is not None:
             self._lift.record(result.rerank.lift, series.score, context=in_span)
         if cascade is not None:
-            self._add_cascade_sums(cascade, labels)
-        self._evaluations.add(1, series.scored)  # count(OUTCOME_SCORED, "ok", labels), its dict reused
+            self._add_cascade_sums(cascade, series.labels_key, sums)
+        sums.append((n.METRIC_EVALUATIONS, series.scored_key, 1))  # count(OUTCOME_SCORED, "ok", labels)
         relevant = verdicts.count(True)
         if relevant:
-            self._verdicts.add(relevant, series.relevant)
+            sums.append((n.METRIC_VERDICTS, series.relevant_key, relevant))
         if len(verdicts) - relevant:
-            self._verdicts.add(len(verdicts) - relevant, series.irrelevant)
+            sums.append((n.METRIC_VERDICTS, series.irrelevant_key, len(verdicts) - relevant))
         if cascade is None:
             self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
-                                cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED)
+                                cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED,
+                                sums=sums)
         else:  # each judge that ran, with its own time, tokens and cost
-            self._cascade_judge_metrics(cascade)
+            self._cascade_judge_metrics(cascade, sums)
+        self._sums.add(sums)
         if self.sinks:  # last: whatever a sink does, the span, event and metrics above are already out
             self._to_sinks(target, span, label, result, model, explanation=explanation, identity=identity,
                            needs_label=needs)
@@ -315,7 +321,8 @@ class Emitter:
             attributes[n.CP_CASCADE_LLM_JUDGE_KIND] = self.identity.kind
         return attributes
 
-    def _add_cascade_sums(self, cascade: CascadeResult, labels: Mapping[str, str]) -> None:
+    @staticmethod
+    def _add_cascade_sums(cascade: CascadeResult, labels: Key, sums: list[tuple[str, Key, float]]) -> None:
         """Add this evaluation to the PPI sums: f (cheap AP) always, y (LLM AP) and the cross terms when judged."""
         f = cascade.cheap.average_precision
         terms = [(n.TERM_COUNT, 1.0), (n.TERM_F, f), (n.TERM_F2, f * f)]
@@ -324,18 +331,18 @@ class Emitter:
             terms += [(n.TERM_N, 1.0), (n.TERM_Y, y), (n.TERM_Y2, y * y), (n.TERM_F_SUB, f), (n.TERM_F2_SUB, f * f),
                       (n.TERM_FY, f * y)]
         for term, value in terms:
-            self._cascade_sums.add(value, {**labels, n.TERM: term})
+            sums.append((n.METRIC_CASCADE_SUMS, labels | {(n.TERM, term)}, value))
 
-    def _cascade_judge_metrics(self, cascade: CascadeResult) -> None:
+    def _cascade_judge_metrics(self, cascade: CascadeResult, sums: list[tuple[str, Key, float]]) -> None:
         cheap = cascade.cheap
         self._judge_metrics(cheap.judge_model, prompt=cheap.usage.prompt_tokens,
                             completion=cheap.usage.completion_tokens, cost=cheap.cost_usd,
-                            seconds=cascade.cheap_seconds, outcome=n.OUTCOME_SCORED)
+                            seconds=cascade.cheap_seconds, outcome=n.OUTCOME_SCORED, sums=sums)
         llm = cascade.llm
         if llm is not None:
             self._judge_metrics(llm.judge_model, prompt=llm.usage.prompt_tokens,
                                 completion=llm.usage.completion_tokens, cost=llm.cost_usd,
-                                seconds=cascade.llm_seconds, outcome=n.OUTCOME_SCORED)
+                                seconds=cascade.llm_seconds, outcome=n.OUTCOME_SCORED, sums=sums)
 
     def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
                model: str, cheap: bool = False) -> None:
@@ -438,7 +445,8 @@ class Emitter:
         )
 
     def _judge_metrics(self, model: str, *, prompt: int, completion: int, cost: float | None, seconds: float,
-                       outcome: str) -> None:
+                       outcome: str, sums: list[tuple[str, Key, float]] | None = None) -> None:
+        """Duration and tokens (histograms), and the cost: added to ``sums`` (the caller adds them), or now."""
         built = self._model_series.get(model)
         if built is None:
             if len(self._model_series) >= _MAX_SERIES:
@@ -446,8 +454,9 @@ class Emitter:
             m = n.GEN_AI_REQUEST_MODEL
             built = self._model_series[model] = (
                 {m: model, n.OUTCOME: n.OUTCOME_SCORED}, {m: model, n.OUTCOME: n.OUTCOME_FAILED},
-                {m: model, n.GEN_AI_TOKEN_TYPE: "input"}, {m: model, n.GEN_AI_TOKEN_TYPE: "output"}, {m: model})
-        scored, failed, tokens_in, tokens_out, cost_labels = built
+                {m: model, n.GEN_AI_TOKEN_TYPE: "input"}, {m: model, n.GEN_AI_TOKEN_TYPE: "output"},
+                key({m: model}))
+        scored, failed, tokens_in, tokens_out, cost_key = built
         duration = scored if outcome == n.OUTCOME_SCORED else failed if outcome == n.OUTCOME_FAILED else None
         self._duration.record(seconds, duration or {n.GEN_AI_REQUEST_MODEL: model, n.OUTCOME: outcome})
         if prompt:
@@ -455,7 +464,20 @@ class Emitter:
         if completion:
             self._tokens.record(completion, tokens_out)
         if cost:
-            self._cost.add(cost, cost_labels)
+            if sums is None:
+                self._sums.add(((n.METRIC_JUDGE_COST, cost_key, cost),))
+            else:
+                sums.append((n.METRIC_JUDGE_COST, cost_key, cost))
+
+
+# The counters kept as sums (_sums.py): name, unit, description.
+_SUMMED = (
+    (n.METRIC_SCORE_SQUARES, "1", "Sum of squared average precision of sampled retrievals."),
+    (n.METRIC_CASCADE_SUMS, "1", "Cheap and LLM judges' sums for prediction-powered MAP."),
+    (n.METRIC_EVALUATIONS, "{evaluation}", "Sampled evaluation targets by outcome."),
+    (n.METRIC_VERDICTS, "{verdict}", "Per-context verdicts by relevance."),
+    (n.METRIC_JUDGE_COST, "{USD}", "Judge cost in US dollars."),
+)
 
 
 def _segment_attributes(target: Target) -> dict[str, str]:
@@ -475,7 +497,7 @@ def _rerank_attributes(result: ScoreResult) -> dict[str, Any]:
 def _observe_errors(_options: CallbackOptions) -> list[Observation]:
     """One point per ``(kind, site)`` of ``_internal.error_counts()``, process-wide."""
     points = []
-    for key, count in _internal.error_counts().items():
-        kind, _, site = key.partition(":")  # kinds never contain ":"; a site may
+    for error, count in _internal.error_counts().items():
+        kind, _, site = error.partition(":")  # kinds never contain ":"; a site may
         points.append(Observation(count, {n.ERROR_KIND: kind, n.ERROR_SITE: site}))
     return points
