@@ -78,16 +78,13 @@ class Evaluation:
     stage: str | None = None  # n.STAGE_RETRIEVAL or n.STAGE_RERANK; None: the retrieval stage
 
 
-@dataclass
-class SourceStats:
-    """Running aggregates of one data source (or of all of them)."""
+@dataclass(kw_only=True)
+class SourceStats(Moments):
+    """Running aggregates of one data source (or of all of them): its moments, and what the report draws."""
 
     name: str
     worst_kept: int = 10
-    count: int = 0
     failed: int = 0
-    total: float = 0.0
-    total_sq: float = 0.0
     resolution_s: int = 1  # width of the time buckets; coarsened as the buckets grow past MAX_BUCKETS
     buckets: dict[int, list[float]] = field(default_factory=dict)  # bucket start (s) -> [count, sum]
     relevant_at: list[int] = field(default_factory=lambda: [0] * MAX_RANKS)
@@ -97,12 +94,10 @@ class SourceStats:
     judges: set[str] = field(default_factory=set)
     _worst: list[tuple[float, int, Evaluation]] = field(default_factory=list)
 
-    def add(self, evaluation: Evaluation, sequence: int) -> None:
+    def fold(self, evaluation: Evaluation, sequence: int) -> None:
         """Fold one evaluation in."""
         ap = evaluation.average_precision
-        self.count += 1
-        self.total += ap
-        self.total_sq += ap * ap
+        self.add(ap)  # the moments: count, sum and squares
         second = evaluation.time_ns // 1_000_000_000
         bucket = self.buckets.setdefault(second - second % self.resolution_s, [0, 0.0])
         bucket[0] += 1
@@ -123,25 +118,6 @@ class SourceStats:
             heapq.heappush(self._worst, entry)
         elif entry > self._worst[0]:
             heapq.heapreplace(self._worst, entry)
-
-    @property
-    def mean(self) -> float:
-        """The MAP (mean average precision)."""
-        return self.total / self.count if self.count else 0.0
-
-    @property
-    def variance(self) -> float:
-        """Sample variance of the average precisions."""
-        if self.count < 2:
-            return 0.0
-        return max(0.0, (self.total_sq - self.count * self.mean ** 2) / (self.count - 1))
-
-    def interval(self) -> tuple[float, float] | None:
-        """95 % interval of the MAP, clipped to [0, 1]; ``None`` below two evaluations."""
-        if self.count < 2:
-            return None
-        half = _Z * math.sqrt(self.variance / self.count)
-        return max(0.0, self.mean - half), min(1.0, self.mean + half)
 
     def worst(self) -> list[Evaluation]:
         """The lowest-scoring evaluations kept, lowest first."""
@@ -207,7 +183,7 @@ def _difference(a: SourceStats, b: SourceStats) -> tuple[float, tuple[float, flo
 
 class _Reader:
     def __init__(self, label: str, worst: int) -> None:
-        self.run = Run(label, {}, SourceStats("all data sources", worst_kept=worst), [])
+        self.run = Run(label, {}, SourceStats(name="all data sources", worst_kept=worst), [])
         self.worst = worst
         self.targets: OrderedDict[int, tuple[int, str | None, tuple[str, ...]]] = OrderedDict()
         self.sequence = 0
@@ -216,14 +192,14 @@ class _Reader:
         line = report_line(data_source, stage)
         stats = self.run.sources.get(line)
         if stats is None:
-            stats = self.run.sources[line] = SourceStats(line, worst_kept=self.worst)
+            stats = self.run.sources[line] = SourceStats(name=line, worst_kept=self.worst)
         return stats
 
     def add(self, evaluation: Evaluation) -> None:
         self.sequence += 1
         stats = self._line(evaluation.data_source, evaluation.stage)
-        stats.add(evaluation, self.sequence)
-        self.run.overall.add(evaluation, self.sequence)
+        stats.fold(evaluation, self.sequence)
+        self.run.overall.fold(evaluation, self.sequence)
         self.run.evaluations += 1
         self.run.stages[evaluation.stage or n.STAGE_RETRIEVAL] += 1
         ap = evaluation.average_precision
