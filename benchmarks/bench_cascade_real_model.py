@@ -69,6 +69,11 @@ def _agreement(a: list[list[bool]], b: list[list[bool]]) -> str:
     return f"{sum(x == y for x, y in pairs) / len(pairs):.1%}" if pairs else "—"
 
 
+def _relevant_share(verdicts: list[list[bool]]) -> str:
+    flat = [v for case in verdicts for v in case]
+    return f"{sum(flat) / len(flat):.0%}" if flat else "—"
+
+
 def row(result: FileResult) -> list[object]:
     """The table row of one file; the paired figures over the cases the model judged."""
     ok = [i for i, m in enumerate(result.model) if m is not None]
@@ -92,6 +97,7 @@ def row(result: FileResult) -> list[object]:
         f"{statistics.fmean(labels_ap):.3f}" if labels_ap else "—",
         f"{statistics.fmean(all_labels_ap):.3f}",
         f"{result.seconds / 60:.1f} min, {result.calls} calls",
+        " / ".join(_relevant_share(v) for v in (lexical, model, labels)),
     ]
 
 
@@ -99,6 +105,7 @@ HEADERS = [
     "file", "cases", "model failed", "AP corr lexical vs model", "context agreement lexical vs model",
     "AP corr lexical vs labels", "AP corr model vs labels", "context agreement model vs labels", "lexical MAP",
     "model MAP (judged cases)", "labels' MAP (judged cases)", "labels' MAP (all)", "model time",
+    "contexts marked relevant (lexical / model / labels, judged cases)",
 ]  # fmt: skip
 
 

@@ -51,3 +51,4 @@ def test_real_model_table_from_a_recorded_run(tmp_path: Path) -> None:
     assert cells[3] == "66.7%", done.stdout  # 4 of 6 contexts agree
     assert cells[8] == "0.667", done.stdout  # model MAP over the judged cases: (1 + 1 + 0) / 3
     assert cells[11] == "0.7 min, 8 calls", done.stdout
+    assert cells[12] == "50% / 50% / 33%", done.stdout  # relevant shares over the six judged contexts
