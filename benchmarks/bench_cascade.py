@@ -22,7 +22,7 @@ Measured, per correlation:
     .venv-bench/bin/python benchmarks/bench_cascade.py [--quick] [--rate N] [--llm-share S] [--seed N]
 
 Also measures the shipped lexical judge against the labels of tests/data/lexical_*.jsonl (its correlation with
-a reference judge; ``--lexical-only`` for just that).
+a reference judge; ``--lexical-only`` for just that); against the real-model judge: bench_cascade_real_model.py.
 """
 
 from __future__ import annotations
@@ -254,8 +254,8 @@ def main() -> int:
     args = parser.parse_args()
     print(machine_line())
     print()
-    print("Lexical judge vs the labels of tests/data/lexical_*.jsonl (per-case AP; the real-model judge is measured "
-          "the same way where it is built):")
+    print("Lexical judge vs the labels of tests/data/lexical_*.jsonl (per-case AP; against the real-model judge: "
+          "bench_cascade_real_model.py):")
     print(markdown_table(["file", "cases", "AP correlation", "context agreement", "lexical MAP", "labels' MAP"],
                          lexical_vs_labels()))
     if args.lexical_only:
