@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,10 +23,10 @@ from cp_observe.replay._calibrate_cli import add_calibrate_arguments
 from cp_observe.testing import EvaluationCapture, FakeJudge, HumanLabels
 from tests.deploy_support import load_yaml_all
 from tests.otlp_receiver import OtlpReceiver
+from tests.replay.chromium_support import CHROMIUM, render
 from tests.replay_support import Exported, export_demo
 
 CLI = [sys.executable, "-m", "cp_observe.cli"]
-CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -102,21 +100,7 @@ def test_the_calibrate_page_renders_in_chromium_without_console_errors(exported:
     assert done.returncode == 0, done.stderr
     text = page.read_text(encoding="utf-8")
     assert "http://" not in text and "https://" not in text and "uniform random subsample" in text
-    profile = Path(tempfile.mkdtemp(prefix="cp-observe-chromium-"))
-    shot = tmp_path / "calibrate.png"
-    base = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}"]
-    try:
-        rendered = subprocess.run([*base, "--enable-logging=stderr", "--v=0", "--window-size=1280,1600",
-                                   f"--screenshot={shot}", page.as_uri()],
-                                  capture_output=True, text=True, timeout=120, check=False)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    console = [line for line in rendered.stderr.splitlines() if ":CONSOLE" in line]
-    assert any('"cp-observe calibrate: 2 groups"' in line for line in console), rendered.stderr[-2000:]
-    assert not [line for line in console if "cp-observe calibrate:" not in line], console
-    assert "Uncaught" not in rendered.stderr
-    assert shot.exists() and shot.stat().st_size > 20_000
+    render(page, tmp_path, dom=False).assert_clean("cp-observe calibrate: 2 groups")
 
 
 def test_calibrate_replays_the_inputs_through_another_judge(exported: Exported, tmp_path: Path) -> None:

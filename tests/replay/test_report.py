@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,9 +24,9 @@ from cp_observe.replay import (
 )
 from cp_observe.replay._progress import Progress
 from tests.conftest import KeywordJudge
+from tests.replay.chromium_support import CHROMIUM, render
 from tests.replay_support import Exported, export_demo
 
-CHROMIUM = Path("/usr/bin/chromium")
 CLI = [sys.executable, "-m", "cp_observe.cli"]
 
 
@@ -156,24 +154,8 @@ def test_html_report_is_self_contained_and_renders_in_chromium(runs: tuple[Path,
     # The comparison's forest plot, 3 charts per report line (demo-bm25, demo-bm25 (rerank)), the rerank scatter
     # and lift bars.
     assert charts == 1 + 3 * 2 + 2
-    profile = tempfile.mkdtemp(prefix="cp-chromium-")
-    shot = tmp_path / "report.png"
-    base = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}"]
-    try:
-        rendered = subprocess.run([*base, "--enable-logging=stderr", "--v=0", "--window-size=1280,1600",
-                                   f"--screenshot={shot}", html_path.as_uri()],
-                                  capture_output=True, text=True, timeout=120, check=False)
-        dom = subprocess.run([*base, "--dump-dom", html_path.as_uri()], capture_output=True, text=True, timeout=120,
-                             check=False)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    assert rendered.returncode == 0, rendered.stderr[-2000:]
-    console = [line for line in rendered.stderr.splitlines() if ":CONSOLE" in line]
-    assert any(f'"cp-observe report: {charts} charts"' in line for line in console), rendered.stderr[-2000:]
-    assert not [line for line in console if "cp-observe report:" not in line], console
-    assert "Uncaught" not in rendered.stderr
-    assert shot.exists() and shot.stat().st_size > 20_000  # a blank page compresses to a few kilobytes
-    assert dom.stdout.count("<svg class=\"chart-svg") == charts
+    rendered = render(html_path, tmp_path)
+    rendered.assert_clean(f"cp-observe report: {charts} charts")
+    assert rendered.dom.count("<svg class=\"chart-svg") == charts
     # Per line: histogram bins + ranks (1..5 retrieved, 1..4 kept by the reranker); one lift bar.
-    assert dom.stdout.count("<rect") == (10 + 5) + (10 + 4) + 1 and "<polyline" in dom.stdout
+    assert rendered.dom.count("<rect") == (10 + 5) + (10 + 4) + 1 and "<polyline" in rendered.dom

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from statistics import NormalDist, mean, stdev
 
@@ -19,8 +17,8 @@ from cp_observe.replay import load_run, summary_text
 from cp_observe.replay._compare import Moments, Paired, compare
 from cp_observe.replay._report import verdict
 from tests.dataset_support import Case, canary_cases, write_traces
+from tests.replay.chromium_support import CHROMIUM, render
 
-CHROMIUM = Path("/usr/bin/chromium")
 CLI = [sys.executable, "-m", "cp_observe.cli", "report"]
 GOOD = ("Plans: Free, Team at $8.", "Refunds within 30 days.", "Offline notes: 200.")
 
@@ -161,29 +159,13 @@ def test_segment_canary_and_rerank_sections_render_in_chromium(tmp_path: Path) -
     charts = page.count("class='chart-svg")
     # The forest plot, 3 per report line (docs, docs (rerank), faq), the rerank scatter and lift bars.
     assert charts == 1 + 3 * 3 + 2
-    profile = tempfile.mkdtemp(prefix="cp-chromium-")
-    shot = tmp_path / "report.png"
-    base = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}"]
-    try:
-        rendered = subprocess.run([*base, "--enable-logging=stderr", "--v=0", "--window-size=1280,2400",
-                                   f"--screenshot={shot}", html_path.as_uri()],
-                                  capture_output=True, text=True, timeout=120, check=False)
-        dom = subprocess.run([*base, "--dump-dom", html_path.as_uri()], capture_output=True, text=True, timeout=120,
-                             check=False)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    assert rendered.returncode == 0, rendered.stderr[-2000:]
-    console = [line for line in rendered.stderr.splitlines() if ":CONSOLE" in line]
-    assert any(f'"cp-observe report: {charts} charts"' in line for line in console), rendered.stderr[-2000:]
-    assert not [line for line in console if "cp-observe report:" not in line], console
-    assert "Uncaught" not in rendered.stderr
-    assert shot.exists() and shot.stat().st_size > 20_000
-    scatter = dom.stdout.split('class="chart-svg rerank"', 1)[1].split("</svg>", 1)[0]
+    rendered = render(html_path, tmp_path, height=2400)
+    rendered.assert_clean(f"cp-observe report: {charts} charts")
+    scatter = rendered.dom.split('class="chart-svg rerank"', 1)[1].split("</svg>", 1)[0]
     assert scatter.count("<circle") == 8  # one point per reranked evaluation
-    bars = dom.stdout.split('class="chart-svg lift"', 1)[1].split("</svg>", 1)[0]
+    bars = rendered.dom.split('class="chart-svg lift"', 1)[1].split("</svg>", 1)[0]
     assert bars.count("<rect") == 8
-    table = dom.stdout.split('class="segments"', 1)[1].split("</table>", 1)[0]
+    table = rendered.dom.split('class="segments"', 1)[1].split("</table>", 1)[0]
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in table.split("<tr>")[2:]]  # past the header
     assert [(c[0], c[2], re.sub(r"<[^>]+>", "", c[-1])) for c in cells] == [
         ("docs", "v1", "ok"), ("docs", "v2", "worse"), ("docs (rerank)", "v1", "ok"), ("docs (rerank)", "v2", "worse")]
