@@ -12,7 +12,9 @@ same bytes on the wire as unary: one message, then the half-close), so the handl
 starts and sees grpcio end the call before its message arrived: a message over ``max_request_bytes``
 (``RESOURCE_EXHAUSTED``, on the wire or decompressed, checked by grpcio itself so an oversized message is
 never buffered), or a client that cancelled or ran out of deadline meanwhile. grpcio does not say which of
-these it was, so they are counted together as ``receive_failed``. A failed TLS handshake on the gRPC port
+these it was, so they are counted together as ``receive_failed``. Under load grpcio can also end such a call's
+request stream as if it were empty (no error, the call sometimes still active): that call is then counted as a
+``parse`` refusal, exactly once either way. A failed TLS handshake on the gRPC port
 is not counted: grpcio ends the connection in its C core before any call exists, and its Python API has no
 hook for it (its log, ``GRPC_VERBOSITY=debug``, shows it).
 """

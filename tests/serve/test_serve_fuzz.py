@@ -233,10 +233,14 @@ def test_grpc_front_door_survives_hostile_input(
     transport_refused = sum(count for (_, code), count in codes.items() if code is grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert transport_refused >= 1
     assert sum(stats["requests"].values()) == sum(codes.values())
-    assert stats["requests"].get("grpc:receive_failed", 0) == transport_refused
-    assert stats["refusals"].get("grpc:receive_failed", 0) == transport_refused
+    # grpcio usually ends an over-limit call with an error on the request stream (receive_failed), but under load
+    # it can end the stream as if it were empty, which the handler cannot tell from a client's empty stream
+    # (parse). Every such call is still counted exactly once, under one of the two.
+    failed = stats["requests"].get("grpc:receive_failed", 0)
+    assert 1 <= failed <= transport_refused and stats["refusals"].get("grpc:receive_failed", 0) == failed
     invalid = sum(count for (_, code), count in codes.items() if code is grpc.StatusCode.INVALID_ARGUMENT)
-    assert stats["refusals"].get("grpc:parse", 0) == invalid and "grpc:internal" not in stats["refusals"]
+    assert stats["refusals"].get("grpc:parse", 0) == invalid + transport_refused - failed
+    assert "grpc:internal" not in stats["refusals"]
     assert codes[("bomb", grpc.StatusCode.RESOURCE_EXHAUSTED)] == 1 and codes[("deep", grpc.StatusCode.OK)] >= 1
     assert grown < 4 * LIMIT * 8, f"peak memory grew by {grown >> 20} MiB"
     assert "Traceback" not in capfd.readouterr().err
@@ -261,5 +265,7 @@ def test_grpc_counts_what_grpcio_refuses_and_streams_of_other_than_one_message(
                 assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
             assert unary(valid, timeout=30) == b""  # one message is a request like any other
         stats = service.stats()
-    assert stats["refusals"] == {"grpc:receive_failed": 1, "grpc:parse": 2}, stats["refusals"]
-    assert stats["requests"]["grpc:receive_failed"] == 1 and stats["requests"]["grpc:invalid"] == 2
+    # The over-limit message is receive_failed, or (grpcio ending its stream as if empty, under load) parse.
+    assert stats["refusals"] in ({"grpc:receive_failed": 1, "grpc:parse": 2}, {"grpc:parse": 3}), stats["refusals"]
+    requests = stats["requests"]
+    assert requests.get("grpc:receive_failed", 0) + requests["grpc:invalid"] == 3
