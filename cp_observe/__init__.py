@@ -77,7 +77,7 @@ _WHERE: dict[str, str] = {
     "context_precision_score": "_judging._map",
     "create_context_precision_scorer": "_offline._scorer",
     "force_evaluation": "_config._sampling",
-    "load_dataset": "_dataset._record",
+    "load_dataset": "dataset._record",
     "reranker": "_capture._decorators",
     "retriever": "_capture._decorators",
     "run_evals": "_offline._evals",
@@ -101,7 +101,6 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from cp_observe._capture._decorators import agent, reranker, retriever
     from cp_observe._config._sampling import force_evaluation
-    from cp_observe._dataset._record import load_dataset
     from cp_observe._emission._phoenix import PhoenixSink
     from cp_observe._emission._sinks import Delivery, EvaluationRecord, Sink
     from cp_observe._errors import ConfigurationError, CpObserveError, JudgeError, JudgeTransportError
@@ -119,3 +118,4 @@ if TYPE_CHECKING:
     from cp_observe._processing._processor import ContextPrecisionProcessor
     from cp_observe._types import Judge, Judgement, RerankLift, ScoreResult, Usage, Verdict
     from cp_observe._wiring._configure import configure
+    from cp_observe.dataset._record import load_dataset

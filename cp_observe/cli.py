@@ -28,18 +28,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_serve_arguments(serve)
 
     replay = commands.add_parser("replay", help="score stored traces (files, Jaeger, Tempo, Phoenix) like live traffic")
-    from cp_observe.replay._cli import add_replay_arguments, add_report_arguments
+    from cp_observe._cli._replay import add_replay_arguments
+    from cp_observe._cli._report import add_report_arguments
 
     add_replay_arguments(replay)
     report = commands.add_parser("report", help="write an HTML report of evaluations (MAP, ranks, worst retrievals)")
     add_report_arguments(report)
     calibrate = commands.add_parser("calibrate", help="judge agreement with people's labels, and MAP corrected by them")
-    from cp_observe.replay._calibrate_cli import add_calibrate_arguments
+    from cp_observe._cli._calibrate import add_calibrate_arguments
 
     add_calibrate_arguments(calibrate)
 
     dataset = commands.add_parser("dataset", help="select failing retrievals from stored traces as a test set")
-    from cp_observe.replay._dataset_cli import add_dataset_arguments
+    from cp_observe._cli._dataset import add_dataset_arguments
 
     add_dataset_arguments(dataset)
 
@@ -58,19 +59,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(run_serve(args))
     if args.command == "replay":
-        from cp_observe.replay._cli import run_replay
+        from cp_observe._cli._replay import run_replay
 
         return int(run_replay(args))
     if args.command == "report":
-        from cp_observe.replay._cli import run_report
+        from cp_observe._cli._report import run_report
 
         return int(run_report(args))
     if args.command == "dataset":
-        from cp_observe.replay._dataset_cli import run_dataset
+        from cp_observe._cli._dataset import run_dataset
 
         return int(run_dataset(args))
     if args.command == "calibrate":
-        from cp_observe.replay._calibrate_cli import run_calibrate
+        from cp_observe._cli._calibrate import run_calibrate
 
         return int(run_calibrate(args))
     if args.command == "deploy":

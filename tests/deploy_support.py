@@ -155,9 +155,9 @@ def library_instruments() -> tuple[Instrument, ...]:
     _internal.report_user_error("deploy_support", ValueError("one counted failure"))
     # The judge-agreement gauges are recorded by `cp-observe calibrate --push`, not the emitter: record one group.
     from cp_observe._judging._labels import HumanLabel
-    from cp_observe.replay._agreement_metrics import record_agreement
-    from cp_observe.replay._calibrate import calibrate
-    from cp_observe.replay._judged import JudgedRetrieval, JudgeKey
+    from cp_observe.calibrate._calibrate import calibrate
+    from cp_observe.calibrate._judged import JudgedRetrieval, JudgeKey
+    from cp_observe.calibrate._push import record_agreement
 
     judged = JudgedRetrieval(trace_id=1, span_id=2, data_source="docs", judge=JudgeKey("judge", "cp-2", "llm"),
                              verdicts=(True, False))

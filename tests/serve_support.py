@@ -62,7 +62,7 @@ def free_port() -> int:
 
 def attributes(pairs: Sequence[KeyValue]) -> dict[str, Any]:
     """OTLP key-values as a dict."""
-    from cp_observe.serve._convert import any_value  # lazily: the app processes never need the service
+    from cp_observe._traces._convert import any_value  # lazily: the app processes never need the service
 
     return {kv.key: any_value(kv.value) for kv in pairs}
 

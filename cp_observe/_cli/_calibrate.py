@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cp_observe import _names as n
+from cp_observe._cli._inputs import sources_from_args, time_option
 from cp_observe._errors import ConfigurationError, LabelError
 
 __all__ = ["add_calibrate_arguments", "run_calibrate"]
@@ -41,8 +42,9 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jaeger", metavar="URL", help="Jaeger query API base URL")
     parser.add_argument("--tempo", metavar="URL", help="Tempo API base URL")
     parser.add_argument("--service", help="service whose traces the Jaeger or Tempo query reads")
-    parser.add_argument("--since", help="--jaeger/--tempo: from this time (ISO 8601 or 30m / 6h / 7d ago; default 1h)")
-    parser.add_argument("--until", help="--jaeger/--tempo: until this time (default now)")
+    parser.add_argument("--since", type=time_option,
+                        help="--jaeger/--tempo: from this time (ISO 8601 or 30m / 6h / 7d ago; default 1h)")
+    parser.add_argument("--until", type=time_option, help="--jaeger/--tempo: until this time (default now)")
     parser.add_argument("--judge", help="replay the inputs through this judge (litellm model string or 'lexical')")
     parser.add_argument("--judge-api-base", help="endpoint of that judge [CP_OBSERVE_JUDGE_API_BASE]")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
@@ -53,31 +55,9 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--otlp-endpoint", help="where --push sends [CP_OBSERVE_OTLP_ENDPOINT]")
 
 
-def _sources(args: argparse.Namespace) -> list[Any]:
-    from datetime import datetime, timedelta, timezone
-
-    from cp_observe.replay._apis import JaegerQuery, TempoQuery
-    from cp_observe.replay._cli import parse_time
-    from cp_observe.replay._files import TraceFile
-
-    sources: list[Any] = [TraceFile(path) for path in args.files]
-    try:
-        since = parse_time(args.since) if args.since else None
-        until = parse_time(args.until) if args.until else datetime.now(timezone.utc)
-    except argparse.ArgumentTypeError as exc:
-        raise ConfigurationError(str(exc)) from None
-    for flag, cls in (("jaeger", JaegerQuery), ("tempo", TempoQuery)):
-        if getattr(args, flag):
-            if not args.service:
-                raise ConfigurationError(f"--{flag} needs --service")
-            sources.append(cls(getattr(args, flag), args.service, since=since or until - timedelta(hours=1),
-                               until=until))
-    return sources
-
-
 def _replayed(sources: list[Any], args: argparse.Namespace, directory: str) -> list[Any]:
     """The inputs scored again by ``--judge``, as one trace file of the new evaluations."""
-    from cp_observe.replay._files import TraceFile
+    from cp_observe._traces._files import TraceFile
     from cp_observe.replay._run import ReplayOptions, replay
 
     output = Path(directory) / "replayed.jsonl"
@@ -95,10 +75,10 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
         ConfigurationError: bad options.
         LabelError: a label file is malformed.
     """
-    from cp_observe.replay._judged import MAX_RETRIEVALS, Judged, read_judged
-    from cp_observe.replay._label_files import read_label_file
-    from cp_observe.replay._phoenix_labels import PhoenixLabels
-    from cp_observe.replay._source import ReplayInputError
+    from cp_observe._traces._source import ReplayInputError
+    from cp_observe.calibrate._judged import MAX_RETRIEVALS, Judged, read_judged
+    from cp_observe.calibrate._label_files import read_label_file
+    from cp_observe.calibrate._phoenix_labels import PhoenixLabels
 
     judged = Judged()
     labels: list[Any] = []
@@ -113,7 +93,7 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
                                  "--project P")
     if not args.labels and not args.phoenix:
         raise ConfigurationError("no labels: give --labels FILE or --phoenix URL --project P")
-    sources = _sources(args)
+    sources = sources_from_args(args, args.files, phoenix=False)
     for path in args.labels or ():
         labels.extend(read_label_file(path))
     with tempfile.TemporaryDirectory(prefix="cp-observe-calibrate-") as directory:
@@ -145,8 +125,8 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """Run ``cp-observe calibrate``; returns the exit code."""
-    from cp_observe.replay._calibrate import calibrate, calibration_lines
-    from cp_observe.replay._source import ReplayInputError
+    from cp_observe._traces._source import ReplayInputError
+    from cp_observe.calibrate._calibrate import calibrate, calibration_lines
 
     try:
         judged, labels, unreadable, status = _read(args)
@@ -164,12 +144,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(figures, indent=2), encoding="utf-8")
         print(f"figures written to {args.json}")
     if args.output:
-        from cp_observe.replay._calibrate_html import render_calibration
+        from cp_observe.calibrate._page import render_calibration
 
         args.output.write_text(render_calibration(figures, title=args.title), encoding="utf-8")
         print(f"page written to {args.output}")
     if args.push:
-        from cp_observe.replay._agreement_metrics import push_agreement
+        from cp_observe.calibrate._push import push_agreement
 
         try:
             pushed = push_agreement(result.groups, otlp_endpoint=args.otlp_endpoint)

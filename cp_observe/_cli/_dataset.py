@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cp_observe._cli._inputs import add_source_arguments, sources_from_args
 from cp_observe._errors import ConfigurationError
 
 __all__ = ["add_dataset_arguments", "run_dataset"]
@@ -33,8 +34,6 @@ written); 2 bad options."""
 
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
     """The dataset command's options."""
-    from cp_observe.replay._cli import add_source_arguments
-
     parser.description = "Select evaluations from stored traces (or a run's output) and write them as a test set."
     parser.epilog = _EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -56,9 +55,9 @@ def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_dataset(args: argparse.Namespace) -> int:
     """Run ``cp-observe dataset``; returns the exit code."""
-    from cp_observe._dataset._record import DatasetError, write_records
-    from cp_observe._dataset._select import Selector
-    from cp_observe.replay._source import ReplayInputError
+    from cp_observe._traces._source import ReplayInputError
+    from cp_observe.dataset._record import DatasetError, write_records
+    from cp_observe.dataset._select import Selector
 
     notes = sys.stderr if args.output == "-" else sys.stdout
     try:
@@ -83,7 +82,7 @@ def run_dataset(args: argparse.Namespace) -> int:
     where = "standard output" if args.output == "-" else str(Path(args.output))
     print(f"  selected {written} of {len(collected.records)} evaluations, written to {where}", file=notes, flush=True)
     if args.phoenix_dataset is not None:
-        from cp_observe.replay._phoenix_dataset import upload_dataset
+        from cp_observe.dataset._phoenix import upload_dataset
 
         try:
             uploaded = upload_dataset(args.phoenix_url or args.phoenix, args.phoenix_dataset, chosen,
@@ -101,9 +100,8 @@ def run_dataset(args: argparse.Namespace) -> int:
 
 def _options(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
     """The selection, the dataset files and the trace sources the options name; raises on bad options."""
-    from cp_observe._dataset._select import Selection, parse_segment
-    from cp_observe.replay._cli import build_sources
-    from cp_observe.replay._collect import is_dataset
+    from cp_observe.dataset._collect import is_dataset
+    from cp_observe.dataset._select import Selection, parse_segment
 
     segments: dict[str, set[str]] = {}
     for text in args.segment:
@@ -119,7 +117,7 @@ def _options(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
     if args.phoenix_url and args.phoenix_dataset is None:
         raise ConfigurationError("--phoenix-url is where --phoenix-dataset uploads: give --phoenix-dataset NAME")
     datasets = [path for path in args.files if is_dataset(path)]
-    sources = build_sources(args, [path for path in args.files if path not in datasets])
+    sources = sources_from_args(args, [path for path in args.files if path not in datasets])
     if not sources and not datasets:
         raise ConfigurationError(
             "nothing to read: give FILE, --jaeger/--tempo URL --service S, or --phoenix URL --project P")
@@ -128,9 +126,9 @@ def _options(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
 
 def _read(datasets: list[str], sources: list[Any]) -> tuple[Any, str | None]:
     """Every input read into records; the first input error (the rest is still read)."""
-    from cp_observe._dataset._record import DatasetError
-    from cp_observe.replay._collect import Collector
-    from cp_observe.replay._source import ReplayInputError
+    from cp_observe._traces._source import ReplayInputError
+    from cp_observe.dataset._collect import Collector
+    from cp_observe.dataset._record import DatasetError
 
     collector = Collector()
     error = None

@@ -1,20 +1,16 @@
-"""``cp-observe replay`` and ``cp-observe report``: options, the run, and the terminal summary."""
+"""``cp-observe replay``: options, the run, and the terminal summary."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from cp_observe._cli._inputs import add_source_arguments, sources_from_args
 from cp_observe._errors import ConfigurationError
 
-__all__ = ["EXIT_WORSE", "add_replay_arguments", "add_report_arguments", "add_source_arguments", "build_sources",
-           "parse_time", "run_replay", "run_report"]
-
-#: ``report --compare``'s exit status when the second run is worse than the first (1 and 2 mean bad input).
-EXIT_WORSE = 3
+__all__ = ["add_replay_arguments", "run_replay", "summary_lines"]
 
 _REPLAY_EPILOG = """\
 Inputs (one or more):
@@ -29,58 +25,6 @@ sampling, turn assembly, judge, emission), so a replay at rate r scores the trac
 Other settings (timeouts, circuit breaker, ...) come from the CP_OBSERVE_* variables, as for serve.
 Exit status: 0 when every input was read, 1 when an input could not be read (what was read is still scored),
 2 for bad options."""
-
-
-def parse_time(text: str) -> datetime:
-    """ISO 8601 (``2026-01-31``, ``2026-01-31T12:00:00Z``; UTC if naive) or an age (``90m``, ``6h``, ``7d`` ago)."""
-    value = text.strip()
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if value and value[-1] in units and value[:-1].isdigit():
-        return datetime.now(timezone.utc) - timedelta(seconds=int(value[:-1]) * units[value[-1]])
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a time: {text!r} (ISO 8601, or 30m / 6h / 7d ago)") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
-
-
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """The inputs ``replay`` and ``dataset`` share: files, Jaeger, Tempo, Phoenix, and the time window."""
-    parser.add_argument("files", nargs="*", metavar="FILE", help="trace files, read in order")
-    parser.add_argument("--format", choices=("auto", "jsonl", "proto"), default="auto",
-                        help="format of the files (default: told from the first bytes)")
-    parser.add_argument("--jaeger", metavar="URL", help="Jaeger (or Tempo Jaeger-compatible) query API base URL")
-    parser.add_argument("--tempo", metavar="URL", help="Tempo API base URL (search and trace by id)")
-    parser.add_argument("--service", help="service whose traces the Jaeger or Tempo query reads")
-    parser.add_argument("--phoenix", metavar="URL", help="Phoenix base URL")
-    parser.add_argument("--project", help="Phoenix project name")
-    parser.add_argument("--since", type=parse_time, help="only spans ending at or after this time")
-    parser.add_argument("--until", type=parse_time, help="only spans ending before this time")
-
-
-def build_sources(args: argparse.Namespace, files: list[str]) -> list[Any]:
-    """The ``Source`` objects the options name (``files`` as trace files); raises on a bad combination.
-
-    Raises:
-        ConfigurationError: ``--phoenix`` without ``--project``.
-        ReplayInputError: a file cannot be opened or its format is unknown.
-    """
-    from cp_observe.replay._apis import JaegerQuery, PhoenixProject, TempoQuery
-    from cp_observe.replay._files import TraceFile
-
-    sources: list[Any] = [TraceFile(path, format=args.format) for path in files]
-    until = args.until or datetime.now(timezone.utc)
-    if args.jaeger:
-        since = args.since or until - timedelta(hours=1)
-        sources.append(JaegerQuery(args.jaeger, args.service or "", since=since, until=until))
-    if args.tempo:
-        since = args.since or until - timedelta(hours=1)
-        sources.append(TempoQuery(args.tempo, args.service or "", since=since, until=until))
-    if args.phoenix:
-        if not args.project:
-            raise ConfigurationError("--phoenix needs --project")
-        sources.append(PhoenixProject(args.phoenix, args.project, since=args.since, until=args.until))
-    return sources
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,9 +62,9 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_replay(args: argparse.Namespace) -> int:
     """Run ``cp-observe replay``; returns the exit code."""
+    from cp_observe._traces._source import ReplayInputError
     from cp_observe.replay._progress import Progress
     from cp_observe.replay._run import ReplayOptions, replay
-    from cp_observe.replay._source import ReplayInputError
 
     try:
         if args.output is None and args.otlp_endpoint is None and not args.dry_run:
@@ -131,7 +75,7 @@ def run_replay(args: argparse.Namespace) -> int:
         for label, value in (("--max-evaluations", args.max_evaluations), ("--budget-usd", args.budget_usd)):
             if value is not None and value < 0:
                 raise ConfigurationError(f"{label} must be >= 0")
-        sources = build_sources(args, args.files)
+        sources = sources_from_args(args, args.files)
         if not sources:
             raise ConfigurationError(
                 "nothing to replay: give FILE, --jaeger/--tempo URL --service S, or --phoenix URL --project P")
@@ -191,87 +135,3 @@ def summary_lines(result: Any) -> list[str]:
     if result.stopped:
         lines.append(f"  stopped early: {result.stopped}")
     return lines
-
-
-def add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    """The report's options."""
-    parser.description = ("Write one self-contained HTML report (no network, opens from disk) from evaluations "
-                          "in OTLP/JSON lines, and print a plain-text summary.")
-    parser.epilog = ("Inputs: OTLP/JSON-lines or protobuf files with evaluation spans (a replay's --output, a "
-                     "Collector file), or dataset files (cp-observe dataset, cp_observe.write_eval_results).\n"
-                     "report A --compare B, or report --compare A B: the A/B verdict of B against A (paired "
-                     "where both hold the same evaluations) at --confidence.\n"
-                     "Exit status: 0 written; 1 an input could not be read; 2 bad options; "
-                     f"{EXIT_WORSE} B is worse than A (for CI).")
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("files", nargs="*", metavar="FILE",
-                        help="files with evaluation spans, or dataset files (the first run)")
-    parser.add_argument("--compare", nargs="+", metavar="FILE",
-                        help="the second run (other period, judge or retriever) to compare with; without FILE, "
-                             "exactly two files: the first run and the second")
-    parser.add_argument("--confidence", type=float, default=0.95, metavar="C",
-                        help="confidence of the A/B verdict (default 0.95)")
-    parser.add_argument("--label", action="append", metavar="NAME", help="names of the run and of --compare")
-    parser.add_argument("--output", "-o", type=Path, default=Path("cp-observe-report.html"), metavar="FILE",
-                        help="the HTML file to write (default cp-observe-report.html)")
-    parser.add_argument("--title", default="Context precision report", help="the report's title")
-    parser.add_argument("--worst", type=int, default=10, metavar="N", help="worst retrievals listed per data source")
-    parser.add_argument("--labels", action="append", type=Path, metavar="FILE",
-                        help="people's labels (JSON lines): add the MAP corrected by them (PPI, PPI++); repeatable")
-
-
-def _calibration(files: list[str], label_files: list[Path]) -> dict[str, Any]:
-    """``calibrate``'s figures for the report's files and these label files (the corrected MAP section)."""
-    from cp_observe.replay._calibrate import calibrate
-    from cp_observe.replay._files import TraceFile
-    from cp_observe.replay._judged import read_judged
-    from cp_observe.replay._label_files import read_label_file
-
-    judged = read_judged([TraceFile(path) for path in files])
-    labels = [label for path in label_files for label in read_label_file(path)]
-    return calibrate(judged.retrievals, labels, inputs=judged.inputs).as_dict()
-
-
-def run_report(args: argparse.Namespace) -> int:
-    """Run ``cp-observe report``; returns the exit code."""
-    from cp_observe._errors import LabelError
-    from cp_observe.replay._report import load_run, summary_text, verdict, write_report
-    from cp_observe.replay._source import ReplayInputError
-
-    labels = list(args.label or [])
-    first, second = list(args.files), list(args.compare or [])
-    if not first:
-        if len(second) != 2:
-            print("cp-observe report: give FILE..., or --compare A B (exactly two files)", file=sys.stderr)
-            return 2
-        first, second = second[:1], second[1:]
-    if not 0.5 <= args.confidence < 1.0:
-        print(f"cp-observe report: --confidence must be in [0.5, 1), got {args.confidence}", file=sys.stderr)
-        return 2
-    calibration = None
-    try:
-        run = load_run(first, label=labels[0] if labels else "run", worst=args.worst)
-        other = comparison = None
-        if second:
-            other = load_run(second, label=labels[1] if len(labels) > 1 else "compared", worst=args.worst)
-            comparison = verdict(run, other, args.confidence)
-        if args.labels:
-            calibration = _calibration(first, args.labels)
-        write_report(args.output, run, other, title=args.title, comparison=comparison, calibration=calibration)
-    except ReplayInputError as exc:
-        print(f"cp-observe report: {exc}", file=sys.stderr)
-        return 1
-    except LabelError as exc:
-        print(f"cp-observe report: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"cp-observe report: {args.output}: cannot write: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    print(summary_text(run, other, comparison), flush=True)
-    if calibration is not None:
-        from cp_observe.replay._calibrate import calibration_lines
-
-        for line in calibration_lines(calibration):
-            print(line, flush=True)
-    print(f"report written to {args.output}", flush=True)
-    return EXIT_WORSE if comparison is not None and comparison.verdict == "worse" else 0

@@ -1,6 +1,6 @@
 """``run_evals`` results written as dataset lines, so ``cp-observe report`` (and ``--compare``) reads a run.
 
-One line per item the scorer scored, in the format ``cp-observe dataset`` writes (``_dataset/_record.py``):
+One line per item the scorer scored, in the format ``cp-observe dataset`` writes (``dataset/_record.py``):
 the item's query, the contexts the scorer judged (the candidate retriever's, for a ``contexts_from_output``
 scorer), the answer judged against, the new verdicts, reasons and score. An item from ``load_dataset`` keeps
 its trace and span ids, data source and segments, so the report pairs it with the production evaluation it
@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cp_observe._dataset._record import Record, write_records
 from cp_observe._offline._evals import EvalRunResult
 from cp_observe._offline._scorer import ContextPrecisionScorer, message_text, query_text
+from cp_observe.dataset._record import Record, write_records
 
 __all__ = ["write_eval_results"]
 

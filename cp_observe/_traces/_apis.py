@@ -37,8 +37,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from cp_observe import _names as n
-from cp_observe.replay._otlp_json import request_from_document
-from cp_observe.replay._source import Batch, ReplayInputError
+from cp_observe._traces._otlp_json import request_from_document
+from cp_observe._traces._source import Batch, ReplayInputError
+from cp_observe._traces._time import iso_ns
 
 __all__ = ["JaegerQuery", "PhoenixProject", "TempoQuery"]
 
@@ -368,8 +369,8 @@ def phoenix_spans_to_request(spans: list[Mapping[str, Any]], project: str) -> Ex
             trace_id=_hex_id(context["trace_id"], 16),
             span_id=_hex_id(context["span_id"], 8),
             name=str(item.get("name", "")),
-            start_time_unix_nano=_iso_ns(item["start_time"]),
-            end_time_unix_nano=_iso_ns(item["end_time"]),
+            start_time_unix_nano=iso_ns(item["start_time"]),
+            end_time_unix_nano=iso_ns(item["end_time"]),
         )
         if item.get("parent_id"):
             span.parent_span_id = _hex_id(item["parent_id"], 8)
@@ -379,7 +380,7 @@ def phoenix_spans_to_request(spans: list[Mapping[str, Any]], project: str) -> Ex
             span.status.message = str(item["status_message"])
         span.attributes.extend(_key_values(attributes.items()))
         for event in item.get("events") or ():
-            added = span.events.add(name=str(event.get("name", "")), time_unix_nano=_iso_ns(event["timestamp"]))
+            added = span.events.add(name=str(event.get("name", "")), time_unix_nano=iso_ns(event["timestamp"]))
             added.attributes.extend(_key_values((event.get("attributes") or {}).items()))
         scope_spans.spans.append(span)
     resource_spans = ResourceSpans()
@@ -389,10 +390,3 @@ def phoenix_spans_to_request(spans: list[Mapping[str, Any]], project: str) -> Ex
     request.resource_spans.append(resource_spans)
     return request
 
-
-def _iso_ns(value: Any) -> int:
-    moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    whole = int(moment.replace(microsecond=0).timestamp())
-    return whole * 1_000_000_000 + moment.microsecond * 1_000

@@ -24,8 +24,8 @@ from typing import IO
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from cp_observe.replay._otlp_json import decode_json_line
-from cp_observe.replay._source import Batch, ReplayInputError
+from cp_observe._traces._otlp_json import decode_json_line
+from cp_observe._traces._source import Batch, ReplayInputError
 
 __all__ = ["FORMATS", "TraceFile"]
 

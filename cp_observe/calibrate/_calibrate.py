@@ -27,7 +27,7 @@ from typing import Any
 from cp_observe._judging._agreement import Agreement
 from cp_observe._judging._labels import HumanLabel, label_position
 from cp_observe._judging._map import average_precision
-from cp_observe.replay._judged import JudgedRetrieval, JudgeKey
+from cp_observe.calibrate._judged import JudgedRetrieval, JudgeKey
 
 __all__ = ["Calibration", "Disagreement", "GroupFigures", "calibrate", "calibration_lines", "corrected_map"]
 

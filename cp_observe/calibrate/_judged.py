@@ -19,8 +19,8 @@ from typing import Any
 from opentelemetry.trace import StatusCode
 
 from cp_observe import _names as n
-from cp_observe.replay._source import Source
-from cp_observe.serve._convert import spans_from_request
+from cp_observe._traces._convert import spans_from_request
+from cp_observe._traces._source import Source
 
 __all__ = ["MAX_RETRIEVALS", "JudgeKey", "Judged", "JudgedRetrieval", "read_judged"]
 

@@ -10,9 +10,10 @@ import html
 from datetime import datetime, timezone
 from typing import Any
 
-from cp_observe.replay._html import _CSS
+from cp_observe.report._corrected import corrected_table
+from cp_observe.report._html import CSS
 
-__all__ = ["corrected_table", "render_calibration"]
+__all__ = ["render_calibration"]
 
 _W = 420
 
@@ -28,14 +29,6 @@ def _kappa(k: dict[str, Any]) -> str:
     if k["value"] is None:
         return "<td class='num'>&ndash;</td><td class='num'>undefined</td>"
     return f"<td class='num'>{k['value']:.3f}</td><td class='num'>{k['low']:.3f} &ndash; {k['high']:.3f}</td>"
-
-
-def _estimate(e: dict[str, Any] | None) -> str:
-    if not e or e.get("estimate") is None:
-        return "&ndash;"
-    if e.get("low") is None:
-        return f"{e['estimate']:.3f}"
-    return f"{e['estimate']:.3f} <span class='small'>[{e['low']:.3f}, {e['high']:.3f}]</span>"
 
 
 def _bars(group: dict[str, Any]) -> str:
@@ -74,7 +67,7 @@ def render_calibration(result: dict[str, Any], *, title: str = "Judge calibratio
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">",
-        f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(title)}</h1><div class='meta'>{result['labels']} labels from people against the judge's verdicts "
         f"in {e(', '.join(result['inputs']))}; generated {generated}. Counted apart: {apart['unmatched']} on spans "
         f"no judgement was read for, {apart['unseen']} on documents the judge never saw, {apart['unreadable']} "
@@ -107,27 +100,4 @@ def render_calibration(result: dict[str, Any], *, title: str = "Judge calibratio
             parts.append("</table>")
     parts.append("<script>console.log('cp-observe calibrate: ' + document.querySelectorAll('svg.chart-svg').length"
                  " + ' groups');</script></body></html>")
-    return "".join(parts)
-
-
-def corrected_table(result: dict[str, Any]) -> str:
-    """The judge-only and corrected MAP of every group, with the assumption they rest on (also in the report)."""
-    e = html.escape
-    parts: list[str] = []
-    parts.append("<h2>MAP: judge only and corrected with the labels</h2><div class='meta'>Corrected MAP "
-                 "(prediction-powered inference, PPI and PPI++) is valid only when the labelled retrievals are a "
-                 "uniform random subsample of the scored ones; <code>calibration_rate</code> draws one.</div>"
-                 "<table><tr><th>data source</th><th>judge</th><th>scored</th><th>labelled</th><th>judge-only MAP</th>"
-                 "<th>labels only</th><th>PPI</th><th>PPI++ (&lambda;)</th><th>labelled outside the draw</th></tr>")
-    for g in result["groups"]:
-        c = g["corrected_map"] or {}
-        lam = c.get("ppi_plus_plus", {}).get("lam")
-        parts.append(f"<tr><td>{e(g['data_source'])}</td><td>{e(g['judge']['model'])}</td>"
-                     f"<td class='num'>{g['retrievals']}</td><td class='num'>{g['labelled_retrievals']}</td>"
-                     f"<td class='num'>{_estimate(g['judge_only_map'])}</td>"
-                     f"<td class='num'>{_estimate(c.get('classical'))}</td><td class='num'>{_estimate(c.get('ppi'))}"
-                     f"</td><td class='num'>{_estimate(c.get('ppi_plus_plus'))}"
-                     f"{f' <span class=small>(&lambda; {lam:.2f})</span>' if lam is not None else ''}</td>"
-                     f"<td class='num'>{g['labelled_outside_draw']}</td></tr>")
-    parts.append("</table>")
     return "".join(parts)

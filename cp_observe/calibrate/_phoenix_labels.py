@@ -30,8 +30,8 @@ from typing import Any
 
 from cp_observe import _names as n
 from cp_observe._judging._labels import HumanLabel
-from cp_observe.replay._judged import MAX_RETRIEVALS, JudgedRetrieval, JudgeKey
-from cp_observe.replay._source import ReplayInputError
+from cp_observe._traces._source import ReplayInputError
+from cp_observe.calibrate._judged import MAX_RETRIEVALS, JudgedRetrieval, JudgeKey
 
 __all__ = ["PhoenixLabels", "PhoenixRead"]
 

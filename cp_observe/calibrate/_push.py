@@ -22,7 +22,7 @@ _SCOPE = "cp_observe.calibrate"
 
 def record_agreement(meter_provider: Any, groups: Iterable[Any]) -> int:
     """Set the two gauges of every group with labels (``GroupFigures``, the all-sources rows left out); how many."""
-    from cp_observe.replay._calibrate import ALL
+    from cp_observe.calibrate._calibrate import ALL
 
     meter = meter_provider.get_meter(_SCOPE)
     share = meter.create_gauge(n.METRIC_JUDGE_AGREEMENT, unit="1",

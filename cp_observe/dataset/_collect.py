@@ -25,9 +25,9 @@ from opentelemetry.trace import StatusCode
 
 from cp_observe import _names as n
 from cp_observe._capture._conventions import answer_of, query_of, retrieved_of
-from cp_observe._dataset._record import Record, is_dataset_file, read_records
-from cp_observe.replay._source import Source
-from cp_observe.serve._convert import spans_from_request
+from cp_observe._traces._convert import spans_from_request
+from cp_observe._traces._source import Source
+from cp_observe.dataset._record import Record, is_dataset_file, read_records
 
 __all__ = ["MAX_EVALUATIONS", "MAX_SPANS", "Collected", "Collector", "is_dataset", "segments_of"]
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cp_observe._config._settings import Settings
-from cp_observe._dataset._record import Record
 from cp_observe._names import ENV_PHOENIX_API_KEY
-from cp_observe.replay._source import ReplayInputError
+from cp_observe._traces._source import ReplayInputError
+from cp_observe.dataset._record import Record
 
 __all__ = ["Uploaded", "phoenix_examples", "upload_dataset"]
 

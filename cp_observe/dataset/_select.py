@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from cp_observe import _names as n
-from cp_observe._dataset._record import Record
+from cp_observe.dataset._record import Record
 
 __all__ = ["Selection", "Selector", "label_name", "parse_segment"]
 

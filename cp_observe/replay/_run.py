@@ -35,6 +35,9 @@ from cp_observe import _names as n
 from cp_observe._config._settings import Settings
 from cp_observe._errors import ConfigurationError
 from cp_observe._judging._evaluate import judge_model_name
+from cp_observe._traces._convert import spans_from_request
+from cp_observe._traces._otlp_json import JsonLinesSpanExporter
+from cp_observe._traces._source import ReplayInputError, Source
 from cp_observe._types import Judge
 from cp_observe._wiring._providers import (
     build_log_exporter,
@@ -44,11 +47,8 @@ from cp_observe._wiring._providers import (
     processor_from_settings,
 )
 from cp_observe.replay._dry_run import DryRunJudge, token_prices
-from cp_observe.replay._otlp_json import JsonLinesSpanExporter
 from cp_observe.replay._progress import Progress
-from cp_observe.replay._source import ReplayInputError, Source
 from cp_observe.serve._admission import Admission, evaluator_queue_size
-from cp_observe.serve._convert import spans_from_request
 
 __all__ = ["DEFAULT_SERVICE_NAME", "ReplayOptions", "ReplayResult", "replay"]
 
@@ -288,9 +288,9 @@ class _Pipeline:
     """Where evaluations go: a JSON-lines file, OTLP, a given provider, or nowhere (dry run)."""
 
     def __init__(self, settings: Settings, options: ReplayOptions, tracer_provider: TracerProvider | None) -> None:
-        from cp_observe.serve._service import _resource
+        from cp_observe.serve._service import service_resource
 
-        resource = _resource(settings.service_name or DEFAULT_SERVICE_NAME)
+        resource = service_resource(settings.service_name or DEFAULT_SERVICE_NAME)
         self._owned: list[Any] = []
         self.scored_spans: JsonLinesSpanExporter | None = None
         self._file: JsonLinesSpanExporter | None = None

@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from cp_observe.replay._html_segments import rerank_section, segment_section, verdict_block
+from cp_observe.report._html_segments import rerank_section, segment_section, verdict_block
 
-__all__ = ["render"]
+__all__ = ["CSS", "render"]
 
 _W, _H = 440, 200
 _PAD_L, _PAD_R, _PAD_T, _PAD_B = 40, 12, 14, 30
-_CSS = """
+CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1440px;color:#1d2433;
 background:#fafbfc;padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d8dee8;padding-bottom:4px}
@@ -41,7 +41,7 @@ def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">",
-        f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(title)}</h1><div class='meta'>{e(run.label)}: {run.evaluations} evaluations, "
         f"{run.overall.failed} failed, from {e(', '.join(run.files))}; generated {generated}. "
         "MAP = mean average precision; intervals are 95 % normal approximations.</div>",

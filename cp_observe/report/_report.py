@@ -32,12 +32,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from cp_observe import _names as n
-from cp_observe._dataset._record import DatasetError, Record, is_dataset_file, read_records
-from cp_observe.replay._collect import segments_of
-from cp_observe.replay._compare import Comparison, Moments, Paired, Rerank, Segments, compare
-from cp_observe.replay._files import TraceFile
-from cp_observe.replay._source import ReplayInputError
-from cp_observe.serve._convert import spans_from_request
+from cp_observe._traces._convert import spans_from_request
+from cp_observe._traces._files import TraceFile
+from cp_observe._traces._source import ReplayInputError
+from cp_observe.dataset._collect import segments_of
+from cp_observe.dataset._record import DatasetError, Record, is_dataset_file, read_records
+from cp_observe.report._compare import Comparison, Moments, Paired, Rerank, Segments, compare
 
 __all__ = ["MAX_TARGETS", "Evaluation", "Run", "SourceStats", "evaluations_from_run_evals", "load_run",
            "report_line", "summary_text", "verdict", "verdict_text", "write_report"]
@@ -402,8 +402,8 @@ def write_report(path: str | Path, run: Run, other: Run | None = None, *,
     With ``other``: the A/B verdict, at 95 % unless ``comparison`` is given; with ``calibration``: the MAP
     corrected by people's labels.
     """
-    from cp_observe.replay._calibrate_html import corrected_table
-    from cp_observe.replay._html import render
+    from cp_observe.report._corrected import corrected_table
+    from cp_observe.report._html import render
 
     if other is not None and comparison is None:
         comparison = verdict(run, other)

@@ -8,8 +8,8 @@ where the library's own ``ContextPrecisionProcessor`` judges them: one code path
 
 from __future__ import annotations
 
+from cp_observe._traces._convert import spans_from_request
 from cp_observe.serve._admission import Decision
-from cp_observe.serve._convert import spans_from_request
 from cp_observe.serve._service import ScorerService
 from cp_observe.serve._settings import ServeSettings
 

@@ -41,9 +41,9 @@ from cp_observe import _names as n
 from cp_observe._log import logger
 from cp_observe._processing._assembly import Item
 from cp_observe._processing._processor import ContextPrecisionProcessor, takes_as_target
+from cp_observe._traces._convert import spans_from_request
 from cp_observe._types import ScoreResult
 from cp_observe.serve._admission import Admission, Offer
-from cp_observe.serve._convert import spans_from_request
 from cp_observe.serve._durable import DurableStore, Key, Row
 
 __all__ = ["AcknowledgingExporter", "DurableIntake"]

@@ -41,6 +41,7 @@ from cp_observe import _names as n
 from cp_observe._capture._conventions import DataSource
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
+from cp_observe._traces._convert import spans_from_request
 from cp_observe._types import Judge
 from cp_observe._wiring._providers import (
     build_log_exporter,
@@ -53,7 +54,6 @@ from cp_observe._wiring._providers import (
 from cp_observe.serve._admission import Admission, Decision, evaluator_queue_size
 from cp_observe.serve._auth import BearerTokens
 from cp_observe.serve._backend import Ingested
-from cp_observe.serve._convert import spans_from_request
 from cp_observe.serve._durable import DurableStore, default_data_dir
 from cp_observe.serve._intake import AcknowledgingExporter, DurableIntake
 from cp_observe.serve._refusals import Refusals
@@ -67,6 +67,7 @@ __all__ = [
     "SERVE_METRIC_SPANS",
     "Ingested",
     "ScorerService",
+    "service_resource",
 ]
 
 DEFAULT_SERVICE_NAME = "cp-observe-scorer"
@@ -108,7 +109,7 @@ class ScorerService:
             linger_s=s.turn_timeout_s) if s.durable else None
         acknowledging: AcknowledgingExporter | None = None
         self._owned: list[Any] = []  # providers created here: flushed and shut down by stop(), in this order
-        resource = _resource(s.service_name)
+        resource = service_resource(s.service_name)
         if tracer_provider is None:
             tracer_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
             exporter = build_span_exporter(s)
@@ -344,8 +345,12 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _resource(service_name: str | None) -> Resource:
-    """``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``, a per-process ``service.instance.id``, our name."""
+def service_resource(service_name: str | None) -> Resource:
+    """The resource ``serve`` and ``replay`` export under: the OTel env, a per-process instance id, our name.
+
+    ``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME`` first; ``service_name`` (else ``DEFAULT_SERVICE_NAME``
+    when the env names none) and a ``service.instance.id`` per process are added.
+    """
     resource = Resource.create({})
     extra: dict[str, str] = {}
     if service_name:

@@ -14,9 +14,9 @@ from cp_observe._judging._calibration import needs_label
 from cp_observe._judging._labels import HumanLabel, label_line, label_position, parse_label_line
 from cp_observe._judging._map import average_precision
 from cp_observe._judging._ppi import classical_mean, ppi_mean
-from cp_observe.replay._calibrate import ALL, calibrate
-from cp_observe.replay._judged import JudgedRetrieval, JudgeKey
-from cp_observe.replay._label_files import read_label_file
+from cp_observe.calibrate._calibrate import ALL, calibrate
+from cp_observe.calibrate._judged import JudgedRetrieval, JudgeKey
+from cp_observe.calibrate._label_files import read_label_file
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SPAN = "b7ad6b7169203331"

@@ -15,15 +15,15 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 import cp_observe
 from cp_observe import _names as n
+from cp_observe._cli._calibrate import add_calibrate_arguments
 from cp_observe._judging._calibration import needs_label
 from cp_observe._judging._labels import HumanLabel, label_line
 from cp_observe._judging._map import average_precision
 from cp_observe._judging._ppi import ppi_mean
-from cp_observe.replay._calibrate_cli import add_calibrate_arguments
 from cp_observe.testing import EvaluationCapture, FakeJudge, HumanLabels
+from tests.chromium_support import CHROMIUM, render
 from tests.deploy_support import load_yaml_all
 from tests.otlp_receiver import OtlpReceiver
-from tests.replay.chromium_support import CHROMIUM, render
 from tests.replay_support import Exported, export_demo
 
 CLI = [sys.executable, "-m", "cp_observe.cli"]

@@ -11,7 +11,7 @@ import pytest
 
 from cp_observe import _names as n
 from cp_observe import load_dataset
-from cp_observe._dataset._record import DatasetError
+from cp_observe.dataset._record import DatasetError
 from tests.dataset_support import Case, canary_cases, write_traces
 from tests.replay_support import Exported, export_demo
 
@@ -164,8 +164,8 @@ def test_nothing_to_read_and_stdout(canary: Path) -> None:
 
 def test_evaluations_over_the_bound_are_counted(canary: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The collector keeps at most MAX_EVALUATIONS evaluations; the rest are counted as skipped, never lost silently."""
-    from cp_observe.replay import _collect
-    from cp_observe.replay._files import TraceFile
+    from cp_observe._traces._files import TraceFile
+    from cp_observe.dataset import _collect
 
     monkeypatch.setattr(_collect, "MAX_EVALUATIONS", 10)
     collector = _collect.Collector()

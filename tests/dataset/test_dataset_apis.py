@@ -1,5 +1,5 @@
 """``cp-observe dataset`` from trace-query APIs: the recorded Jaeger and Tempo responses of
-``tests/replay/test_replay_apis.py`` (eight demo turns with their live evaluation spans), served on loopback; every live
+``tests/traces/test_replay_apis.py`` (eight demo turns with their live evaluation spans), served on loopback; every live
 evaluation becomes one line."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cp_observe import load_dataset
-from tests.replay.test_replay_apis import RECORDED, TEMPO, JaegerApi, TempoApi
+from tests.traces.test_replay_apis import RECORDED, TEMPO, JaegerApi, TempoApi
 
 CLI = [sys.executable, "-m", "cp_observe.cli", "dataset"]
 

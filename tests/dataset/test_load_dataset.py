@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import cp_observe
-from cp_observe._dataset._record import DatasetError
+from cp_observe.dataset._record import DatasetError
 from cp_observe.replay import load_run
 from tests.conftest import KeywordJudge
 from tests.dataset_support import Case, write_traces

@@ -248,7 +248,7 @@ def test_file_and_otlp_together(demo_full: Exported, tmp_path: Path) -> None:
 
 def test_the_json_decoder_agrees_with_serve_json_door(demo_full: Exported) -> None:
     """Every line of the demo's export decodes to the request serve's OTLP/HTTP JSON door (json_format) builds."""
-    from cp_observe.replay._otlp_json import decode_json_line
+    from cp_observe._traces._otlp_json import decode_json_line
     from cp_observe.serve._otlp import JSON, decode_body
 
     lines = demo_full.jsonl.read_bytes().splitlines()

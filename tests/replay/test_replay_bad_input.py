@@ -93,7 +93,7 @@ def test_spans_with_invalid_ids_are_counted_not_skipped_silently(tmp_path: Path)
 
 def test_truncated_protobuf_file_names_the_record(tmp_path: Path) -> None:
     """Length-prefixed records with the second cut short: error naming record 2 and its byte offset."""
-    from cp_observe.replay._otlp_json import decode_json_line
+    from cp_observe._traces._otlp_json import decode_json_line
 
     bodies = [decode_json_line(line, 1 << 20).SerializeToString() for line in _lines()]
     path = tmp_path / "cut.pb"

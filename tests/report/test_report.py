@@ -23,8 +23,8 @@ from cp_observe.replay import (
     write_report,
 )
 from cp_observe.replay._progress import Progress
+from tests.chromium_support import CHROMIUM, render
 from tests.conftest import KeywordJudge
-from tests.replay.chromium_support import CHROMIUM, render
 from tests.replay_support import Exported, export_demo
 
 CLI = [sys.executable, "-m", "cp_observe.cli"]

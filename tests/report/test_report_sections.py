@@ -14,10 +14,10 @@ from statistics import NormalDist, mean, stdev
 import pytest
 
 from cp_observe.replay import load_run, summary_text
-from cp_observe.replay._compare import Moments, Paired, compare
-from cp_observe.replay._report import verdict
+from cp_observe.report._compare import Moments, Paired, compare
+from cp_observe.report._report import verdict
+from tests.chromium_support import CHROMIUM, render
 from tests.dataset_support import Case, canary_cases, write_traces
-from tests.replay.chromium_support import CHROMIUM, render
 
 CLI = [sys.executable, "-m", "cp_observe.cli", "report"]
 GOOD = ("Plans: Free, Team at $8.", "Refunds within 30 days.", "Offline notes: 200.")

@@ -42,11 +42,11 @@ def _parser() -> argparse.ArgumentParser:
 def _commands(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
     """Each command with its sorted option strings and positional names."""
     out: dict[str, list[str]] = {}
-    for action in parser._actions:  # noqa: SLF001 - argparse keeps its actions there; reading only
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._actions:  # argparse keeps its actions there; read only
+        if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 flags: set[str] = set()
-                for option in sub._actions:  # noqa: SLF001
+                for option in sub._actions:
                     flags.update(option.option_strings or [option.dest])
                 out[name] = sorted(flags)
     return out
