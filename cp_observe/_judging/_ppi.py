@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
+
+from cp_observe._stats._normal import z_value
 
 __all__ = [
     "MeanEstimate",
@@ -37,7 +38,6 @@ __all__ = [
     "ppi_mean",
     "ppi_mean_from_sums",
     "ppi_sums",
-    "z_value",
 ]
 
 
@@ -97,13 +97,6 @@ class PpiSums:
     sum_f_sub: float
     sum_f2_sub: float
     sum_fy: float
-
-
-def z_value(alpha: float, *, two_sided: bool = True) -> float:
-    """The standard normal quantile for a ``1 - alpha`` interval (two-sided) or bound (one-sided)."""
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    return NormalDist().inv_cdf(1.0 - (alpha / 2.0 if two_sided else alpha))
 
 
 def ppi_sums(y: Sequence[float], f_labelled: Sequence[float], f_unlabelled: Sequence[float]) -> PpiSums:

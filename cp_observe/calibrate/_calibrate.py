@@ -18,7 +18,6 @@ retrievals are a uniform random subsample of the scored ones** (``calibration_ra
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,12 +26,13 @@ from typing import Any
 from cp_observe._judging._agreement import Agreement
 from cp_observe._judging._labels import HumanLabel, label_position
 from cp_observe._judging._map import average_precision
+from cp_observe._stats._moments import Moments
+from cp_observe._stats._normal import Z95
 from cp_observe.calibrate._judged import JudgedRetrieval, JudgeKey
 
 __all__ = ["Calibration", "Disagreement", "GroupFigures", "calibrate", "calibration_lines", "corrected_map"]
 
 ALL = "all data sources"
-_Z = 1.959963984540054
 _TOP_DISAGREEMENTS = 10
 
 
@@ -114,12 +114,11 @@ def _mean_interval(values: Sequence[float]) -> dict[str, Any]:
     count = len(values)
     if not count:
         return {"estimate": None, "low": None, "high": None, "n": 0}
-    mean = sum(values) / count
-    if count < 2:
-        return {"estimate": mean, "low": None, "high": None, "n": count}
-    variance = sum((v - mean) ** 2 for v in values) / (count - 1)
-    half = _Z * math.sqrt(variance / count)
-    return {"estimate": mean, "low": max(0.0, mean - half), "high": min(1.0, mean + half), "n": count}
+    moments = Moments.of(values)
+    interval = moments.interval(Z95)
+    if interval is None:
+        return {"estimate": moments.mean, "low": None, "high": None, "n": count}
+    return {"estimate": moments.mean, "low": interval[0], "high": interval[1], "n": count}
 
 
 def corrected_map(y: Sequence[float], f_labelled: Sequence[float],

@@ -11,13 +11,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cp_observe._stats._moments import Moments
+from cp_observe._stats._normal import Z95, Z_RULES
+
 __all__ = ["DROP_THRESHOLD", "MINIMUM", "REGRESSION_MARGIN", "Window", "Z", "report"]
 
-Z = 2.33  # one-sided 99 %
+Z = Z_RULES  # one-sided 99 %, as the rules write it
 DROP_THRESHOLD = 0.5  # ContextPrecisionMAPDrop
 REGRESSION_MARGIN = 0.05  # ContextPrecisionMAPRegression
 MINIMUM = 20  # scored evaluations per window; below it ContextPrecisionLowVolume
-_Z95 = 1.96  # the printed two-sided 95 % interval of the drop
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +33,10 @@ class Window:
     @classmethod
     def of(cls, scores: Sequence[float]) -> Window:
         """The statistics of ``scores`` (SE = sqrt((sum of squares / n - mean^2) / (n - 1)))."""
-        n = len(scores)
-        if n == 0:
+        if not scores:
             return cls(0, math.nan, math.nan)
-        mean = sum(scores) / n
-        variance = max(sum(s * s for s in scores) / n - mean * mean, 0.0)
-        return cls(n, mean, math.sqrt(variance / max(n - 1, 1)))
+        moments = Moments.of(scores)
+        return cls(len(scores), moments.mean, moments.stderr)
 
 
 def report(before: Sequence[float], after: Sequence[float]) -> list[str]:
@@ -45,10 +45,10 @@ def report(before: Sequence[float], after: Sequence[float]) -> list[str]:
     if not old.count or not new.count:
         return ["degraded phase: not enough scored turns to compare"]
     drop = old.mean - new.mean
-    se = math.hypot(old.stderr, new.stderr)
+    se = math.hypot(old.stderr, new.stderr)  # Welch
     lines = [
         f"degraded phase: MAP {old.mean:.2f} -> {new.mean:.2f} over {old.count} + {new.count} scored turns",
-        f"  drop {drop:.2f}, 95% interval {drop - _Z95 * se:.2f} .. {drop + _Z95 * se:.2f}",
+        f"  drop {drop:.2f}, 95% interval {drop - Z95 * se:.2f} .. {drop + Z95 * se:.2f}",
     ]
     upper = new.mean + Z * new.stderr
     fires = []

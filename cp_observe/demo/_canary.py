@@ -4,86 +4,24 @@ The rules (``deploy/prometheus/rules/context_precision_canary.rules.yml``, gener
 ``deploy/prometheus/canary_rules.py``) compare one segment value's window with the rest of its data source within
 the same stage (the data source's totals at that stage minus the value's) and, when given, with a baseline MAP.
 Stages (``retrieval``, ``rerank``) are never pooled: a reranked retrieval is scored once per stage, and the rerank
-stage's MAP is not the retrieval stage's. ``verdict`` takes one stage's sums; ``report`` prints one stage. This
-module does the same arithmetic for the demo's printout and for ``benchmarks/bench_alerts.py``'s canary simulation
-(one stage), so what they say would fire is what Prometheus would fire; ``tests/integration/test_canary_rules.py``
-keeps the constants equal to the generator's.
+stage's MAP is not the retrieval stage's. ``verdict`` takes one stage's sums; ``report`` prints one stage. The
+verdict itself is ``_stats/_canary.py``'s, which the alert simulation (``benchmarks/bench_alerts.py``) uses too, so
+what they say would fire is what Prometheus would fire; ``tests/integration/test_canary_rules.py`` keeps the
+constants equal to the generator's. This module prints it for the demo.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
-from cp_observe.demo._alerts import Z
+from cp_observe._stats._canary import MARGIN, MIN_COUNT, Verdict, verdict
+from cp_observe._stats._moments import Moments
+from cp_observe._stats._normal import Z_RULES as Z
 
 __all__ = ["MARGIN", "MIN_COUNT", "Sums", "Verdict", "report", "verdict"]
 
-MARGIN = 0.05  # how far below the rest (or the baseline) a value's MAP must be shown to be
-MIN_COUNT = 20  # scored evaluations in the window, on each side
-
-
-@dataclass(frozen=True, slots=True)
-class Sums:
-    """A window's count, sum and sum of squares of AP: what the score histogram and the squares counter give."""
-
-    count: float
-    total: float
-    squares: float
-
-    @classmethod
-    def of(cls, scores: Iterable[float]) -> Sums:
-        """The sums of ``scores``."""
-        values = list(scores)
-        return cls(len(values), sum(values), sum(s * s for s in values))
-
-    def __add__(self, other: Sums) -> Sums:
-        return Sums(self.count + other.count, self.total + other.total, self.squares + other.squares)
-
-    def __sub__(self, other: Sums) -> Sums:
-        return Sums(self.count - other.count, self.total - other.total, self.squares - other.squares)
-
-    @property
-    def mean(self) -> float:
-        """The window's MAP (NaN when empty)."""
-        return self.total / self.count if self.count > 0 else math.nan
-
-    @property
-    def stderr(self) -> float:
-        """sqrt(max(squares / n - mean^2, 0) / max(n - 1, 1)), as the recording rules compute it."""
-        if self.count <= 0:
-            return math.nan
-        variance = max(self.squares / self.count - self.mean ** 2, 0.0)
-        return math.sqrt(variance / max(self.count - 1, 1))
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """Whether the alert would fire for one value, and the bound that decided it."""
-
-    fires: bool
-    gap: float  # rest (or baseline) MAP minus the value's MAP
-    bound: float  # the lower 99 % bound of the gap (gap - z * SE of the difference); fires when above MARGIN
-    against: str  # "rest", "baseline" or "" (not judged: too few evaluations)
-
-
-def verdict(value: Sums, data_source: Sums, baseline: float | None = None) -> Verdict:
-    """The alert's verdict for ``value`` within its ``data_source``'s totals at its stage (the rest: the difference)."""
-    if value.count < MIN_COUNT:
-        return Verdict(False, math.nan, math.nan, "")
-    rest = data_source - value
-    best = Verdict(False, math.nan, math.nan, "")
-    if rest.count >= MIN_COUNT:
-        gap = rest.mean - value.mean
-        bound = gap - Z * math.hypot(value.stderr, rest.stderr)
-        best = Verdict(bound > MARGIN, gap, bound, "rest")
-    if baseline is not None and not best.fires:
-        gap = baseline - value.mean
-        bound = gap - Z * value.stderr
-        if bound > MARGIN or not best.against:
-            best = Verdict(bound > MARGIN, gap, bound, "baseline")
-    return best
+#: The alert simulation's name for a window's count, sum and squares.
+Sums = Moments
 
 
 def report(scores: Mapping[str, Sequence[float]], *, label: str, stage: str, baseline: float | None = None
@@ -92,8 +30,8 @@ def report(scores: Mapping[str, Sequence[float]], *, label: str, stage: str, bas
 
     ``scores``: the APs of that stage's evaluations only, by segment value (the rules group by stage too).
     """
-    sums = {value: Sums.of(values) for value, values in sorted(scores.items())}
-    everything = Sums(0, 0, 0)
+    sums = {value: Moments.of(values) for value, values in sorted(scores.items())}
+    everything = Moments()
     for part in sums.values():
         everything = everything + part
     lines = [f"MAP by {label}, stage {stage}:"]

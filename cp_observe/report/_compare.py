@@ -21,58 +21,20 @@ rerank points at most ``MAX_RERANK_POINTS`` in the chart (the totals count all).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from statistics import NormalDist
 
 from cp_observe import _names as n
+from cp_observe._stats._canary import shortfall
+from cp_observe._stats._moments import Moments, welch_se
+from cp_observe._stats._normal import z_one_sided, z_two_sided
 
-__all__ = ["MAX_KEYS", "MAX_RERANK_POINTS", "MAX_SEGMENT_VALUES", "Comparison", "Moments", "Paired", "Rerank",
-           "Segments", "compare", "z_two_sided"]
+__all__ = ["MAX_KEYS", "MAX_RERANK_POINTS", "MAX_SEGMENT_VALUES", "Comparison", "Paired", "Rerank", "Segments",
+           "compare"]
 
 MAX_KEYS = 200_000
 MAX_SEGMENT_VALUES = 200
 MAX_RERANK_POINTS = 2_000
 CANARY_CONFIDENCE = 0.99
-
-
-def z_two_sided(confidence: float) -> float:
-    """The normal quantile of a two-sided interval at ``confidence``."""
-    return NormalDist().inv_cdf(0.5 + confidence / 2)
-
-
-@dataclass
-class Moments:
-    """Count, sum and sum of squares of average precisions: the MAP and its interval."""
-
-    count: int = 0
-    total: float = 0.0
-    total_sq: float = 0.0
-
-    def add(self, value: float) -> None:
-        self.count += 1
-        self.total += value
-        self.total_sq += value * value
-
-    @property
-    def mean(self) -> float:
-        return self.total / self.count if self.count else 0.0
-
-    @property
-    def variance(self) -> float:
-        if self.count < 2:
-            return 0.0
-        return max(0.0, (self.total_sq - self.count * self.mean ** 2) / (self.count - 1))
-
-    def interval(self, z: float = 1.96) -> tuple[float, float] | None:
-        if self.count < 2:
-            return None
-        half = z * math.sqrt(self.variance / self.count)
-        return max(0.0, self.mean - half), min(1.0, self.mean + half)
-
-    def minus(self, other: Moments) -> Moments:
-        """These moments without ``other``'s (the rest of a data source without one segment value)."""
-        return Moments(self.count - other.count, self.total - other.total, self.total_sq - other.total_sq)
 
 
 @dataclass
@@ -116,12 +78,9 @@ class Segments:
     def canary(self, source: str, label: str, value: str) -> tuple[float, float | None]:
         """(value - rest) of the data source, and its 99 % one-sided upper bound (``None`` when a side has n < 2)."""
         one = self.by_value[(source, label)][value]
-        rest = self.sources[source].minus(one)
-        diff = one.mean - rest.mean
-        if one.count < 2 or rest.count < 2:
-            return diff, None
-        z = NormalDist().inv_cdf(CANARY_CONFIDENCE)
-        return diff, diff + z * math.sqrt(one.variance / one.count + rest.variance / rest.count)
+        rest = self.sources[source] - one
+        gap, bound = shortfall(one, rest, z_one_sided(CANARY_CONFIDENCE))
+        return -gap, (None if one.count < 2 or rest.count < 2 else -bound)
 
 
 @dataclass
@@ -171,14 +130,14 @@ def compare(first: Moments, second: Moments, first_keys: Paired, second_keys: Pa
             differences.add(total / count - slot[1] / slot[0])
     if differences.count >= 2:
         diff = differences.mean
-        half = z * math.sqrt(differences.variance / differences.count)
+        half = z * differences.stderr
         paired = differences.count
     else:
         diff = second.mean - first.mean
         paired = 0
         if first.count < 2 or second.count < 2:
             return Comparison(first.mean, second.mean, diff, None, 0, confidence, "too few evaluations")
-        half = z * math.sqrt(first.variance / first.count + second.variance / second.count)
+        half = z * welch_se(first, second)
     interval = (diff - half, diff + half)
     verdict = "worse" if interval[1] < 0 else "better" if interval[0] > 0 else "no difference"
     return Comparison(first.mean, second.mean, diff, interval, paired, confidence, verdict)

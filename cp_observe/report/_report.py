@@ -32,12 +32,13 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from cp_observe import _names as n
+from cp_observe._stats._moments import Moments, welch_se
 from cp_observe._traces._convert import spans_from_request
 from cp_observe._traces._files import TraceFile
 from cp_observe._traces._source import ReplayInputError
 from cp_observe.dataset._collect import segments_of
 from cp_observe.dataset._record import DatasetError, Record, is_dataset_file, read_records
-from cp_observe.report._compare import Comparison, Moments, Paired, Rerank, Segments, compare
+from cp_observe.report._compare import Comparison, Paired, Rerank, Segments, compare
 
 __all__ = ["MAX_TARGETS", "Evaluation", "Run", "SourceStats", "evaluations_from_run_evals", "load_run",
            "report_line", "summary_text", "verdict", "verdict_text", "write_report"]
@@ -177,7 +178,7 @@ def _difference(a: SourceStats, b: SourceStats) -> tuple[float, tuple[float, flo
     diff = b.mean - a.mean
     if a.count < 2 or b.count < 2:
         return diff, None
-    half = _Z * math.sqrt(a.variance / a.count + b.variance / b.count)
+    half = _Z * welch_se(a, b)
     return diff, (diff - half, diff + half)
 
 

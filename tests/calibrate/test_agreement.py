@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from cp_observe._errors import LabelError
-from cp_observe._judging._agreement import Agreement, kappa, wilson
+from cp_observe._judging._agreement import Agreement
 from cp_observe._judging._calibration import needs_label
 from cp_observe._judging._labels import HumanLabel, label_line, label_position, parse_label_line
 from cp_observe._judging._map import average_precision
 from cp_observe._judging._ppi import classical_mean, ppi_mean
+from cp_observe._stats._proportions import kappa, wilson
 from cp_observe.calibrate._calibrate import ALL, calibrate
 from cp_observe.calibrate._judged import JudgedRetrieval, JudgeKey
 from cp_observe.calibrate._label_files import read_label_file

@@ -13,8 +13,9 @@ from statistics import NormalDist, mean, stdev
 
 import pytest
 
+from cp_observe._stats._moments import Moments
 from cp_observe.replay import load_run, summary_text
-from cp_observe.report._compare import Moments, Paired, compare
+from cp_observe.report._compare import Paired, compare
 from cp_observe.report._report import verdict
 from tests.chromium_support import CHROMIUM, render
 from tests.dataset_support import Case, canary_cases, write_traces
