@@ -4,8 +4,9 @@ The shape (OTLP specification, "JSON Protobuf Encoding", and the ``file`` export
 the proto3 JSON mapping with lowerCamelCase keys, trace and span ids as lowercase hex (not base64), enums
 as integers, 64-bit integers as decimal strings, one request object per line, a newline after each.
 Reading builds the protobuf request straight from the parsed JSON (``request_from_document``): the
-generic ``json_format`` parser that ``serve``'s OTLP/HTTP front door uses costs about 1 ms per span, which
-is minutes per gigabyte. It accepts what that parser accepts for trace requests -- lowerCamelCase or
+generic ``json_format`` parser costs 8 to 30 times as much per span (``benchmarks/bench_otlp_decode.py``),
+which is minutes per gigabyte, so trace files, the query APIs and ``serve``'s OTLP/HTTP port all decode here.
+It accepts what that parser accepts for trace requests -- lowerCamelCase or
 snake_case keys, hex or base64 ids, enums as integers or names, 64-bit integers as strings or numbers --
 and ignores unknown fields, as OTLP receivers must.
 """
@@ -24,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-__all__ = ["JsonLinesSpanExporter", "decode_json_line", "request_from_document", "request_to_json_line"]
+__all__ = ["JsonLinesSpanExporter", "decode_json", "decode_json_line", "request_from_document", "request_to_json_line"]
 
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 
@@ -33,14 +34,26 @@ def decode_json_line(line: bytes, max_bytes: int) -> ExportTraceServiceRequest:
     """Decode one line (hex or base64 ids); raises ``ValueError`` with what is wrong."""
     if len(line) > max_bytes:
         raise ValueError(f"line larger than {max_bytes} bytes")
+    return decode_json(line)
+
+
+def decode_json(body: bytes) -> ExportTraceServiceRequest:
+    """Decode one OTLP/JSON request body (a trace file's line, an OTLP/HTTP body); ``ValueError`` says what is wrong.
+
+    Nesting too deep for the parser (a hostile ``arrayValue`` or ``kvlistValue`` chain) is an error like any other.
+    """
     try:
-        document = json.loads(line)
+        document = json.loads(body)
+    except RecursionError:
+        raise ValueError("invalid JSON: nested too deeply") from None
     except ValueError as exc:
         raise ValueError(f"invalid JSON: {exc}") from None
     if not isinstance(document, dict):
-        raise ValueError("a line must hold one JSON object (an OTLP ExportTraceServiceRequest)")
+        raise ValueError("not a JSON object: an OTLP/JSON request is one object (ExportTraceServiceRequest)")
     try:
         return request_from_document(document)
+    except RecursionError:
+        raise ValueError("invalid OTLP/JSON: nested too deeply") from None
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise ValueError(f"invalid OTLP/JSON: {type(exc).__name__}: {exc}") from None
 
@@ -59,8 +72,17 @@ def _id(value: Any, size: int) -> bytes:
             return bytes.fromhex(text)
         except ValueError:
             pass
-    raw = base64.b64decode(text, validate=True)
-    return raw
+    return _bytes(text)
+
+
+def _bytes(text: str) -> bytes:
+    """Base64 as protobuf's JSON mapping reads it: standard or URL-safe alphabet, padding optional.
+
+    A value of the wrong length still decodes; the conversion to SDK spans then rejects that span alone
+    (counted as partial success), as it did when ``json_format`` parsed the bodies.
+    """
+    encoded = text.encode("utf-8")
+    return base64.urlsafe_b64decode(encoded + b"=" * (-len(encoded) % 4))
 
 
 def _enum(value: Any, names: dict[str, int]) -> int:
@@ -99,7 +121,7 @@ def _value(target: Any, node: dict[str, Any]) -> None:
             return
     for key in ("bytesValue", "bytes_value"):
         if key in node:
-            target.bytes_value = base64.b64decode(node[key])
+            target.bytes_value = _bytes(str(node[key]))
             return
     for key in ("arrayValue", "array_value"):
         if key in node:

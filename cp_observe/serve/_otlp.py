@@ -1,9 +1,8 @@
 """OTLP wire formats: request bodies in (protobuf or JSON, optionally compressed), responses and refusals out.
 
-OTLP/JSON is the proto3 JSON mapping with one exception that matters here: trace and span ids are hex
-strings, not base64 (``"traceId": "5b8efff798038103d269b633813fc60c"``). They are turned into base64 before
-``json_format`` parses the document; a value that is not hex of the right length is left for the parser,
-so a base64-writing sender still works.
+OTLP/JSON bodies are decoded by the one OTLP/JSON decoder of the trace inputs (``_traces/_otlp_json.py``: hex
+or base64 ids, either key case, unknown fields ignored), which builds the request directly instead of through
+``json_format`` (several times faster per span; ``benchmarks/bench_otlp_decode.py``).
 
 Refusals carry a retry delay both ways the ecosystem reads it: the standard ``grpc-status-details-bin``
 (a ``google.rpc.Status`` holding a ``google.rpc.RetryInfo``; the Collector's OTLP exporter retries
@@ -13,8 +12,6 @@ Python SDK's OTLP/gRPC exporter).
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 import zlib
 from typing import Any
@@ -31,6 +28,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from cp_observe._traces._otlp_json import decode_json
+
 __all__ = [
     "JSON",
     "PROTOBUF",
@@ -44,8 +43,6 @@ __all__ = [
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-_ID_FIELDS = {"traceId": 32, "trace_id": 32, "spanId": 16, "span_id": 16, "parentSpanId": 16, "parent_span_id": 16}
-_CONTAINERS = ("resourceSpans", "resource_spans", "scopeSpans", "scope_spans", "spans", "links")
 
 
 class BadRequest(ValueError):
@@ -74,23 +71,9 @@ def decode_body(body: bytes, content_type: str, content_encoding: str, max_bytes
         except DecodeError as exc:
             raise BadRequest(f"invalid protobuf: {exc}") from None
     try:
-        document = json.loads(body)
-    except RecursionError:
-        raise BadRequest("invalid JSON: nested too deeply") from None
+        return decode_json(body)
     except ValueError as exc:
-        raise BadRequest(f"invalid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise BadRequest("the JSON body must be an object")
-    try:
-        _hex_ids_to_base64(document)
-        parsed: ExportTraceServiceRequest = json_format.ParseDict(
-            document, ExportTraceServiceRequest(), ignore_unknown_fields=True
-        )
-    except RecursionError:
-        raise BadRequest("invalid OTLP/JSON: nested too deeply") from None
-    except (ValueError, TypeError, json_format.ParseError) as exc:
-        raise BadRequest(f"invalid OTLP/JSON: {str(exc)[:200]}") from None
-    return parsed
+        raise BadRequest(str(exc)[:200]) from None
 
 
 def _decompress(body: bytes, encoding: str, max_bytes: int) -> bytes:
@@ -109,27 +92,6 @@ def _decompress(body: bytes, encoding: str, max_bytes: int) -> bytes:
             raise BadRequest(f"request larger than {max_bytes} bytes once decompressed", 413, "too_large")
         return out
     raise BadRequest(f"invalid {encoding} body", 400, "encoding")
-
-
-def _hex_ids_to_base64(node: Any) -> None:
-    """Walk resourceSpans/scopeSpans/spans/links and rewrite hex ids as base64 (in place)."""
-    if isinstance(node, list):
-        for item in node:
-            _hex_ids_to_base64(item)
-        return
-    if not isinstance(node, dict):
-        return
-    for key, length in _ID_FIELDS.items():
-        value = node.get(key)
-        if isinstance(value, str) and len(value) == length:
-            try:
-                raw = bytes.fromhex(value)
-            except ValueError:
-                continue
-            node[key] = base64.b64encode(raw).decode("ascii")
-    for key in _CONTAINERS:
-        if key in node:
-            _hex_ids_to_base64(node[key])
 
 
 def encode_response(media: str, rejected: int = 0, message: str = "") -> bytes:

@@ -246,17 +246,6 @@ def test_file_and_otlp_together(demo_full: Exported, tmp_path: Path) -> None:
     assert sent == len(evaluations(out)) == 4
 
 
-def test_the_json_decoder_agrees_with_serve_json_door(demo_full: Exported) -> None:
-    """Every line of the demo's export decodes to the request serve's OTLP/HTTP JSON door (json_format) builds."""
-    from cp_observe._traces._otlp_json import decode_json_line
-    from cp_observe.serve._otlp import JSON, decode_body
-
-    lines = demo_full.jsonl.read_bytes().splitlines()
-    assert lines
-    for line in lines:
-        assert decode_json_line(line, 1 << 26) == decode_body(line, JSON, "", 1 << 26)
-
-
 def test_gzip_compressed_files_are_read(demo_full: Exported, tmp_path: Path) -> None:
     """A gzip-compressed JSON-lines file and a gzip-compressed protobuf file replay to the live scores."""
     import gzip
