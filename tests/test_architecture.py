@@ -122,6 +122,38 @@ def test_a_forbidden_import_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert any(v.startswith("cp_observe._capture.") for v in _violations())
 
 
+# A private name (a leading underscore) is the business of its own package. The one exception: the test kit's
+# isolation saves and restores configure()'s current processor, the process-wide state it exists to manage.
+PRIVATE_ALLOWED = frozenset({("cp_observe.testing._isolation", "cp_observe._wiring._configure._CURRENT")})
+
+
+def _private_imports(modules: dict[str, Path]) -> Iterator[str]:
+    """Each ``from <another package's module> import _name`` (``_name`` not itself a module)."""
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.split(".")[0] == "cp_observe"):
+                continue
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                private = alias.name.startswith("_") and not alias.name.startswith("__") and name not in MODULES
+                if private and _unit(node.module) != _unit(module) and (module, name) not in PRIVATE_ALLOWED:
+                    yield f"{module} imports {name}"
+
+
+def test_no_module_imports_another_packages_private_names() -> None:
+    """What two packages share is public within its package; a leading underscore stays at home."""
+    assert list(_private_imports(MODULES)) == []
+
+
+def test_a_private_import_is_caught(tmp_path: Path) -> None:
+    """The check can fail: replay importing serve's private resource builder is reported."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("from cp_observe.serve._service import _resource\n", encoding="utf-8")
+    assert list(_private_imports({"cp_observe.replay._planted": planted})) == [
+        "cp_observe.replay._planted imports cp_observe.serve._service._resource"]
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle in ``graph``, or None."""
     colour: dict[str, int] = {}
