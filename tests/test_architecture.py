@@ -154,6 +154,31 @@ def test_a_private_import_is_caught(tmp_path: Path) -> None:
         "cp_observe.replay._planted imports cp_observe.serve._service._resource"]
 
 
+def _command_line_imports(modules: dict[str, Path]) -> Iterator[str]:
+    """Imports of a command line (``_cli/``, or a package's ``_cli`` module) from anywhere but ``cli.py``, ``_cli/``
+    and the command's own package."""
+    for module, path in modules.items():
+        if module == "cp_observe.cli" or _unit(module) == "_cli":
+            continue
+        for target in _imports(path):
+            is_cli = _unit(target) == "_cli" or target.rsplit(".", 1)[-1] == "_cli"
+            if is_cli and _unit(target) != _unit(module):
+                yield f"{module} imports {target}"
+
+
+def test_no_package_imports_another_packages_command_line() -> None:
+    """Command lines are leaves: only ``cli.py`` (and the command's own package) imports them."""
+    assert list(_command_line_imports(MODULES)) == []
+
+
+def test_a_command_line_import_is_caught(tmp_path: Path) -> None:
+    """The check can fail: dataset importing replay's input options from the command line is reported."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("from cp_observe._cli._inputs import add_source_arguments\n", encoding="utf-8")
+    assert list(_command_line_imports({"cp_observe.dataset._planted": planted})) == [
+        "cp_observe.dataset._planted imports cp_observe._cli._inputs"]
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle in ``graph``, or None."""
     colour: dict[str, int] = {}
