@@ -131,7 +131,7 @@ def compare(first: Moments, second: Moments, first_keys: Paired, second_keys: Pa
     if differences.count >= 2:
         diff = differences.mean
         half = z * differences.stderr
-        paired = differences.count
+        paired = int(differences.count)
     else:
         diff = second.mean - first.mean
         paired = 0
