@@ -213,7 +213,7 @@ class _Printer(SpanProcessor):
             return
         phase = "degraded" if degraded else "healthy"
         print(f"{_bar(turn, turns)} {CANARY_SEGMENT}={variant}, {phase}: {question}", flush=True)
-        print(f"        answer: {answer[:100]}", flush=True)
+        print(f"        answer: {answer[:100].rstrip()}", flush=True)
         if latest is None:
             print("        not sampled", flush=True)
         elif latest[1] < 0:
