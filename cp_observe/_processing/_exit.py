@@ -62,7 +62,7 @@ def watch(processor: _Drains) -> None:
     if not _REGISTERED[0]:
         _REGISTERED[0] = True
         try:
-            threading._register_atexit(_at_threading_exit)  # type: ignore[attr-defined]  # noqa: SLF001 - see above
+            threading._register_atexit(_at_threading_exit)  # type: ignore[attr-defined]
         except (AttributeError, RuntimeError):  # an interpreter without it, or already shutting down
             logger.debug("threading exit hook unavailable; evaluations are finished at atexit only")
     # Moved to the end of atexit's list: it now runs before the hook of every provider created so far.
@@ -79,7 +79,7 @@ def _deadline(processor: _Drains) -> float:
 def _at_threading_exit() -> None:
     for processor in list(_LIVE):
         try:
-            processor._exit_flush(_deadline(processor))  # noqa: SLF001 - the processor's exit step
+            processor._exit_flush(_deadline(processor))
         except Exception as exc:  # noqa: BLE001 - the host's exit must go on
             logger.warning("finishing evaluations at exit failed", error_type=type(exc).__name__)
 
@@ -87,6 +87,6 @@ def _at_threading_exit() -> None:
 def _at_exit() -> None:
     for processor in list(_LIVE):
         try:
-            processor._shutdown_by(_deadline(processor))  # noqa: SLF001 - the processor's exit step
+            processor._shutdown_by(_deadline(processor))
         except Exception as exc:  # noqa: BLE001 - see _at_threading_exit
             logger.warning("finishing evaluations at exit failed", error_type=type(exc).__name__)

@@ -36,9 +36,9 @@ from cp_observe._emission._emit import Emitter
 from cp_observe._emission._sinks import Sink, SinkRunner
 from cp_observe._fork import at_fork_method
 from cp_observe._internal import report_internal_error
-from cp_observe._log import logger
 from cp_observe._judging._circuit import CircuitBreaker
 from cp_observe._judging._judges import resolve_judge
+from cp_observe._log import logger
 from cp_observe._processing._assembly import Item
 from cp_observe._processing._cascade import Cascade
 from cp_observe._processing._evaluator import Evaluator
