@@ -166,8 +166,8 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
     tracer_provider = tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider)
     export_processor: BatchSpanProcessor | None = None
     if tracer_provider is None:
-        scorers_first = _ScorersFirst()  # type: ignore[no-untyped-call]  # the SDK's __init__ is untyped
-        tracer_provider = TracerProvider(resource=resource, active_span_processor=scorers_first)
+        tracer_provider = TracerProvider(
+            resource=resource, active_span_processor=_ScorersFirst())  # type: ignore[no-untyped-call]  # untyped in the SDK
         exporter = build_span_exporter(resolved)
         if exporter is not None:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor  # only with an exporter (and its cost)
