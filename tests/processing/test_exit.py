@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from cp_observe import _names as n
 from cp_observe.testing import JudgeServer, delay
 from tests.otlp_receiver import OtlpReceiver
 from tests.serve_support import subprocess_env
@@ -108,9 +109,13 @@ def test_otlp_export_of_providers_cp_observe_owns_carries_every_evaluation(tmp_p
                            EXIT_EXPLICIT=explicit)
         assert receiver.wait_for(lambda r: r.span_names().count("evaluation context_precision") >= 3)
         names = receiver.span_names()
+        metrics, events = receiver.metric_names(), receiver.log_records()
     assert names.count("evaluation context_precision") == 3
     assert names.count("retrieval kb") == 3
     assert stats["scored"] == 3, stats
+    # The metrics and the gen_ai.evaluation.result events of those evaluations went out too, at the same exit.
+    assert n.METRIC_SCORE in metrics, metrics
+    assert len(events) == 3
 
 
 def test_a_judge_slower_than_the_bound_is_cut_off_and_counted(tmp_path: Path) -> None:
