@@ -251,6 +251,9 @@ OTEL_METRIC_OVERFLOW: Final = "otel.metric.overflow"
 ENV_PREFIX: Final = "CP_OBSERVE_"
 #: The OpenTelemetry GenAI switch for content capture; "false" / "NO_CONTENT" turn capture off.
 ENV_OTEL_CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+#: The OpenTelemetry SDK's choice of span exporters (comma-separated: otlp, console, none), honoured when
+#: cp-observe creates the tracer provider; "console" prints every span, evaluations included, to stdout.
+ENV_OTEL_TRACES_EXPORTER: Final = "OTEL_TRACES_EXPORTER"
 #: litellm fetches a remote cost map at import unless this is "True".
 ENV_LITELLM_LOCAL_COST_MAP: Final = "LITELLM_LOCAL_MODEL_COST_MAP"
 

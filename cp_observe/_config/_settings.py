@@ -74,6 +74,9 @@ class Settings:
     max_held_spans: int = setting(2000, "Most spans held at once; more are released unscored.", ge=1)
     circuit_failures: int = setting(5, "Consecutive judge failures that open the circuit.", ge=1)
     circuit_cooldown_s: float = setting(30.0, "Seconds before an open circuit probes again.", gt=0)
+    shutdown_timeout_s: float = setting(
+        5.0, "At shutdown or interpreter exit: how long queued and in-flight evaluations may finish; the rest "
+        "are counted dropped (shutdown).", gt=0)
     service_name: str | None = setting(None, "service.name when cp-observe sets up the providers.")
     otlp_endpoint: str | None = setting(None, "OTLP endpoint when cp-observe sets up the providers.")
     metrics_port: int | None = setting(None, "Serve Prometheus metrics on this port.", ge=0, le=65535)

@@ -38,9 +38,11 @@ from cp_observe._fork import at_fork_method
 from cp_observe._internal import report_internal_error
 from cp_observe._judging._circuit import CircuitBreaker
 from cp_observe._judging._judges import resolve_judge
+from cp_observe._log import logger
 from cp_observe._processing._assembly import Item
 from cp_observe._processing._cascade import Cascade
 from cp_observe._processing._evaluator import Evaluator
+from cp_observe._processing._exit import watch as finish_at_exit
 from cp_observe._processing._hold import HeldSpans
 from cp_observe._types import Judge, ScoreResult
 
@@ -121,7 +123,8 @@ class ContextPrecisionProcessor(SpanProcessor):
         evaluation_timeout_s: the longest one evaluation (all its judge calls) may take.
         circuit_failures: consecutive judge failures that stop judge calls for ``circuit_cooldown_s``.
         circuit_cooldown_s: seconds before a stopped judge is probed again.
-        shutdown_timeout_s: how long ``shutdown`` drains before counting the rest as dropped.
+        shutdown_timeout_s: how long ``shutdown`` (and the interpreter's exit, see ``_exit``) lets queued and
+            in-flight evaluations finish before counting the rest as dropped (``shutdown``).
         export_processor: opt-in enrichment: give the processor that exports your spans (e.g. a
             ``BatchSpanProcessor``) here *instead of* adding it to the provider. Every span then passes through
             this processor; sampled target spans are held back until judged and exported with
@@ -166,7 +169,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         evaluation_timeout_s: float = 300.0,
         circuit_failures: int = 5,
         circuit_cooldown_s: float = 30.0,
-        shutdown_timeout_s: float = 30.0,
+        shutdown_timeout_s: float = 5.0,
         export_processor: SpanProcessor | None = None,
         hold_timeout_s: float = 30.0,
         max_held_spans: int = 2000,
@@ -265,6 +268,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         self._shutdown = False
         self._evaluator.start()  # now, not on the first request: submit never waits for a thread to start
         at_fork_method(self._after_fork)
+        finish_at_exit(self)  # before the exporters stop, whichever order the processors were added in
 
     def _after_fork(self) -> None:
         self._evaluator.after_fork()
@@ -398,16 +402,34 @@ class ContextPrecisionProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         """Drain within ``shutdown_timeout_s``; what could not finish is counted as dropped (shutdown)."""
+        self._shutdown_by(time.monotonic() + self.shutdown_timeout_s)
+
+    def _exit_flush(self, deadline: float) -> None:
+        """At interpreter exit, while thread pools still run: judge and emit what is queued, until ``deadline``."""
+        if not self._shutdown:
+            self._evaluator.flush(max(0.0, deadline - time.monotonic()))
+
+    def _shutdown_by(self, deadline: float) -> None:
+        """``shutdown`` with an absolute deadline (the exit hooks share one bound); logs what it dropped, once."""
         if self._shutdown:
             return
         _runtime.register_sampler(id(self), None)
-        self._evaluator.shutdown(self.shutdown_timeout_s)  # targets ending meanwhile are counted dropped
+        before = self._dropped_at_shutdown()
+        self._evaluator.shutdown(max(0.0, deadline - time.monotonic()))  # targets ending meanwhile: dropped
         self._shutdown = True
+        dropped = self._dropped_at_shutdown() - before
+        if dropped:
+            logger.warning("evaluations not finished within shutdown_timeout_s were dropped", dropped=dropped,
+                           shutdown_timeout_s=self.shutdown_timeout_s)
         if self._hold is not None:
             self._hold.release_all()
             self._hold.downstream.shutdown()
         for sink in self._sinks:
-            sink.shutdown(min(self.shutdown_timeout_s, _SINK_SHUTDOWN_S))
+            sink.shutdown(max(0.1, min(deadline - time.monotonic(), _SINK_SHUTDOWN_S)))
+
+    def _dropped_at_shutdown(self) -> int:
+        reasons = self._evaluator.accounting.snapshot(lambda: 0)["reasons"]
+        return int(reasons.get(f"{n.OUTCOME_DROPPED}:shutdown", 0))
 
     # --- introspection ---------------------------------------------------------------------------------------
     @property

@@ -14,7 +14,7 @@ from opentelemetry import _logs, metrics, trace
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SynchronousMultiSpanProcessor, TracerProvider
 
 from cp_observe._config import _runtime
 from cp_observe._config._sampling import TraceIdRatio
@@ -75,6 +75,7 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
     max_held_spans: int | None = None,
     circuit_failures: int | None = None,
     circuit_cooldown_s: float | None = None,
+    shutdown_timeout_s: float | None = None,
     service_name: str | None = None,
     otlp_endpoint: str | None = None,
     metrics_port: int | None = None,
@@ -142,6 +143,7 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
         "max_held_spans": max_held_spans,
         "circuit_failures": circuit_failures,
         "circuit_cooldown_s": circuit_cooldown_s,
+        "shutdown_timeout_s": shutdown_timeout_s,
         "service_name": service_name,
         "otlp_endpoint": otlp_endpoint,
         "metrics_port": metrics_port,
@@ -164,7 +166,8 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
     tracer_provider = tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider)
     export_processor: BatchSpanProcessor | None = None
     if tracer_provider is None:
-        tracer_provider = TracerProvider(resource=resource)
+        tracer_provider = TracerProvider(
+            resource=resource, active_span_processor=_ScorersFirst())  # type: ignore[no-untyped-call]  # untyped in the SDK
         exporter = build_span_exporter(resolved)
         if exporter is not None:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor  # only with an exporter (and its cost)
@@ -228,6 +231,25 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
     logger.info("cp-observe configured", judge=processor.judge.model, sample_rate=resolved.sample_rate,
                 capture_content=resolved.capture_content)
     return processor
+
+
+class _ScorersFirst(SynchronousMultiSpanProcessor):
+    """The processors of a provider cp-observe creates: at shutdown, the scoring processors stop first.
+
+    The SDK stops processors in the order they were added, and the exporting one is added before ours: an
+    explicit ``provider.shutdown()`` would stop the export before our last evaluation spans reach it. (At
+    interpreter exit, ``_processing/_exit.py`` finishes them before any provider shuts down.)
+    """
+
+    def shutdown(self) -> None:
+        """Stop the scoring processors (they emit their last evaluations), then the rest in order."""
+        processors = self._span_processors
+        for processor in processors:
+            if isinstance(processor, ContextPrecisionProcessor):
+                processor.shutdown()
+        for processor in processors:
+            if not isinstance(processor, ContextPrecisionProcessor):
+                processor.shutdown()
 
 
 def _data_source_setting(data_source: Any, settings: dict[str, Any]) -> Callable[[Mapping[str, Any]], Any] | None:

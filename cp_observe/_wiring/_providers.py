@@ -14,7 +14,8 @@ from cp_observe._config._settings import Settings
 from cp_observe._emission._sinks import Sink
 from cp_observe._errors import ConfigurationError
 from cp_observe._judging._judges import resolve_judge
-from cp_observe._names import ENV_PHOENIX_API_KEY
+from cp_observe._log import logger
+from cp_observe._names import ENV_OTEL_TRACES_EXPORTER, ENV_PHOENIX_API_KEY
 from cp_observe._processing._processor import ContextPrecisionProcessor
 from cp_observe._types import Judge
 
@@ -50,6 +51,7 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "max_judged_contexts": settings.max_judged_contexts,
         "circuit_failures": settings.circuit_failures,
         "circuit_cooldown_s": settings.circuit_cooldown_s,
+        "shutdown_timeout_s": settings.shutdown_timeout_s,
         "hold_timeout_s": settings.hold_timeout_s,
         "max_held_spans": settings.max_held_spans,
         "sink_queue_size": settings.sink_queue_size,
@@ -127,9 +129,54 @@ def _endpoint(settings: Settings, signal: str) -> dict[str, Any]:
 
 
 def build_span_exporter(settings: Settings) -> Any:
-    """The OTLP span exporter the settings and ``OTEL_*`` variables ask for, or None."""
-    if not _wants_otlp(settings, "traces"):
-        return None
+    """The span exporter ``OTEL_TRACES_EXPORTER`` and the settings ask for, or None.
+
+    Unset, OTLP when an endpoint is given (``otlp_endpoint`` or ``OTEL_EXPORTER_OTLP_*``), else none. Set, as
+    the SDK reads it: comma-separated ``otlp``, ``console`` (every span as JSON on stdout), ``none``.
+    """
+    chosen = os.environ.get(ENV_OTEL_TRACES_EXPORTER, "").strip().lower()
+    if not chosen:
+        return _otlp_span_exporter(settings) if _wants_otlp(settings, "traces") else None
+    exporters = []
+    for name in dict.fromkeys(part.strip() for part in chosen.split(",") if part.strip()):
+        if name == "otlp":
+            exporters.append(_otlp_span_exporter(settings))
+        elif name == "console":
+            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+            exporters.append(ConsoleSpanExporter())
+        elif name != "none":
+            logger.warning("ignoring an unknown span exporter", variable=ENV_OTEL_TRACES_EXPORTER, value=name[:40])
+    if len(exporters) > 1:
+        return _FanOut(exporters)
+    return exporters[0] if exporters else None
+
+
+class _FanOut:
+    """Several span exporters behind one (``OTEL_TRACES_EXPORTER=console,otlp``): each gets every batch."""
+
+    def __init__(self, exporters: list[Any]) -> None:
+        self.exporters = exporters
+
+    def export(self, spans: Any) -> Any:
+        """Export to each; success only when every one succeeded."""
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        results = [exporter.export(spans) for exporter in self.exporters]
+        ok = all(result == SpanExportResult.SUCCESS for result in results)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Flush each."""
+        return all([exporter.force_flush(timeout_millis) for exporter in self.exporters])
+
+    def shutdown(self) -> None:
+        """Shut each down."""
+        for exporter in self.exporters:
+            exporter.shutdown()
+
+
+def _otlp_span_exporter(settings: Settings) -> Any:
     if _protocol() == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 

@@ -147,7 +147,8 @@ def _run(args: argparse.Namespace) -> int:
             if processor is not None:
                 processor.force_flush(60_000)
             turn += 1
-            printer.report(turn, turns, question, answer, quiet=args.quiet, degraded=degraded)
+            printer.report(turn, turns, question, answer, quiet=args.quiet, degraded=degraded,
+                           variant=variant["version"])
             if interval:
                 stop.wait(interval)
     finally:
@@ -197,7 +198,8 @@ class _Printer(SpanProcessor):
                             str(attributes.get(n.GEN_AI_EVALUATION_SCORE_LABEL, "")), segment)
 
     def report(self, turn: int, turns: int | None, question: str, answer: str, *, quiet: bool,
-               degraded: bool) -> None:
+               degraded: bool, variant: str = "v1") -> None:
+        """Print one turn: its variant and phase, the answer, then each stage's score (retrieval, rerank)."""
         with self._lock:
             latest, self._latest = self._latest, None
             reranked, self._latest_rerank = self._latest_rerank, None
@@ -209,8 +211,9 @@ class _Printer(SpanProcessor):
             self.reranks.append((degraded, reranked[0], reranked[3]))
         if quiet:
             return
-        print(f"{_bar(turn, turns)} {question}", flush=True)
-        print(f"        answer: {answer[:100]}", flush=True)
+        phase = "degraded" if degraded else "healthy"
+        print(f"{_bar(turn, turns)} {CANARY_SEGMENT}={variant}, {phase}: {question}", flush=True)
+        print(f"        answer: {answer[:100].rstrip()}", flush=True)
         if latest is None:
             print("        not sampled", flush=True)
         elif latest[1] < 0:
@@ -218,8 +221,11 @@ class _Printer(SpanProcessor):
         else:
             verdicts, ap, label, _ = latest
             marks = " ".join(f"{i + 1}{'✓' if v else '✗'}" for i, v in enumerate(verdicts))
-            mean = sum(s for _, s in self.scores) / len(self.scores)
-            print(f"        ranks: {marks}   score {ap:.2f} ({label})   sampled MAP {mean:.2f}", flush=True)
+            # The running MAP of this turn's variant: mixing a worse canary into it would hide which one is bad.
+            same = [s for (_, s), v in zip(self.scores, self.variants, strict=True) if v == latest[3]]
+            mean = sum(same) / len(same)
+            print(f"        retrieval ranks: {marks}   score {ap:.2f} ({label})   "
+                  f"sampled MAP of {latest[3]} {mean:.2f}", flush=True)
         if reranked is not None:
             print(f"        rerank: score {reranked[0]:.2f}, lift {reranked[1]:+.2f}, "
                   f"relevant cut {reranked[2]}, {CANARY_SEGMENT}={reranked[3]}", flush=True)
@@ -271,6 +277,8 @@ def _summary(printer: _Printer, degrade_after: int | None, processor: Any, *, ca
                     print(line, flush=True)
         # The degradation is judged on the stable variant: the canary's own gap is the verdict above.
         scores = [s for s, version in zip(scores, printer.variants, strict=True) if version == "v1"]
+        if degrade_after is not None:
+            print(f"the stable variant ({CANARY_SEGMENT}=v1), whose retriever is then degraded:", flush=True)
     if degrade_after is not None:
         for label, degraded in (("before degradation", False), ("after degradation", True)):
             part = [s for d, s in scores if d is degraded]

@@ -8,7 +8,7 @@ never from a flag, so it never appears in a process listing; so is the bearer to
 
 The hook-only fields of ``Settings`` (``capture_only``, ``hold_spans``, ``max_value_length``,
 ``max_contexts``, ``metrics_port``, ...) are inherited but unused: the service judges whatever arrives and
-serves its metrics on the admin port.
+serves its metrics on the admin port. So is ``shutdown_timeout_s``: the service drains within ``drain_timeout_s``.
 """
 
 from __future__ import annotations

@@ -5,11 +5,13 @@ a fake chat model, no network) under ``@arizeai/openinference-instrumentation-la
 standard ``@opentelemetry/exporter-trace-otlp-grpc`` or ``-http`` exporter to a ``ScorerService`` on loopback. The
 service applies the same readers as in process: a bare retriever judged against its query, the chain's retriever
 against the chain's answer (its root span's ``output.value``). Versions: ``tests/node/package-lock.json``
-(``scripts/install-node.sh``, run by ``scripts/test``); without node or those packages the module is skipped.
+(``scripts/install-node.sh``, run by ``scripts/test``). Without node, npm or those packages the module is skipped,
+saying how to install them, unless ``CP_OBSERVE_REQUIRE_NODE=1`` (``.ci/run``) makes that a failure.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import urllib.error
@@ -29,11 +31,16 @@ from cp_observe.testing import JudgeServer
 
 APP = Path(__file__).resolve().parents[1] / "node"
 NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(
-    NODE is None or not (APP / "node_modules" / "@langchain" / "core").is_dir(),
-    reason="needs node and tests/node/node_modules: run scripts/install-node.sh (scripts/test does, "
-    "unless CP_OBSERVE_SKIP_NODE=1)",
-)
+_MISSING = [what for what, absent in (
+    ("node", NODE is None),
+    ("npm", shutil.which("npm") is None),
+    ("tests/node/node_modules", not (APP / "node_modules" / "@langchain" / "core").is_dir()),
+) if absent]
+_INSTALL = ("install Node.js 18 or later with npm (Debian/Ubuntu: sudo apt-get install nodejs npm; or "
+            "https://nodejs.org), then run scripts/install-node.sh (scripts/test does, unless CP_OBSERVE_SKIP_NODE=1)")
+if _MISSING and os.environ.get("CP_OBSERVE_REQUIRE_NODE") == "1":  # CI installed them: missing is a failure
+    raise RuntimeError(f"CP_OBSERVE_REQUIRE_NODE=1 but missing: {', '.join(_MISSING)}; {_INSTALL}")
+pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"missing {', '.join(_MISSING)}: {_INSTALL}")
 
 
 @pytest.fixture

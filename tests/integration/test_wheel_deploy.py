@@ -1,9 +1,10 @@
-"""The built wheel, installed alone in a fresh venv, writes deploy assets that promtool accepts.
+"""The built wheel, installed alone in a fresh venv, runs the README's quick start and writes deploy assets.
 
 This is what a ``pip install cp-observe`` user gets: the wheel is built from this checkout (hatchling, with
 ``deploy/`` and ``collectors/`` force-included as ``cp_observe/_assets/``), installed with its dependencies into
-a new venv that cannot see the checkout, and its ``cp-observe deploy write`` output is checked by promtool
-(``check config``, ``check rules``, ``test rules``) and compared with the repository's files.
+a new venv that cannot see the checkout. The README's quick start runs there as written and prints its score, and
+the installed ``cp-observe deploy write`` output is checked by promtool (``check config``, ``check rules``, ``test
+rules``) and compared with the repository's files.
 
 The dependencies (and the build backend) come from ``.cache/wheelhouse``, which ``scripts/install-wheelhouse.sh``
 fills at set-up with the wheels of the versions the test venv holds: the test runs pip with ``--no-index``, so it
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy_support import ALERT_NAMES, needs_promtool, run_promtool
+from tests.readme_support import quickstart_blocks, run_quickstart
 
 REPO = Path(__file__).resolve().parents[2]
 HOUSE = REPO / ".cache" / "wheelhouse"
@@ -66,6 +68,15 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed: Path, tm
     module, packaged = where.split()
     assert Path(module).is_relative_to(installed.parent) and not Path(module).is_relative_to(REPO)
     assert packaged == "True"
+
+
+def test_the_readme_quick_start_runs_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    """The README's quick start, as written, in the wheel's venv: the answer, then the score on the console."""
+    run = run_quickstart(installed, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("Paris is the capital of France.\n")
+    output = run.stdout.splitlines()
+    assert all(line in output for line in quickstart_blocks()["output"].splitlines()), run.stdout[-3000:]
 
 
 def test_deploy_write_from_the_wheel_passes_promtool(installed: Path, tmp_path: Path) -> None:
