@@ -95,7 +95,7 @@ def test_no_tracked_file_names_a_machine_path() -> None:
     "line",
     [
         "cd /work/main                      # the repository root",
-        "python /home/alice/src/cp-observe/benchmarks/bench_serve.py",
+        "python /home/alice/src/cp-observe/benchmarks/serve/bench_serve.py",
         "open /Users/bob/cp-observe/report.html",
         "see /root/.cache/cp-observe/wheels",
         r"C:\Users\carol\cp-observe",

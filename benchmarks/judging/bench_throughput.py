@@ -18,7 +18,7 @@ all sending the same request (cp_observe's prompt and ``response_format``). The 
 1.5 x bare httpx. Then the RSS and import time a judging process adds over ``capture_only``, each measured
 in a fresh interpreter.
 
-    .venv-bench/bin/python benchmarks/bench_throughput.py [--quick] [--cost-only]
+    .venv-bench/bin/python benchmarks/judging/bench_throughput.py [--quick] [--cost-only]
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's cp_observe, not an installed one
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's cp_observe, not an installed one
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -256,7 +257,7 @@ def footprint(url: str, repeats: int) -> dict[str, tuple[float, float, bool]]:
         runs = []
         for _ in range(repeats):
             done = subprocess.run([sys.executable, "-c", _FOOTPRINT_CHILD, mode, url], capture_output=True,
-                                  text=True, check=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+                                  text=True, check=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
         out[mode] = (c.median(r["seconds"] for r in runs), c.median(r["rss"] for r in runs), runs[0]["litellm"])
     return out

@@ -16,7 +16,7 @@ tables show medians over rounds of wall-clock and calling-thread CPU µs per cal
 Run it from the bench venv (peers and frameworks installed) or from the main venv (they show as not
 installed)::
 
-    .venv-bench/bin/python benchmarks/bench_hot_path.py [--quick] [--only-cp] [--shapes retrieve:haystack,agent]
+    .venv-bench/bin/python benchmarks/request_path/bench_hot_path.py [--quick] [--only-cp] [--shapes retrieve:haystack,agent]
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 import _peers
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider

@@ -14,7 +14,7 @@ exporter created), against ``import opentelemetry.sdk.trace`` plus that same pro
 creates the providers and OTLP exporters itself (``otlp_endpoint=``), the exporters' own import cost is
 reported on its own row. The children run without any ``OTEL_*`` or ``CP_OBSERVE_*`` variable.
 
-    .venv-bench/bin/python benchmarks/bench_import.py [--quick] [--main-only]
+    .venv-bench/bin/python benchmarks/request_path/bench_import.py [--quick] [--main-only]
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 
 #: What a service imports to decorate and score: the figure the ≤ 100 ms target is checked on.
 _FULL_SETUP = "from cp_observe import agent, retriever, configure, ContextPrecisionProcessor, LLMJudge, LexicalJudge"

@@ -21,7 +21,7 @@ Only the public API: the decorators record to the global SDK tracer provider, wh
 non-reentrant lock in ``on_end``, which the same collections would deadlock: not cp_observe's code).
 Evaluation spans go to a provider with nothing attached, metrics to an ``InMemoryMetricReader``. No network.
 
-    .venv/bin/python benchmarks/stress_gc.py [--quick] [--seconds 180] [--threads 3]
+    .venv/bin/python benchmarks/request_path/stress_gc.py [--quick] [--seconds 180] [--threads 3]
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 from opentelemetry import trace
 from opentelemetry.sdk._logs import LoggerProvider

@@ -27,13 +27,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks" / "bench_emission.py"
+BENCH = ROOT / "benchmarks" / "judging" / "bench_emission.py"
 BEFORE_ISSUE_25 = "c51661a"  # the emitter before issue 25's changes
 
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    """benchmarks/bench_emission.py imported as a module (it is a script, not a package)."""
+    """benchmarks/judging/bench_emission.py imported as a module (it is a script, not a package)."""
     sys.path.insert(0, str(BENCH.parent))
     try:
         spec = importlib.util.spec_from_file_location("bench_emission", BENCH)

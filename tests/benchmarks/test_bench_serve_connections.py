@@ -1,4 +1,4 @@
-"""``benchmarks/bench_serve_connections.py`` cannot rot: a small flood, run for real, says what the big one says."""
+"""``benchmarks/serve/bench_serve_connections.py`` cannot rot: a small flood, run for real, says what the big one says."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.serve_support import ROOT, subprocess_env
 
-BENCH = ROOT / "benchmarks" / "bench_serve_connections.py"
+BENCH = ROOT / "benchmarks" / "serve" / "bench_serve_connections.py"
 
 
 def test_a_small_flood_leaves_the_sender_answered_and_every_refusal_counted(tmp_path: Path) -> None:
