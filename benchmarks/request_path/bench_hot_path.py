@@ -591,8 +591,11 @@ def _probe(peer: _peers.Peer, group: str, payload: str, fn: Fn) -> tuple[str, bo
 
 
 def peer_variants(shapes: list[tuple[str, str]]) -> list[Variant]:
-    """Every peer in every selected shape but the stream, with a note on the content it records there."""
-    shapes = [(g, p) for g, p in shapes if g != "stream" and _importable(g, p)]  # a missing framework: its own rows
+    """Every peer in every selected shape of the groups peers have (``_peers.GROUPS``), with what it records there.
+
+    The other groups (the generator, ``@reranker``) have no peer rows: no peer decorates those shapes.
+    """
+    shapes = [(g, p) for g, p in shapes if g in _peers.GROUPS and _importable(g, p)]  # a missing framework: own rows
     out: list[Variant] = []
     for name, build in _peers.BUILDERS:
         try:
