@@ -1,4 +1,4 @@
-"""No tracked text file names a path of the machine it was written on (issue 26).
+"""No tracked text file names a path of the machine it was written on.
 
 A command that ``cd``s into a developer's checkout, or a figure quoted with a home directory in it, works on
 one machine only and leaks its layout. Repository-wide like ``test_architecture.py``, so it sits beside it

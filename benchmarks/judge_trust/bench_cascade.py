@@ -1,4 +1,4 @@
-"""The cheap-plus-LLM cascade vs the LLM judge alone, at the same LLM spend (issue 24).
+"""The cheap-plus-LLM cascade vs the LLM judge alone, at the same LLM spend.
 
 Simulated streams of sampled retrievals, minute by minute. Each retrieval's LLM score ``y`` is bimodal like a real
 retriever's AP (Beta(9, 1) with probability p, else Beta(1, 9); MAP 0.65 when healthy). A synthetic cheap judge

@@ -1,4 +1,4 @@
-"""The lexical judge against the shipped real-model judge on the labelled cases of tests/data (issue 24).
+"""The lexical judge against the shipped real-model judge on the labelled cases of tests/data.
 
 The cascade's gain rests on how well the cheap judge's per-retrieval score correlates with the LLM judge's.
 ``bench_cascade.py`` measures the lexical judge against the files' human labels; this measures it against the

@@ -9,7 +9,7 @@ an SDK ``TracerProvider`` with a ``BatchSpanProcessor`` and a ``LoggerProvider``
 reader, as a deployment that exports all three signals has. A second pair has no logger provider and no
 meter reader configured (the API's no-op ones): the signals nobody exports. The figure is CPU µs per
 evaluation (``time.process_time``; the batch processors' export threads are included, but they drop). The
-target (issue 25): at most 45 µs per evaluation.
+target: at most 45 µs per evaluation.
 
     .venv-bench/bin/python benchmarks/judging/bench_emission.py [--quick] [--baseline main]
 """

@@ -10,7 +10,7 @@ share of the bound lost to cp_observe and the share lost to the client are told 
 is this process's CPU time (decorated calls, processor, evaluator thread, litellm, emission; the judge server
 is in its own process) divided by the evaluations.
 
-"What one scored evaluation costs" (issue 25) then puts side by side, against the same server at the same
+"What one scored evaluation costs" then puts side by side, against the same server at the same
 latency and concurrency: CPU per evaluation end to end through the processor with the lean path and with the
 litellm fallback (``transport="litellm"``), CPU per call of ``LLMJudge.judge`` on each path, of raw
 ``litellm.acompletion``, of the openai SDK and of a bare ``httpx.AsyncClient`` POST with the JSON parsed,
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="latencies 50 and 200 ms, shorter runs")
     parser.add_argument("--latencies-ms", type=float, nargs="*", default=None)
     parser.add_argument("--concurrency", type=int, nargs="*", default=[1, 4, 16])
-    parser.add_argument("--cost-only", action="store_true", help="only the cost section (issue 25)")
+    parser.add_argument("--cost-only", action="store_true", help="only the cost section")
     parser.add_argument("--cost-calls", type=int, default=400, help="calls per client in the cost section")
     args = parser.parse_args(argv)
     latencies = args.latencies_ms or ([50, 200] if args.quick else [50, 200, 1000])

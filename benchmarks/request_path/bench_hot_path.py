@@ -6,7 +6,7 @@ the real LangChain ``Document``, LlamaIndex ``NodeWithScore`` and Haystack ``Doc
 "agent" group one answer as a str, a dict, a list of str and chat messages; the "turn" group is an agent
 calling a retriever (two spans); the "stream" group a decorated generator; the "rerank" group ``@reranker``
 (five input documents in, the same five reordered out) against ``@retriever`` returning them, under each
-pipeline: what a reranker's span costs beyond a retriever's (issue 23). Each shape's baseline is a
+pipeline: what a reranker's span costs beyond a retriever's. Each shape's baseline is a
 hand-written OpenTelemetry wrapper that records the same content ``@cp_observe.retriever`` / ``.agent``
 records for it (checked at set-up, span by span). Every OpenTelemetry-based pipeline ends in the same
 in-process sink (``ListSink``: append the span). Variants run interleaved in one process, in a shuffled order
@@ -47,7 +47,7 @@ Fn = Callable[[str], Any]
 _QUEUE = 1_000_000  # large enough that the sampled variants never drop within a batch
 GROUPS = ("retrieve", "agent", "turn", "stream", "rerank")
 _UNSAMPLED, _SAMPLED = " + processor, unsampled", " + processor, sampled"
-# Issue 23: the same sampled pipeline with two segments configured: one the decorated span carries (so a value
+# The same sampled pipeline with two segments configured: one the decorated span carries (so a value
 # is read), one it does not (so the enclosing span is tried, then "none"). Segments are resolved on the evaluator
 # thread; this row shows what that costs the calling thread, beside the sampled row without segments.
 _SEGMENTED = " + processor, sampled, segments"
@@ -83,7 +83,7 @@ class Variant:
     cpu_ratio: list[float] = field(default_factory=list)
 
 
-# --- the functions being decorated -----------------------------------------------------------------------------
+# --- the functions being decorated ------------------------------------------------------------------------------------
 
 
 def _returning(value: Any, mode: str) -> Fn:
@@ -117,7 +117,7 @@ def _turn(retrieve: Fn, mode: str) -> Fn:
     return aanswer
 
 
-# --- the hand-written OpenTelemetry wrapper (the baseline) -----------------------------------------------------
+# --- the hand-written OpenTelemetry wrapper (the baseline) ------------------------------------------------------------
 # What a careful engineer writes by hand for each shape: the same span name and attributes as cp_observe's
 # decorators, reading the known class's fields directly and json.dumps-ing the metadata. It does not truncate,
 # redact, guard against failures or write cp_observe's bookkeeping flag, so the decorators are charged for those.
@@ -261,7 +261,7 @@ def wrapper_agent(tracer: Tracer, func: Fn, mode: str, shape: str = "str") -> Fn
     return awrapped
 
 
-# --- pipelines --------------------------------------------------------------------------------------------------
+# --- pipelines --------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -302,7 +302,7 @@ def _pipeline(sample_rate: float | None, segments: str | None = None) -> Pipelin
     return Pipeline(provider, sink, processor, sample_rate or 0.0)
 
 
-# --- shapes -------------------------------------------------------------------------------------------------------
+# --- shapes -----------------------------------------------------------------------------------------------------------
 
 
 def payload_value(group: str, payload: str) -> Any:
@@ -340,7 +340,7 @@ def _missing(group: str, payload: str, exc: ImportError) -> list[Variant]:
     return [Variant(group, "every variant", payload, mode, None, note=note) for mode in ("sync", "async")]
 
 
-# --- variants: bare, wrapper, cp_observe ----------------------------------------------------------------------
+# --- variants: bare, wrapper, cp_observe ------------------------------------------------------------------------------
 
 
 def _single_variants(group: str, payload: str, pipes: dict[str, Pipeline], wrapper_pipe: Pipeline) -> list[Variant]:
@@ -502,7 +502,7 @@ def cp_variants(shapes: list[tuple[str, str]], pipes: dict[str, Pipeline], wrapp
     return out
 
 
-# --- the same content: cp_observe's spans against the wrapper's ------------------------------------------------
+# --- the same content: cp_observe's spans against the wrapper's -------------------------------------------------------
 
 _BOOKKEEPING = frozenset({"context_precision.sampled"})  # cp_observe's flag; the wrapper does not write it
 
@@ -561,7 +561,7 @@ def same_content(shapes: list[tuple[str, str]], pipe: Pipeline, wrapper_pipe: Pi
     return lines
 
 
-# --- variants: the peers ----------------------------------------------------------------------------------------
+# --- variants: the peers ----------------------------------------------------------------------------------------------
 
 
 def _importable(group: str, payload: str) -> bool:
@@ -626,7 +626,7 @@ def peer_variants(shapes: list[tuple[str, str]]) -> list[Variant]:
     return out
 
 
-# --- timing -----------------------------------------------------------------------------------------------------
+# --- timing -----------------------------------------------------------------------------------------------------------
 
 
 async def _drive_async(fn: Fn, calls: int) -> tuple[int, int]:
@@ -697,7 +697,7 @@ def measure(variants: list[Variant], rounds: int, calls: int, seed: int) -> None
         loop.close()
 
 
-# --- on_end alone ---------------------------------------------------------------------------------------------
+# --- on_end alone -----------------------------------------------------------------------------------------------------
 
 
 def _ended_span(pipe: Pipeline, fn: Fn) -> ReadableSpan:
@@ -761,7 +761,7 @@ def measure_on_end(rounds: int, calls: int) -> list[tuple[str, float, float]]:
     return results
 
 
-# --- report -----------------------------------------------------------------------------------------------------
+# --- report -----------------------------------------------------------------------------------------------------------
 
 
 def _fmt(value: float) -> str:
@@ -866,7 +866,7 @@ def _parser() -> argparse.ArgumentParser:
                              "(retrieve:haystack, agent:chat) or a payload of any group (dict); default all")
     parser.add_argument("--on-end-only", action="store_true", help="only the on_end table")
     parser.add_argument("--segments", action="store_true",
-                        help="add the sampled pipeline with segments configured (issue 23) beside the others")
+                        help="add the sampled pipeline with segments configured beside the others")
     return parser
 
 
@@ -908,7 +908,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     rounds = args.rounds or (5 if args.quick else 11)
-    calls = args.calls or (100 if args.quick else 200)  # 300 until issue 14 tripled the variants
+    # 200 calls, not 300: the peers and the framework shapes tripled the variants, and a full run grew too long
+    calls = args.calls or (100 if args.quick else 200)
     try:
         shapes = parse_shapes(args.shapes)
     except ValueError as exc:

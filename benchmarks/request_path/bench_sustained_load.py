@@ -11,7 +11,7 @@ baseline. After the loaded phase, ``force_flush`` drains the queue and the accou
 
     .venv/bin/python benchmarks/request_path/bench_sustained_load.py [--quick]
 
-Soak (issue 10): ``--seconds 900 --cache-size 2000`` runs 15 minutes and reports the RSS slope (least squares)
+Soak: ``--seconds 900 --cache-size 2000`` runs 15 minutes and reports the RSS slope (least squares)
 over the last five minutes; a smaller verdict cache makes its bound reachable within the run, so that every
 bounded structure is full before the slope is measured. ``--serve`` runs the same turns through a
 ``python -m cp_observe.serve`` process instead (spans sent over OTLP/gRPC; RSS is the service's).
@@ -342,7 +342,7 @@ def _report_soak(samples: list[dict[str, Any]], window: float, bounds: list[list
         print(c.markdown_table(["bounded structure", "fill / bound", "note"], bounds))
 
 
-# --- the same soak through `cp-observe serve` ----------------------------------------------------------------------
+# --- the same soak through `cp-observe serve` -------------------------------------------------------------------------
 
 
 def _free_port() -> int:

@@ -1,4 +1,4 @@
-"""GC stress (issue 21): decorated generators abandoned in reference cycles, ended by the garbage collector.
+"""GC stress: decorated generators abandoned in reference cycles, ended by the garbage collector.
 
 Host threads call decorated sync and async generator retrievers, consume each halfway and drop it in a
 reference cycle, so that only the cyclic collector finalizes it: its span then ends inside whatever the
@@ -67,7 +67,7 @@ SPANS_PER_CALL = {SYNC_GEN: 1, ASYNC_GEN_LOOP: 1, ASYNC_GEN_HAND: 1, SYNC_FUNC: 
 HALF = len(c.CONTEXTS) // 2  # items taken from each generator before it is abandoned
 EVALUATIONS_METRIC = "context_precision.evaluations"
 
-# --- what the collector does ---------------------------------------------------------------------------------
+# --- what the collector does ------------------------------------------------------------------------------------------
 
 #: Collections by generation, written only by the gc callback (collections never overlap: no lock needed).
 COLLECTIONS = [0, 0, 0]
@@ -121,7 +121,7 @@ class SlowJudge:
                          model=self.model)
 
 
-# --- the decorated host code -----------------------------------------------------------------------------------
+# --- the decorated host code ------------------------------------------------------------------------------------------
 
 
 @cp_observe.retriever(name="kb-stream")
@@ -176,7 +176,7 @@ def drive_by_hand(agen: Any, items: int) -> None:
         raise RuntimeError("the async generator awaited something; it cannot be driven by hand")
 
 
-# --- host threads and the watchdog ---------------------------------------------------------------------------
+# --- host threads and the watchdog ------------------------------------------------------------------------------------
 
 
 class Host:
@@ -316,7 +316,7 @@ class Watchdog:
         self._stop.set()
 
 
-# --- the run ---------------------------------------------------------------------------------------------------
+# --- the run ----------------------------------------------------------------------------------------------------------
 
 
 def _evaluations_by_outcome(reader: InMemoryMetricReader) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""The counters kept as sums (``_emission/_sums.py``) export what the synchronous counters exported (issue 25).
+"""The counters kept as sums (``_emission/_sums.py``) export what the synchronous counters exported.
 
 The baseline is ``_emit.py`` as it was before the sums (synchronous ``Counter.add`` for squares, evaluations,
 verdicts, cost and the cascade sums), loaded from git as ``benchmarks/judging/bench_emission.py`` loads it. Both emitters
