@@ -5,7 +5,7 @@ logged as a warning and fall back to the default: a typo in a deployment must no
 
 The table below is the one home of each setting's name, type, default, bounds and description. It is a
 frozen dataclass read by ``_fields`` rather than a pydantic model: ``configure()`` runs while the host starts,
-and pydantic cost it about 90 ms (``benchmarks/README.md``, Import).
+and pydantic cost it about 90 ms (``benchmarks/HISTORY.md``, "Import").
 """
 
 from __future__ import annotations

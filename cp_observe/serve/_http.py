@@ -58,7 +58,7 @@ _WORKERS = 4  # decoding and on_end are CPU work under the GIL: a few threads ke
 # Small plain bodies are decoded and ingested on the loop (unless durable intake makes ingest wait for an fsync):
 # the hop to a worker costs more than the work (measured:
 # ~2x the requests/s of one-span requests inline). Larger or compressed ones (which may inflate to the limit) go to
-# the pool, so one big batch never stalls every other connection (benchmarks/README.md, "The HTTP door").
+# the pool, so one big batch never stalls every other connection (benchmarks/HISTORY.md, "The HTTP door").
 _INLINE_BYTES = 32 << 10
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _REFUSALS = {
