@@ -16,7 +16,8 @@ tables show medians over rounds of wall-clock and calling-thread CPU µs per cal
 Run it from the bench venv (peers and frameworks installed) or from the main venv (they show as not
 installed)::
 
-    .venv-bench/bin/python benchmarks/request_path/bench_hot_path.py [--quick] [--only-cp] [--shapes retrieve:haystack,agent]
+    .venv-bench/bin/python benchmarks/request_path/bench_hot_path.py [--quick] [--only-cp] \
+        [--shapes retrieve:haystack,agent]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ flood saw: connected, connects that failed or timed out, connections the server 
 ``/stats`` refusals. The old door (``http.server``, commit ``9e3f1ef``) runs in the same invocation from a
 ``git archive`` of that commit under /tmp (``--old``), same flood and sender.
 
-    .venv/bin/python benchmarks/serve/bench_serve_connections.py                     # 10,000 connections, new and old door
+    .venv/bin/python benchmarks/serve/bench_serve_connections.py          # 10,000 connections, new and old door
     .venv/bin/python benchmarks/serve/bench_serve_connections.py --quick    # 1,000 connections, new door only (~30 s)
 """
 

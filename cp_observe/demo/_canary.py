@@ -5,9 +5,9 @@ The rules (``deploy/prometheus/rules/context_precision_canary.rules.yml``, gener
 the same stage (the data source's totals at that stage minus the value's) and, when given, with a baseline MAP.
 Stages (``retrieval``, ``rerank``) are never pooled: a reranked retrieval is scored once per stage, and the rerank
 stage's MAP is not the retrieval stage's. ``verdict`` takes one stage's sums; ``report`` prints one stage. This
-module does the same arithmetic for the demo's printout and for ``benchmarks/alerts/bench_alerts.py``'s canary simulation
-(one stage), so what they say would fire is what Prometheus would fire; ``tests/integration/test_canary_rules.py``
-keeps the constants equal to the generator's.
+module does the same arithmetic for the demo's printout and for ``benchmarks/alerts/bench_alerts.py``'s canary
+simulation (one stage), so what they say would fire is what Prometheus would fire;
+``tests/integration/test_canary_rules.py`` keeps the constants equal to the generator's.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 The benchmark times this checkout's ``Emitter.scored`` against ``_emit.py`` as it was before the per-evaluation
 cost work (reused attribute dicts, counters as sums; loaded from git, as the benchmark does). Here both emit the
-benchmark's own inputs into in-memory exporters and readers: every span attribute, log-record attribute and metric point of the baseline must come out of this
-checkout's emitter unchanged (it may emit more: labels added since are allowed), so the figures compare the
-same work, and the reused attribute dicts changed nothing that is exported.
+benchmark's own inputs into in-memory exporters and readers: every span attribute, log-record attribute and
+metric point of the baseline must come out of this checkout's emitter unchanged (it may emit more: labels added
+since are allowed), so the figures compare the same work, and the reused attribute dicts changed nothing that is
+exported.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``benchmarks/serve/bench_serve_connections.py`` cannot rot: a small flood, run for real, says what the big one says."""
+"""``serve/bench_serve_connections.py`` cannot rot: a small flood, run for real, says what the big one says."""
 
 from __future__ import annotations
 
