@@ -15,7 +15,7 @@ import cp_observe
 from cp_observe import _names as n
 from cp_observe.testing import FakeJudge, JudgeCall
 from tests.conftest import Otel
-from tests.turn_support import TURN_ANSWER, TURN_DOCS, TURN_QUERY, TURN_VERDICTS, Turn
+from tests.turn_support import TURN_ANSWER, TURN_DOCS, TURN_QUERY, TURN_VERDICTS, Turn, make_turn
 
 DOCS = list(TURN_DOCS)
 ANSWER = TURN_ANSWER
@@ -571,20 +571,10 @@ def _snapshot(otel: Otel) -> list[dict[str, Any]]:
 def test_exported_spans_snapshot(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """The whole exported trace of one turn, compared to an inline snapshot."""
     processor = otel.processor(cp_observe_judge)
-
-    @cp_observe.retriever(name="kb")
-    def search(query: str) -> list[dict[str, Any]]:
-        return [
-            {"page_content": DOCS[0], "id": "d1", "score": 0.9, "metadata": {"source": "atlas"}},
-            {"page_content": DOCS[1], "id": "d2", "score": 0.4},
-        ]
-
-    @cp_observe.agent(name="helper")
-    def answer(question: str) -> str:
-        search(question)
-        return ANSWER
-
-    answer("capital?")
+    make_turn(docs=[
+        {"page_content": DOCS[0], "id": "d1", "score": 0.9, "metadata": {"source": "atlas"}},
+        {"page_content": DOCS[1], "id": "d2", "score": 0.4},
+    ]).ask("capital?")
     processor.force_flush(10_000)
     assert _snapshot(otel) == [
         {
