@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.serve_support import ROOT, subprocess_env
+
+pytestmark = pytest.mark.e2e  # a whole program in child processes: not the quick unit tier
 
 BENCH = ROOT / "benchmarks" / "serve" / "bench_serve_connections.py"
 

@@ -14,6 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # a whole program in child processes: not the quick unit tier
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "request_path" / "stress_gc.py"
 SECONDS = 15
 STALL_SECONDS = 15  # a freeze is reported this long after it starts; no healthy step comes near it
