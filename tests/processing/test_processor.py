@@ -296,18 +296,13 @@ def test_capture_off_exports_no_content_but_still_scores(otel: Otel, cp_observe_
     otel.runtime.install(capture_content=False)
     processor = otel.processor(cp_observe_judge)
 
-    @cp_observe.agent(name="quiet")
-    def run(question: str) -> str:
-        sync_search(question)
-        return ANSWER
-
-    run("SECRET-QUERY capital")
+    make_turn(agent="quiet").ask("SECRET-QUERY capital")
     processor.force_flush(10_000)
     text = repr([dict(s.attributes) for s in otel.finished()])
     for secret in ("SECRET-QUERY", "Paris", "Bananas", "fake judge"):
         assert secret not in text
     [evaluation] = _evaluations(otel)
-    assert evaluation.attributes[n.CP_VERDICTS] == (True, False, True)
+    assert evaluation.attributes[n.CP_VERDICTS] == TURN_VERDICTS
     assert n.CP_REASONS not in evaluation.attributes
     assert cp_observe_judge.calls[0].query == "SECRET-QUERY capital"
 
@@ -652,17 +647,13 @@ def test_processor_with_llm_judge_over_loopback(otel: Otel) -> None:
         judge = cp_observe.LLMJudge("openai/judge-test", api_base=server.url, api_key="sk-test", timeout=5)
         processor = otel.processor(judge)
 
-        @cp_observe.agent(name="helper")
-        def answer(question: str) -> str:
-            sync_search(question)
-            return ANSWER
-
+        turn = make_turn()
         for question in ("capital of France?", "largest city of France?"):
-            assert answer(question) == ANSWER
+            assert turn.ask(question) == ANSWER
         assert processor.force_flush(30_000)
         assert server.calls == 2
     evaluations = _evaluations(otel)
-    assert [e.attributes[n.CP_VERDICTS] for e in evaluations] == [(True, False, True), (True, False, True)]
+    assert [e.attributes[n.CP_VERDICTS] for e in evaluations] == [TURN_VERDICTS, TURN_VERDICTS]
     assert {e.attributes[n.CP_JUDGE_MODEL] for e in evaluations} == {"openai/judge-test"}
     tokens = otel.metric_points(n.METRIC_TOKEN_USAGE)
     assert {p.attributes[n.GEN_AI_TOKEN_TYPE] for p in tokens} == {"input", "output"}
