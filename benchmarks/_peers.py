@@ -17,9 +17,14 @@ from typing import Any
 import _common as c
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-__all__ = ["BUILDERS", "Peer", "describe"]
+__all__ = ["BUILDERS", "GROUPS", "Peer", "describe"]
 
 Fn = Callable[[str], Any]
+
+#: The benchmark groups a peer has a row in: a retriever, an agent and the two-span turn. The other groups
+#: (a decorated generator, ``@reranker``) compare cp_observe's own decorators, since no peer has those shapes;
+#: a group added to the benchmark reaches the peers only once it is listed here and every peer names it.
+GROUPS = ("retrieve", "agent", "turn")
 
 
 @dataclass
@@ -27,7 +32,7 @@ class Peer:
     """One peer decorator style.
 
     Attributes:
-        names: the row label per benchmark group (``retrieve``, ``agent``, ``turn``).
+        names: the row label per benchmark group, one for each of ``GROUPS``.
         decorate: ``(function, role)`` -> the decorated function; ``role`` is ``"retriever"`` or ``"agent"``.
         drain: empty the pipeline (outside the timing).
         kept: flush, then the spans the pipeline kept since the last ``drain``.

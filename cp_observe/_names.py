@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Final
 
-# --- span names -------------------------------------------------------------------------------------------
+# --- span names -------------------------------------------------------------------------------------------------------
 RETRIEVAL_SPAN_PREFIX: Final = "retrieval"
 AGENT_SPAN_PREFIX: Final = "invoke_agent"
 EVALUATION_SPAN_NAME: Final = "evaluation context_precision"
 
-# --- OpenTelemetry GenAI conventions ------------------------------------------------------------------------
+# --- OpenTelemetry GenAI conventions ----------------------------------------------------------------------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 OPERATION_RETRIEVAL: Final = "retrieval"
 OPERATION_INVOKE_AGENT: Final = "invoke_agent"
@@ -43,14 +43,14 @@ EVALUATION_NAME: Final = "context_precision"
 LABEL_PASS: Final = "pass"
 LABEL_FAIL: Final = "fail"
 
-# --- OpenInference ------------------------------------------------------------------------------------------
+# --- OpenInference ----------------------------------------------------------------------------------------------------
 OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
 KIND_RETRIEVER: Final = "RETRIEVER"
 KIND_AGENT: Final = "AGENT"
 KIND_EVALUATOR: Final = "EVALUATOR"
 INPUT_VALUE: Final = "input.value"
 OUTPUT_VALUE: Final = "output.value"
-OUTPUT_MIME_TYPE: Final = "output.mime_type"  # issue 10: the answer rule parses JSON output values
+OUTPUT_MIME_TYPE: Final = "output.mime_type"  # the answer rule parses JSON output values
 RETRIEVAL_DOCUMENTS: Final = "retrieval.documents"
 DOCUMENT_FIELDS: Final = ("id", "content", "score", "metadata")
 KIND_RERANKER: Final = "RERANKER"
@@ -75,7 +75,7 @@ def document_attribute(index: int, field: str, prefix: str = RETRIEVAL_DOCUMENTS
     return f"{prefix}.{index}.document.{field}"
 
 
-# --- OpenLLMetry (Traceloop) and its vector-DB instrumentations -----------------------------------------------
+# --- OpenLLMetry (Traceloop) and its vector-DB instrumentations -------------------------------------------------------
 OPERATION_VECTOR_DB_RETRIEVE: Final = "vector_db_retrieve"
 TRACELOOP_ENTITY_NAME: Final = "traceloop.entity.name"
 TRACELOOP_ENTITY_INPUT: Final = "traceloop.entity.input"
@@ -88,7 +88,7 @@ DB_QUERY_RESULT_SCORE: Final = "db.query.result.score"
 DB_QUERY_RESULT_DOCUMENT: Final = "db.query.result.document"
 
 
-# --- cp-observe's own attributes -----------------------------------------------------------------------------
+# --- cp-observe's own attributes --------------------------------------------------------------------------------------
 CP_SAMPLED: Final = "context_precision.sampled"
 CP_SAMPLING_REASON: Final = "context_precision.sampling.reason"
 CP_CONTEXT_COUNT: Final = "context_precision.context.count"
@@ -102,10 +102,10 @@ CP_TRUNCATED_CONTEXTS: Final = "context_precision.truncated_contexts"
 CP_JUDGE_CALLS: Final = "context_precision.judge.calls"
 CP_SCORE: Final = "context_precision.score"
 CP_PARTIAL: Final = "context_precision.partial"
-#: Issue 10: a callback the user gave (query, context_extractor, output, redact) raised: the skip reason.
+#: A callback the user gave (query, context_extractor, output, redact) raised: the skip reason.
 CP_USER_ERROR: Final = "context_precision.user_error"
 CP_ANSWER_SOURCE: Final = "context_precision.reference.source"
-# The judge's identity (issue 13). The OpenTelemetry GenAI evaluation attributes (gen_ai.evaluation.name,
+# The judge's identity. The OpenTelemetry GenAI evaluation attributes (gen_ai.evaluation.name,
 # .score.value, .score.label, .explanation) have no judge model, prompt version or kind, so these live in the
 # project's namespace, next to CP_JUDGE_MODEL.
 CP_JUDGE_PROMPT_VERSION: Final = "context_precision.judge.prompt_version"
@@ -114,24 +114,24 @@ JUDGE_KIND_LLM: Final = "llm"
 JUDGE_KIND_LEXICAL: Final = "lexical"
 JUDGE_KIND_CUSTOM: Final = "custom"
 
-# Issue 23: segments (the user's own span attributes named by the ``segments`` setting). On the evaluation span
+# Segments (the user's own span attributes named by the ``segments`` setting). On the evaluation span
 # and its event each segment is ``CP_SEGMENT_PREFIX + <label name>``; on the metric series the label name itself
 # (the attribute name with every character but letters, digits and ``_`` replaced by ``_``).
 CP_SEGMENT_PREFIX: Final = "context_precision.segment."
 SEGMENT_NONE: Final = "none"
 SEGMENT_OTHER: Final = "other"
-# Issue 23: which ranking stage an evaluation scored, and what a reranker did to the retrieval it reordered.
+# Which ranking stage an evaluation scored, and what a reranker did to the retrieval it reordered.
 CP_STAGE: Final = "context_precision.stage"
 STAGE_RETRIEVAL: Final = "retrieval"
 STAGE_RERANK: Final = "rerank"
 CP_RERANK_AP_BEFORE: Final = "context_precision.rerank.average_precision_before"
 CP_RERANK_LIFT: Final = "context_precision.rerank.lift"
 CP_RERANK_DROPPED_RELEVANT: Final = "context_precision.rerank.dropped_relevant"
-# Issue 23 (rerank lift): the @reranker decorator's span name prefix ("rerank {name}").
+# The @reranker decorator's span name prefix ("rerank {name}").
 RERANK_SPAN_PREFIX: Final = "rerank"
-# Issue 24: a scored retrieval drawn (uniformly, at ``calibration_rate``) for a person to label.
+# A scored retrieval drawn (uniformly, at ``calibration_rate``) for a person to label.
 CP_NEEDS_LABEL: Final = "context_precision.needs_label"
-# Issue 24: the cheap-plus-LLM cascade. Every scored retrieval carries the cheap judge's score and identity; a
+# The cheap-plus-LLM cascade. Every scored retrieval carries the cheap judge's score and identity; a
 # uniform ``llm_share`` of them also the LLM judge's (the score the evaluation reports where present). What
 # happened to the LLM judgement: CASCADE_LLM_JUDGED, CASCADE_LLM_NOT_DRAWN, a gate's skip reason, or
 # "failed:<reason>".
@@ -151,7 +151,7 @@ CASCADE_LLM_NOT_DRAWN: Final = "not_drawn"
 REFERENCE_OUTPUT: Final = "output"
 REFERENCE_QUERY: Final = "query"
 
-# --- metrics (OpenTelemetry name -> Prometheus series) ---------------------------------------------------
+# --- metrics (OpenTelemetry name -> Prometheus series) ----------------------------------------------------------------
 #: histogram, unit "1" -> context_precision_score_{bucket,sum,count}
 METRIC_SCORE: Final = "context_precision.score"
 # With the histogram's _sum and _count it gives each window's exact variance, so its standard error.
@@ -171,25 +171,25 @@ METRIC_JUDGE_COST: Final = "context_precision.judge.cost_usd"
 METRIC_VERDICTS: Final = "context_precision.verdicts"
 #: up-down counter of evaluations waiting -> context_precision_queue_depth
 METRIC_QUEUE_DEPTH: Final = "context_precision.queue.depth"
-# Issue 21: what _internal.error_counts() counts (failures contained, never raised into the host), process-wide.
+# What _internal.error_counts() counts (failures contained, never raised into the host), process-wide.
 #: observable counter of contained failures by kind and site -> context_precision_internal_errors_total
 METRIC_INTERNAL_ERRORS: Final = "context_precision.internal_errors"
-# Issue 24 (calibrate): judge against people, set by ``cp-observe calibrate --push`` (a scheduled run, not the
+# Judge against people, set by ``cp-observe calibrate --push`` (a scheduled run, not the
 # emitter), by data source and judge identity (model, prompt version, kind).
 #: gauge, share of labelled contexts where the judge's verdict equals the person's -> context_precision_judge_agreement
 METRIC_JUDGE_AGREEMENT: Final = "context_precision.judge.agreement"
 #: gauge, labelled contexts that agreement is computed over -> context_precision_judge_agreement_labels
 METRIC_JUDGE_AGREEMENT_LABELS: Final = "context_precision.judge.agreement.labels"
-# Issue 23: evaluations whose segment value was folded into SEGMENT_OTHER (the segment's distinct values were full).
+# Evaluations whose segment value was folded into SEGMENT_OTHER (the segment's distinct values were full).
 #: counter by segment (its label name) -> context_precision_segment_overflow_total
 METRIC_SEGMENT_OVERFLOW: Final = "context_precision.segment.overflow"
-# Issue 24: the sums PPI++ needs, per data source, one counter split by ``term`` (f the cheap judge's average
+# The sums PPI++ needs, per data source, one counter split by ``term`` (f the cheap judge's average
 # precision, y the LLM judge's): TERM_COUNT, TERM_F, TERM_F2 over every cascade evaluation; TERM_N, TERM_Y,
 # TERM_Y2, TERM_F_SUB, TERM_F2_SUB, TERM_FY over the LLM-judged subsample. The recording rules turn them into
 # the PPI++ MAP and its standard error (deploy/prometheus/rules).
 #: counter of the cascade's PPI sums by term -> context_precision_cascade_sums_total
 METRIC_CASCADE_SUMS: Final = "context_precision.cascade.sums"
-# Issue 23: per reranked retrieval, AP of the reranker's output order minus AP of its input order.
+# Per reranked retrieval, AP of the reranker's output order minus AP of its input order.
 #: histogram, unit "1", labels as the score histogram (stage="rerank") -> context_precision_rerank_lift_*
 METRIC_RERANK_LIFT: Final = "context_precision.rerank.lift"
 
@@ -212,16 +212,17 @@ EXEMPLAR_TRACE_ID: Final = "trace_id"
 EXEMPLAR_SPAN_ID: Final = "span_id"
 
 SCORE_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-LIFT_BUCKETS: Final = (-0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # issue 23
+# Buckets of the rerank lift (AP after minus AP before, in [-1, 1]).
+LIFT_BUCKETS: Final = (-0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
 DURATION_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 # Metric attribute (label) names.
 OUTCOME: Final = "outcome"
 REASON: Final = "reason"
 RELEVANT: Final = "relevant"
-#: Issue 23: the ranking stage an evaluation scored (STAGE_RETRIEVAL | STAGE_RERANK).
+#: The ranking stage an evaluation scored (STAGE_RETRIEVAL | STAGE_RERANK).
 STAGE: Final = "stage"
-#: Issue 23: on METRIC_SEGMENT_OVERFLOW, the segment (its label name) whose values overflowed.
+#: On METRIC_SEGMENT_OVERFLOW, the segment (its label name) whose values overflowed.
 SEGMENT: Final = "segment"
 OUTCOME_SCORED: Final = "scored"
 OUTCOME_FAILED: Final = "failed"
@@ -231,7 +232,7 @@ OUTCOMES: Final = (OUTCOME_SCORED, OUTCOME_FAILED, OUTCOME_DROPPED, OUTCOME_SKIP
 #: On METRIC_INTERNAL_ERRORS: whose failure (internal | user | host, as _internal tells them apart) and where.
 ERROR_KIND: Final = "kind"
 ERROR_SITE: Final = "site"
-#: Issue 24: on METRIC_CASCADE_SUMS, which sum a point adds to (count, f, f2 over all; n, y, y2, f_sub, f2_sub,
+#: On METRIC_CASCADE_SUMS, which sum a point adds to (count, f, f2 over all; n, y, y2, f_sub, f2_sub,
 #: fy over the LLM-judged subsample).
 TERM: Final = "term"
 TERM_COUNT: Final = "count"
@@ -243,11 +244,11 @@ TERM_Y2: Final = "y2"
 TERM_F_SUB: Final = "f_sub"
 TERM_F2_SUB: Final = "f2_sub"
 TERM_FY: Final = "fy"
-#: Issue 25: the attribute set the emitter's summed counters (_emission/_sums.py) report past their bound of
+#: The attribute set the emitter's summed counters (_emission/_sums.py) report past their bound of
 #: attribute sets, as the OpenTelemetry SDK's cardinality limit names it.
 OTEL_METRIC_OVERFLOW: Final = "otel.metric.overflow"
 
-# --- environment variables -----------------------------------------------------------------------------------
+# --- environment variables --------------------------------------------------------------------------------------------
 ENV_PREFIX: Final = "CP_OBSERVE_"
 #: The OpenTelemetry GenAI switch for content capture; "false" / "NO_CONTENT" turn capture off.
 ENV_OTEL_CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -257,7 +258,7 @@ ENV_OTEL_TRACES_EXPORTER: Final = "OTEL_TRACES_EXPORTER"
 #: litellm fetches a remote cost map at import unless this is "True".
 ENV_LITELLM_LOCAL_COST_MAP: Final = "LITELLM_LOCAL_MODEL_COST_MAP"
 
-# --- evaluation sinks (issue 17) -------------------------------------------------------------------------------
+# --- evaluation sinks -------------------------------------------------------------------------------------------------
 # Counters by sink (SINK_ prefix: created by the sink runner, not part of the emitter's METRIC_* set).
 #: evaluations a sink delivered -> context_precision_sink_sent_total
 SINK_METRIC_SENT: Final = "context_precision.sink.sent"
@@ -274,7 +275,7 @@ LABEL_RELEVANT: Final = "relevant"
 LABEL_IRRELEVANT: Final = "irrelevant"
 ANNOTATOR_LLM: Final = "LLM"
 ANNOTATOR_CODE: Final = "CODE"
-# Issue 24 (calibrate): people's labels read back from Phoenix, and the retrievals drawn for them to label.
+# People's labels read back from Phoenix, and the retrievals drawn for them to label.
 ANNOTATOR_HUMAN: Final = "HUMAN"
 #: Span annotation posted on a scored span drawn at ``calibration_rate`` (label "yes", score 1): Phoenix lists
 #: and filters span annotations, so people can pick exactly the unbiased set to label.

@@ -9,7 +9,7 @@ Nothing generated is written into ``docs/``.
 It runs in the docs venv (``.venv-docs``), which has MkDocs but none of the library's dependencies: the three
 modules it reads import only the standard library and the root vocabulary, and ``serve/_settings.py`` is loaded
 by its path so that ``cp_observe/serve/__init__.py`` (the service, the OpenTelemetry SDK) is not imported.
-The tests that once read README's tables (``tests/wiring/test_configure_arguments.py``, ``tests/wiring/test_readme.py``)
+The tests that once read README's tables (``tests/wiring/test_configure_arguments.py``, ``tests/wiring/test_docs.py``)
 import ``settings_page`` and ``names_page`` from here and check what they render.
 """
 

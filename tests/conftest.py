@@ -1,4 +1,8 @@
-"""Shared fixtures: in-memory OpenTelemetry pipelines, a simple test judge, and a clean runtime per test."""
+"""Shared fixtures: in-memory OpenTelemetry pipelines and a clean runtime per test.
+
+The judge is the shipped test kit's: the ``cp_observe_judge`` fixture (a ``cp_observe.testing.FakeJudge``, which
+records every call) from cp-observe's own pytest plugin, the same one users get.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,9 @@ import os
 # litellm must never fetch its cost map from the network in tests.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,8 +26,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from cp_observe import _internal
-from cp_observe._types import Judgement, Usage, Verdict
 from cp_observe.testing import IsolatedRuntime
+from tests.turn_support import Turn, make_turn
 
 if TYPE_CHECKING:
     from tests.serve_support import OtlpSink
@@ -30,6 +35,20 @@ if TYPE_CHECKING:
 # Our own bugs fail this project's tests instead of becoming a log line. An explicit switch: cp-observe never
 # infers it from pytest being imported, so users' test suites see the production behaviour.
 _internal.set_raise_internal_errors(True)
+
+
+_INTEGRATION = Path(__file__).resolve().parent / "integration"
+_NOT_UNIT = ("slow", "e2e", "browser")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tier every test: under tests/integration ``e2e``; any test not slow, e2e or browser ``unit`` (``-m unit``)."""
+    for item in items:
+        if _INTEGRATION in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+        if not any(item.get_closest_marker(name) for name in _NOT_UNIT):
+            item.add_marker(pytest.mark.unit)
 
 
 @dataclass
@@ -140,33 +159,10 @@ def production_errors() -> Iterator[None]:
     _internal.set_raise_internal_errors(True)
 
 
-class KeywordJudge:
-    """A deterministic test judge: a context is relevant when it contains a word of 5+ letters of the reference.
-
-    It records every call, so tests can check what reached the judge.
-    """
-
-    def __init__(self, model: str = "keyword-judge") -> None:
-        self._model = model
-        self.calls: list[tuple[str, str, list[str]]] = []
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    async def judge(self, query: str, reference: str, contexts: Sequence[str]) -> Judgement:
-        self.calls.append((query, reference, list(contexts)))
-        words = {w.strip(".,!?").lower() for w in reference.split() if len(w.strip(".,!?")) >= 5}
-        verdicts = tuple(
-            Verdict(i, any(w in c.lower() for w in words), "keyword overlap") for i, c in enumerate(contexts)
-        )
-        return Judgement(verdicts=verdicts, model=self._model, usage=Usage(1, 10, 5), cost_usd=0.001)
-
-
 @pytest.fixture
-def keyword_judge() -> KeywordJudge:
-    """A fresh recording keyword judge."""
-    return KeywordJudge()
+def turn() -> Turn:
+    """The suite's test turn (``TURN_*``): retriever ``kb`` inside agent ``helper``."""
+    return make_turn()
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@
 ``JudgeServer``, evaluations exported over OTLP/HTTP to a loopback ``OtlpReceiver``), sends turns with the
 SDK's ``OTLPSpanExporter.export`` (so it knows exactly which spans got a 200), SIGKILLs the service at random
 moments and restarts it on the same data directory and ports, then stops it with SIGTERM (a drain) and reads
-what reached the receiver. Shared by ``tests/serve/test_serve_durable.py`` and ``benchmarks/bench_serve_crash.py``.
+what reached the receiver. Shared by ``tests/serve/test_serve_durable.py`` and
+``benchmarks/serve/bench_serve_crash.py``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Helpers for the dataset tests: stored traces carrying the segment and rerank attributes of issue 23.
+"""Helpers for the dataset tests: stored traces carrying the segment and rerank attributes.
 
-The segment and rerank stages are built elsewhere (issue 23's other branches); their names are on main in
-``_names.py``. These traces are what those stages put on an evaluation span, written through the real
-OpenTelemetry SDK and the replay's JSON-lines exporter, read back through the same file reader as any trace:
+Their names are in ``_names.py``. These traces are what those stages put on an evaluation span, written through
+the real OpenTelemetry SDK and the replay's JSON-lines exporter, read back through the same file reader as any trace:
 an agent span with the answer, its retrieval with the query and the documents, and the evaluation span under
 the retrieval with the verdicts, the score, the segment value and (for a reranked one) the rerank attributes.
 """

@@ -36,7 +36,7 @@ DEPLOY = REPO / "deploy"
 COLLECTORS = REPO / "collectors"
 PROMETHEUS_DIR = DEPLOY / "prometheus"
 RULES_FILE = PROMETHEUS_DIR / "rules" / "context_precision.rules.yml"
-#: Issue 23: the canary rules, generated for the segment label retriever_version (deploy/prometheus/canary_rules.py).
+#: The canary rules, generated for the segment label retriever_version (deploy/prometheus/canary_rules.py).
 CANARY_RULES_FILE = PROMETHEUS_DIR / "rules" / "context_precision_canary.rules.yml"
 #: The documented segment the shipped canary rules are generated for (its label: retriever_version).
 CANARY_SEGMENT = "retriever.version"
@@ -66,14 +66,14 @@ ALERT_NAMES = (
     "ContextPrecisionJudgeAgreementLow",
 )
 RULE_GROUPS = ("context_precision.recording", "context_precision.alerts")
-#: Issue 23: the canary rules' alert (its own file, generated per segment label) and groups.
+#: The canary rules' alert (its own file, generated per segment label) and groups.
 CANARY_ALERT_NAMES = ("ContextPrecisionVariantRegression",)
 CANARY_RULE_GROUPS = ("context_precision.canary.recording", "context_precision.canary.alerts")
 #: A series the canary alert reads that the user records (the baseline MAP per data source and stage), unless the
 #: rules were generated with --baseline, which records it as a constant.
 CANARY_BASELINE_SERIES = "gen_ai_data_source_id_stage:context_precision_score:canary_baseline"
 
-# --- OpenTelemetry -> Prometheus names --------------------------------------------------------------------
+# --- OpenTelemetry -> Prometheus names --------------------------------------------------------------------------------
 
 #: The subset of the translators' unit map that matters here (otlptranslator unitMap / Python _UNIT_MAPPINGS).
 _UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "By": "bytes", "1": "", "%": "percent"}
@@ -141,13 +141,13 @@ def library_instruments() -> tuple[Instrument, ...]:
     )
     emitter.count_sampled(Emitter.labels(target))
     emitter.scored(target, result, start_ns=0, end_ns=1_000_000_000, model="judge")
-    # The cheap-plus-LLM cascade's evaluation (issue 24): both scores, so its PPI sums are recorded too.
+    # The cheap-plus-LLM cascade's evaluation: both scores, so its PPI sums are recorded too.
     from cp_observe._types import CascadeResult
 
     emitter.scored(target, result, start_ns=0, end_ns=1_000_000_000, model="judge",
                    cascade=CascadeResult(cheap=result, llm=result, llm_status=names.CASCADE_LLM_JUDGED))
     emitter.failed(target, RuntimeError("boom"), "judge_error", start_ns=0, end_ns=1_000_000_000, model="judge")
-    # Issue 23: a reranker's evaluation (stage=rerank) also records the lift.
+    # A reranker's evaluation (stage=rerank) also records the lift.
     reranked = dataclasses.replace(target, stage=names.STAGE_RERANK)
     emitter.scored(reranked, dataclasses.replace(result, rerank=RerankLift(0.25, 0.25, 1)), start_ns=0,
                    end_ns=1_000_000_000, model="judge")
@@ -245,7 +245,7 @@ def documented_series() -> dict[str, frozenset[str]]:
     return found
 
 
-# --- PromQL scanning ----------------------------------------------------------------------------------------
+# --- PromQL scanning --------------------------------------------------------------------------------------------------
 
 _KEYWORDS = frozenset(
     {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool"}
@@ -285,7 +285,7 @@ def scan_promql(expr: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(metrics), frozenset(labels)
 
 
-# --- Grafana ------------------------------------------------------------------------------------------------
+# --- Grafana ----------------------------------------------------------------------------------------------------------
 
 #: Concrete values for Grafana's template variables when a dashboard query is handed to promtool.
 GRAFANA_SUBSTITUTIONS = {
@@ -347,7 +347,7 @@ def dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-# --- YAML, rules, compose -----------------------------------------------------------------------------------
+# --- YAML, rules, compose ---------------------------------------------------------------------------------------------
 
 
 def load_yaml(path: Path) -> Any:
@@ -440,7 +440,7 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * units[u] for n, u in parts)
 
 
-# --- processes on loopback ----------------------------------------------------------------------------------
+# --- processes on loopback --------------------------------------------------------------------------------------------
 
 
 def run_promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -49,6 +49,8 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from tests.turn_support import TURN_ANSWER, TURN_DOCS, TURN_QUERY, make_turn
+
 ROOT = Path(__file__).resolve().parent.parent
 EVALUATION_SPAN = "evaluation context_precision"
 
@@ -525,13 +527,9 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 # --- the application ----------------------------------------------------------------------------------------------
-DOCS = [
-    "Paris is the capital of France and its largest city.",
-    "Bananas are rich in potassium.",
-    "France borders Spain, Italy and Germany.",
-]
-QUESTION = "What is the capital of France?"
-ANSWER = "Paris is the capital of France."
+DOCS = list(TURN_DOCS)
+QUESTION = TURN_QUERY
+ANSWER = TURN_ANSWER
 
 
 def run_app(args: argparse.Namespace) -> int:
@@ -572,14 +570,8 @@ def run_app(args: argparse.Namespace) -> int:
 
     provider.add_span_processor(SimpleSpanProcessor(Recorder()))
 
-    @cp_observe.retriever(name="kb")
-    def search(query: str) -> list[str]:
-        return DOCS
-
-    @cp_observe.agent(name="helper")
-    def answer(question: str) -> str:
-        search(question)
-        return ANSWER
+    turn = make_turn(docs=DOCS)
+    search, answer = turn.search, turn.ask
 
     def turns(first: int, last: int) -> None:
         for i in range(first, last):

@@ -289,6 +289,43 @@ def test_the_folders_map_to_the_packages() -> None:
     assert with_tests <= set(FOLDERS)
 
 
+TIERS = ("unit", "e2e", "browser", "slow")
+
+
+def test_every_collected_test_is_in_a_tier(request: pytest.FixtureRequest) -> None:
+    """Each test this session collected carries a tier marker; those under tests/integration are e2e, never unit."""
+    items = request.session.items
+    assert items
+    for item in items:
+        tiers = {name for name in TIERS if item.get_closest_marker(name)}
+        assert tiers, f"{item.nodeid} has no tier"
+        if (TESTS / "integration") in item.path.parents:
+            assert "e2e" in tiers and "unit" not in tiers, item.nodeid
+
+
+def _unmarked_browser_tests(files: list[Path]) -> list[str]:
+    """Names of the test modules that start Chromium but never say ``pytest.mark.browser``."""
+    return [path.name for path in files
+            if re.search(r"chromium_support import|^CHROMIUM = ", text := path.read_text(encoding="utf-8"), re.M)
+            and "pytest.mark.browser" not in text]
+
+
+def test_every_test_that_starts_chromium_is_marked_browser(tmp_path: Path) -> None:
+    """A module that renders in headless Chromium marks its tests browser; the check catches one that does not."""
+    assert _unmarked_browser_tests(_test_files()) == []
+    planted = tmp_path / "test_page.py"
+    planted.write_text("from tests.chromium_support import CHROMIUM\n", encoding="utf-8")
+    assert _unmarked_browser_tests([planted]) == ["test_page.py"]
+
+
+def test_the_shared_fixtures_keep_no_private_judge() -> None:
+    """tests/conftest.py defines no judge of its own: tests share the shipped FakeJudge (cp_observe_judge)."""
+    tree = ast.parse((TESTS / "conftest.py").read_text(encoding="utf-8"))
+    judges = [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+              and any(isinstance(f, ast.AsyncFunctionDef | ast.FunctionDef) and f.name == "judge" for f in node.body)]
+    assert judges == []
+
+
 # What a test may not write: the process-wide state cp-observe keeps (by the names that hold it), and any private
 # attribute of an object that is not the test's own ``self``. Reading is allowed; so is holding a lock, and
 # ``monkeypatch`` (undone by pytest) on anything but the process-wide state. cp_observe/testing, the kit that does

@@ -4,7 +4,7 @@ A decorated generator the host abandons in a reference cycle is closed by the co
 there. Making the span current around that close would set and reset a context variable inside the
 collection, and CPython frees a context's variables under a ``ContextVar.set`` that the collection
 interrupted when a finalizer sets a variable of the same context (python/cpython gh-148891, open upstream,
-reproduced on 3.10 and 3.11; ``benchmarks/stress_gc.py`` crashed that way): a use-after-free that crashes
+reproduced on 3.10 and 3.11; ``benchmarks/request_path/stress_gc.py`` crashed that way): a use-after-free that crashes
 the host later, anywhere. So the decorators ask ``in_collection()`` before
 touching the context on the paths a collection can run (a generator or coroutine closed, a call started
 from a finalizer) and leave the context alone there.

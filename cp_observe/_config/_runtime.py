@@ -37,7 +37,7 @@ class Payload:
     query: str
     contexts: list[str] | None = None
     answer: str | None = None
-    before: list[str] | None = None  # a reranker's input documents, in their order (issue 23)
+    before: list[str] | None = None  # a reranker's input documents, in their order
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ logged as a warning and fall back to the default: a typo in a deployment must no
 
 The table below is the one home of each setting's name, type, default, bounds and description. It is a
 frozen dataclass read by ``_fields`` rather than a pydantic model: ``configure()`` runs while the host starts,
-and pydantic cost it about 90 ms (``benchmarks/README.md``, Import (issue 14)).
+and pydantic cost it about 90 ms (``benchmarks/HISTORY.md``, "Import").
 """
 
 from __future__ import annotations
@@ -88,14 +88,14 @@ class Settings:
     sink_batch_size: int = setting(100, "Most evaluations a sink sends in one request.", ge=1)
     sink_max_retries: int = setting(5, "Retries (with backoff) of an evaluation a sink failed to send.", ge=0)
     sink_timeout_s: float = setting(10.0, "Seconds allowed for one sink HTTP request.", gt=0)
-    # Issue 24: the uniform share of scored retrievals marked needs_label, for people to label (calibrate).
+    # The uniform share of scored retrievals marked needs_label, for people to label (calibrate).
     calibration_rate: float = setting(0.0, "Share of scored retrievals marked needs_label for people to label.",
                                       ge=0, le=1)
     data_source: str | None = setting(
         None, "Span attributes naming a retrieval's data source, comma-separated, tried in order "
         "before the conventions (gen_ai.data_source.id, decorator name, retriever name)."
     )
-    # Issue 23: segments, the user's own span attributes copied as labels onto the score series.
+    # Segments, the user's own span attributes copied as labels onto the score series.
     segments: str | None = setting(
         None, "Span attributes whose values label the score series (canary variants, tenants), comma-separated.",
         check=segments_problem,

@@ -67,7 +67,7 @@ class Target:
     sampling_reason: str
     attributes: Any = None  # the scored span's attributes (the sinks read which documents it records)
     segments: tuple[tuple[str, str], ...] = ()  # (label name, value) per configured segment (SegmentValues)
-    stage: str = n.STAGE_RETRIEVAL  # issue 23: the ranking stage scored (a label, and CP_STAGE on span and event)
+    stage: str = n.STAGE_RETRIEVAL  # the ranking stage scored (a label, and CP_STAGE on span and event)
 
 
 class Emitter:
@@ -98,7 +98,7 @@ class Emitter:
         self.capture_content = capture_content
         self.calibration_rate = calibration_rate
         self.identity = judge_identity(judge) if judge is not None else JudgeIdentity(n.JUDGE_KIND_CUSTOM, "none")
-        # The cascade's cheap judge (issue 24), when there is one: its scores carry its own identity.
+        # The cascade's cheap judge, when there is one: its scores carry its own identity.
         self.cheap_identity = judge_identity(cheap_judge) if cheap_judge is not None else self.identity
         # Keyed by the full label tuple (every label ``labels()`` gives, whatever is added there) and the model.
         self._series: OrderedDict[tuple[Any, ...], _Series] = OrderedDict()
@@ -114,9 +114,9 @@ class Emitter:
         # Sum of squared scores, with the histogram's _sum and _count: the exact variance of any window, so the
         # alert rules can state a standard error (the buckets would only bound it). See deploy/README.md.
         # Squares (sum of squared scores, with the histogram's _sum and _count: the exact variance of any window,
-        # so the alert rules can state a standard error; see deploy/README.md), the cascade's PPI sums (issue 24,
-        # split by term: the recording rules turn them into the PPI++ MAP), evaluations by outcome, verdicts by
-        # relevance and judge cost are our own sums, exported by observable counters (_sums.py, issue 25).
+        # so the alert rules can state a standard error; see deploy/README.md), the cascade's PPI sums (split
+        # by term: the recording rules turn them into the PPI++ MAP), evaluations by outcome, verdicts by
+        # relevance and judge cost are our own sums, exported by observable counters (_sums.py).
         self._sums = sums_for(meter, _SUMMED)
         self._sampled = meter.create_counter(
             n.METRIC_SAMPLED, unit="{evaluation}", description="Evaluation targets marked sampled."
@@ -304,7 +304,7 @@ class Emitter:
                            needs_label=needs)
 
     def _cascade_attributes(self, cascade: CascadeResult) -> dict[str, Any]:
-        """Both judges' scores with their identities, and what happened to the LLM judgement (issue 24)."""
+        """Both judges' scores with their identities, and what happened to the LLM judgement."""
         cheap = cascade.cheap
         attributes: dict[str, Any] = {
             n.CP_CASCADE_CHEAP_SCORE: cheap.score,
@@ -486,7 +486,7 @@ def _segment_attributes(target: Target) -> dict[str, str]:
 
 
 def _rerank_attributes(result: ScoreResult) -> dict[str, Any]:
-    """Issue 23: what a reranker did to the retrieval it reordered (nothing for a retrieval's own evaluation)."""
+    """What a reranker did to the retrieval it reordered (nothing for a retrieval's own evaluation)."""
     rerank = result.rerank
     if rerank is None:
         return {}

@@ -7,7 +7,7 @@ Per evaluation it posts, with ``sync=true`` so Phoenix answers with what it did:
   judge and the prompt version). Its identifier is fixed (``cp-observe``): Phoenix upserts on (name, span,
   identifier), so re-sending, or scoring the same span again, replaces the annotation instead of adding one.
 - a ``needs_label`` span annotation (label ``yes``, ``CODE``) on a retrieval drawn at ``calibration_rate``, so
-  people can filter Phoenix to exactly the unbiased set to label (issue 24).
+  people can filter Phoenix to exactly the unbiased set to label.
 - ``POST /v1/document_annotations``: one ``relevance`` annotation per judged context that is recorded on the span
   (position ``i`` is the ``i``-th ``retrieval.documents`` entry), score 1 or 0, label, and the judge's reason only
   when content capture is on. Phoenix refuses identifiers here and upserts on (name, span, position), so these are
@@ -155,7 +155,7 @@ def span_annotation(record: EvaluationRecord) -> dict[str, Any]:
         "data_source": record.data_source,
         "contexts_judged": len(record.verdicts),
         # The verdicts again, where people's labels cannot replace them: Phoenix keeps one document annotation
-        # per (name, span, position), so a person's "relevance" label overwrites the judge's (issue 24).
+        # per (name, span, position), so a person's "relevance" label overwrites the judge's.
         "verdicts": list(record.verdicts),
         "judge_kind": record.judge_kind,
     }

@@ -80,7 +80,7 @@ class EvaluationRecord:
     data_source: str
     agent_name: str | None
     reference: str
-    needs_label: bool = False  # drawn at calibration_rate for a person to label (issue 24)
+    needs_label: bool = False  # drawn at calibration_rate for a person to label
     judge_kind: str = ""  # llm | lexical | custom (_judging/_identity.py), so calibrate groups Phoenix like files
 
 
@@ -180,7 +180,7 @@ class SinkRunner:
         self._paused_until = 0.0  # monotonic time before which nothing is sent (the destination is failing)
         self._outages = 0  # consecutive batches that failed as a whole
 
-    # --- producer side (the evaluator thread) -------------------------------------------------------------------
+    # --- producer side (the evaluator thread) -------------------------------------------------------------------------
     def offer(self, record: EvaluationRecord) -> bool:
         """Queue one record; False (counted dropped) when the queue is full or the runner is shut down."""
         with self._lock:
@@ -201,7 +201,7 @@ class SinkRunner:
     def _pending(self) -> int:
         return len(self._queue) + len(self._retries) + self._inflight
 
-    # --- flush and shutdown ------------------------------------------------------------------------------------------
+    # --- flush and shutdown -------------------------------------------------------------------------------------------
     def flush(self, timeout_s: float, *, retries: bool = True) -> bool:
         """Wait until every record offered so far is sent, failed or dropped; True if that happened in time.
 
@@ -261,7 +261,7 @@ class SinkRunner:
                 "pending": self._pending()
             }
 
-    # --- the sink thread ---------------------------------------------------------------------------------------------
+    # --- the sink thread ----------------------------------------------------------------------------------------------
     def _run(self) -> None:
         otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         while True:

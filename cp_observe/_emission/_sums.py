@@ -1,4 +1,4 @@
-"""The emitter's counters as our own cumulative sums, exported by observable counters (issue 25).
+"""The emitter's counters as our own cumulative sums, exported by observable counters.
 
 A synchronous ``Counter.add`` costs the OpenTelemetry SDK a ``Measurement`` whose attributes it cleans, then a
 hash of them, at every call: about half of an evaluation's emission. Here an addition is a dict update keyed by

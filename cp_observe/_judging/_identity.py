@@ -1,4 +1,4 @@
-"""The judge's identity: model, prompt version and kind, recorded on every evaluation (issue 13).
+"""The judge's identity: model, prompt version and kind, recorded on every evaluation.
 
 A judge model or prompt change moves scores the way a retrieval regression would; recording who judged lets the
 dashboard mark the change and lets series be split by it. Derived once per judge, never per evaluation.

@@ -99,7 +99,7 @@ class LeanReply:
 class LeanTransport:
     """One pooled ``aiohttp.ClientSession`` per event loop for one judge's route (the evaluator keeps one loop).
 
-    aiohttp, not httpx: about a quarter of httpx's CPU per call (``benchmarks/README.md``), and ``serve``
+    aiohttp, not httpx: about a quarter of httpx's CPU per call (``benchmarks/HISTORY.md``), and ``serve``
     imports it anyway. A session belongs to the loop it was made on, so each loop gets its own; the sessions
     of loops that have closed since are closed on the next call (from the new loop: their sockets are gone
     with their loop, so closing only marks them closed and keeps aiohttp from warning about them later).

@@ -188,7 +188,7 @@ class LLMJudge:
                 continue
             pending = self._inflight.get(key)
             if pending is not None and not pending.done() and pending.get_loop() is loop:
-                waiting[i] = pending  # another judgement on this loop is asking for it now (issue 23)
+                waiting[i] = pending  # another judgement on this loop is asking for it now
         todo = [i for i in range(n) if i not in found and i not in waiting]
         cached = n - len(todo)
         spend = _Tab()

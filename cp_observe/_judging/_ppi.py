@@ -1,4 +1,4 @@
-"""Prediction-powered inference (PPI, PPI++) for a mean, without numpy (issue 24).
+"""Prediction-powered inference (PPI, PPI++) for a mean, without numpy.
 
 A judge's scores ``f`` on many items, and gold scores ``y`` on a uniform random few of them, give an estimate
 of the mean of ``y`` that is corrected for the judge's bias, with a valid interval (Angelopoulos et al., Science

@@ -1,4 +1,4 @@
-"""The cheap-plus-LLM cascade: who judges a retrieval (issue 24).
+"""The cheap-plus-LLM cascade: who judges a retrieval.
 
 With a cheap judge configured, every scored retrieval is judged by it, and a uniform ``llm_share`` of them also
 by the LLM judge (the processor's ``judge``). The cheap judge's score ``f`` on all of them and the LLM's ``y`` on

@@ -143,7 +143,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             name collides with the library's own.
         max_segment_values: distinct values kept per segment; later ones are ``other``, counted in
             ``context_precision.segment.overflow``.
-        cheap_judge: the cheap-plus-LLM cascade (issue 24): a ``Judge`` or model string (``"lexical"``) that scores
+        cheap_judge: the cheap-plus-LLM cascade: a ``Judge`` or model string (``"lexical"``) that scores
             every sampled retrieval; ``judge`` then also scores a uniform ``llm_share`` of them, and the gates
             (circuit, rate cap, budget) stand before those LLM calls only. ``None``: ``judge`` alone.
         llm_share: with ``cheap_judge``, the share of retrievals (drawn by a hash of their ids) ``judge`` scores.
@@ -279,7 +279,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         if self._hold is not None and item.target:
             self._hold.release((item.span_context.trace_id, item.span_context.span_id), result)
 
-    # --- internal hooks of `cp-observe serve` (not public API) -----------------------------------------------
+    # --- internal hooks of `cp-observe serve` (not public API) --------------------------------------------------------
     def _watch_finished(self, callback: Callable[[Item, ScoreResult | None], None]) -> None:
         """Call ``callback(item, result)`` on the evaluator thread for every finished item (``item.outcome`` set).
 
@@ -298,7 +298,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         """Count a target span sampled and dropped for ``reason`` without judging it (``serve``: ``expired``)."""
         self._on_end(span, drop=reason)
 
-    # --- SpanProcessor -------------------------------------------------------------------------------------
+    # --- SpanProcessor ------------------------------------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Nothing to do at start (the decorators mark spans); in hold mode, pass the span on."""
         if self._hold is not None:
@@ -431,7 +431,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         reasons = self._evaluator.accounting.snapshot(lambda: 0)["reasons"]
         return int(reasons.get(f"{n.OUTCOME_DROPPED}:shutdown", 0))
 
-    # --- introspection ---------------------------------------------------------------------------------------
+    # --- introspection ------------------------------------------------------------------------------------------------
     @property
     def queue_size(self) -> int:
         """Targets that may wait or run at once before new ones are dropped."""

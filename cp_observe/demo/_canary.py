@@ -5,7 +5,7 @@ The rules (``deploy/prometheus/rules/context_precision_canary.rules.yml``, gener
 the same stage (the data source's totals at that stage minus the value's) and, when given, with a baseline MAP.
 Stages (``retrieval``, ``rerank``) are never pooled: a reranked retrieval is scored once per stage, and the rerank
 stage's MAP is not the retrieval stage's. ``verdict`` takes one stage's sums; ``report`` prints one stage. The
-verdict itself is ``_stats/_canary.py``'s, which the alert simulation (``benchmarks/bench_alerts.py``) uses too, so
+verdict itself is ``_stats/_canary.py``'s, which the alert simulation (``benchmarks/alerts/bench_alerts.py``) uses too, so
 what they say would fire is what Prometheus would fire; ``tests/integration/test_canary_rules.py`` keeps the
 constants equal to the generator's. This module prints it for the demo.
 """

@@ -94,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
         service_name=args.service_name,
         otlp_endpoint=args.otlp,
         metrics_port=args.metrics_port,
-        segments=CANARY_SEGMENT,  # the canary's variant labels the score series (issue 23)
+        segments=CANARY_SEGMENT,  # the canary's variant labels the score series
     )
     from opentelemetry import trace
 

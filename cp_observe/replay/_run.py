@@ -80,7 +80,7 @@ class ReplayOptions:
     output: Path | None = None  # OTLP/JSON lines of evaluations (and, with content capture on, the spans scored)
     otlp_endpoint: str | None = None  # evaluations over OTLP (without output: else OTEL_EXPORTER_OTLP_ENDPOINT)
     service_name: str | None = None
-    segments: str | None = None  # span attributes whose values label the score series (issue 23)
+    segments: str | None = None  # span attributes whose values label the score series
     max_segment_values: int | None = None
 
     def settings(self) -> Settings:

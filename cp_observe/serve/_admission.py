@@ -15,8 +15,8 @@ The rule, with ``Q`` = ``queue_size`` and ``n`` = the items the request will put
   ``depth()`` can lag while the evaluator thread moves items from its queue into turn assembly; the second
   term covers that window. It counts the evaluator's load (retrievals waiting for their answer, judgements
   in flight) twice, which errs on the side of refusing; the strict ``<`` covers the one target the evaluator
-  may have taken from its queue but not yet counted. A public admission hook on the processor would make
-  the bound exact (see the issue notes).
+  may have taken from its queue but not yet counted. A public admission hook on the processor, reporting
+  its queue and load in one read, would make the bound exact.
 - Accept when ``occupancy + n < Q``, or when the scorer is idle (``occupancy == 0``) and ``n < 2Q``, so a
   batch larger than the queue still gets in once the queue is empty. A request with ``n >= 2Q`` can never
   be taken and is refused for good (HTTP 413 / ``INVALID_ARGUMENT``): keep the Collector's

@@ -37,7 +37,7 @@ Secure by default: every port binds 127.0.0.1 unless --listen-host / --admin-hos
 three ports with --tls-cert-file and --tls-key-file (mTLS with --tls-client-ca-file); bearer tokens as the
 Collector's bearertokenauth sends them. Log lines go to stderr (--log-level)."""
 
-# Evaluation sinks (issue 17).
+# Evaluation sinks.
 _EPILOG += f"""
 
 Evaluation sinks: --phoenix-url posts every evaluation to Arize Phoenix as annotations on the scored span

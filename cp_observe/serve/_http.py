@@ -15,7 +15,7 @@ sender is told 401 instead of being invited to send its body. Decoding and inges
 event loop keeps accepting and reading other connections meanwhile; a small plain body is handled on the loop,
 where the thread hop would cost more than the work.
 
-Why aiohttp: measured against uvicorn (ASGI) over h11 and over httptools (``benchmarks/bench_http_servers.py``),
+Why aiohttp: measured against uvicorn (ASGI) over h11 and over httptools (``benchmarks/serve/bench_http_servers.py``),
 its low-level server is on par: about 6 KiB per idle connection (h11's 4.5, httptools' 5.6) and 6,000 requests/s
 on one kept-alive connection (httptools' 6,500, h11's 4,100). It decides on the rest: it is already installed
 (litellm depends on it; uvicorn would add uvicorn, click and httptools), aio-libs release it every few weeks, and
@@ -58,7 +58,7 @@ _WORKERS = 4  # decoding and on_end are CPU work under the GIL: a few threads ke
 # Small plain bodies are decoded and ingested on the loop (unless durable intake makes ingest wait for an fsync):
 # the hop to a worker costs more than the work (measured:
 # ~2x the requests/s of one-span requests inline). Larger or compressed ones (which may inflate to the limit) go to
-# the pool, so one big batch never stalls every other connection (benchmarks/README.md, "The HTTP door").
+# the pool, so one big batch never stalls every other connection (benchmarks/HISTORY.md, "The HTTP door").
 _INLINE_BYTES = 32 << 10
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _REFUSALS = {

@@ -36,11 +36,11 @@ REASONS = (
     "incomplete",  # the connection ended or timed out before the body did (HTTP; nobody left to answer)
     "receive_failed",  # gRPC: grpcio ended the call before its message arrived (over the size limit, cancelled)
     "internal",  # a bug: the handler failed (500 / INTERNAL); the service keeps serving
-    # Connections the HTTP door closes (issue 22): counted per connection, not per request.
+    # Connections the HTTP door closes: counted per connection, not per request.
     "too_many_connections",  # accepted past max_connections: closed at once (HTTP)
     "idle_timeout",  # sent nothing for http_idle_timeout_s, new or kept alive (HTTP)
     "slow_client",  # a request or TLS handshake took longer than http_read_timeout_s to arrive (HTTP)
-    # Durable intake (issue 22): admitted, then refused by the store (429 / RESOURCE_EXHAUSTED, like a full queue).
+    # Durable intake: admitted, then refused by the store (429 / RESOURCE_EXHAUSTED, like a full queue).
     "store_full",  # the stored spans would pass durable_max_bytes
     "store_age",  # the oldest stored target is older than durable_max_age_s (the judge is not keeping up)
     "store_error",  # the group commit failed or took longer than COMMIT_WAIT_S

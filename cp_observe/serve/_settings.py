@@ -28,7 +28,7 @@ class ServeSettings(Settings):
     # Inherited fields whose meaning differs in the service (same variables, same defaults).
     capture_content: bool = setting(True, "Export the judge's per-context reasons (they may quote content).")
     queue_size: int = setting(1000, "Items held before requests are refused (429/RESOURCE_EXHAUSTED).", ge=1)
-    # Issue 25: one replica's throughput is concurrency / judge latency until its CPU is the bound; with the lean
+    # One replica's throughput is concurrency / judge latency until its CPU is the bound; with the lean
     # judge path a replica reaches ~460 evaluations/s at 32 calls in flight against a 50 ms judge (4 would cap it
     # at 80/s). The rate cap and the budget still bound what a provider sees.
     concurrency: int = setting(32, "Judge calls in flight at once (the service: latency, not CPU, bounds it).", ge=1)
@@ -44,7 +44,7 @@ class ServeSettings(Settings):
     retry_after_s: float = setting(1.0, "Retry delay sent with a refusal (HTTP rounds up to 1 s).", gt=0)
     ready_high_water: float = setting(0.9, "Share of queue_size above which /readyz fails.", gt=0, le=1)
     max_request_bytes: int = setting(16 << 20, "Largest OTLP request accepted (decompressed).", ge=1024)
-    # --- Securing serve (issue 16): bind addresses, TLS (the Collector's configtls names), bearer tokens, logs ---
+    # --- Securing serve: bind addresses, TLS (the Collector's configtls names), bearer tokens, logs -------------------
     admin_host: str = setting("127.0.0.1", "Address the admin port binds to (kept apart from OTLP's).")
     tls_cert_file: str | None = setting(None, "PEM server certificate: TLS on the OTLP and admin ports.")
     tls_key_file: str | None = setting(None, "PEM private key of tls_cert_file.")
@@ -58,14 +58,14 @@ class ServeSettings(Settings):
     admin_auth: bool = setting(True, "With a token set, /metrics and /stats require it too.")
     log_level: str = setting("info", "Level of the service's log lines on stderr.",
                              pattern=r"(?i)^(debug|info|warning|error|critical)$")
-    # --- The HTTP door (issue 22): bounded connections, idle and slow clients closed -------------------------------
+    # --- The HTTP door: bounded connections, idle and slow clients closed ---------------------------------------------
     max_connections: int = setting(
         4096, "Open OTLP/HTTP connections at most; more are closed at accept and counted.", ge=1, le=1_000_000)
     http_idle_timeout_s: float = setting(
         60.0, "HTTP connections (new or kept alive) that send nothing this long are closed.", gt=0)
     http_read_timeout_s: float = setting(
         30.0, "Longest one HTTP request (or TLS handshake) may take to arrive; slower senders are closed.", gt=0)
-    # --- Durable intake (issue 22): what serve answered 200 for survives a crash until its outcome is counted ---
+    # --- Durable intake: what serve answered 200 for survives a crash until its outcome is counted --------------------
     durable: bool = setting(True, "Write accepted sampled spans to the store in data_dir before answering 200.")
     data_dir: str | None = setting(
         None, "Directory of the durable store (default: $XDG_STATE_HOME/cp-observe, else ~/.local/state/cp-observe).")
@@ -106,7 +106,7 @@ SERVE_FIELDS: tuple[str, ...] = (
     "drain_timeout_s",
     "otlp_endpoint",
     "service_name",
-    # --- Securing serve (issue 16); auth_token: environment only ---
+    # --- Securing serve; auth_token: environment only -----------------------------------------------------------------
     "admin_host",
     "tls_cert_file",
     "tls_key_file",
@@ -119,17 +119,17 @@ SERVE_FIELDS: tuple[str, ...] = (
     "data_source",
 )
 
-# --- evaluation sinks (issue 17): flags for the sink settings; the Phoenix API key is environment only
+# --- evaluation sinks: flags for the sink settings; the Phoenix API key is environment only
 # (CP_OBSERVE_PHOENIX_API_KEY, else PHOENIX_API_KEY), like the judge's. processor_from_settings builds the sinks.
 SERVE_FIELDS += ("phoenix_url", "sink_queue_size", "sink_batch_size", "sink_max_retries", "sink_timeout_s")
 
-# --- the HTTP door (issue 22): connection bound and timeouts.
+# --- the HTTP door: connection bound and timeouts.
 SERVE_FIELDS += ("max_connections", "http_idle_timeout_s", "http_read_timeout_s")
-# --- durable intake (issue 22): --durable / --no-durable, the store's directory and its bounds.
+# --- durable intake: --durable / --no-durable, the store's directory and its bounds.
 SERVE_FIELDS += ("durable", "data_dir", "durable_max_bytes", "durable_max_age_s")
-# --- calibration (issue 24): the share of scored retrievals marked needs_label.
+# --- calibration: the share of scored retrievals marked needs_label.
 SERVE_FIELDS += ("calibration_rate",)
-# --- segments (issue 23): --segments ATTR,ATTR and --max-segment-values N.
+# --- segments: --segments ATTR,ATTR and --max-segment-values N.
 SERVE_FIELDS += ("segments", "max_segment_values")
-# --- the judge's provider path (issue 25): --judge-transport litellm forces litellm for every model.
+# --- the judge's provider path: --judge-transport litellm forces litellm for every model.
 SERVE_FIELDS += ("judge_transport",)

@@ -41,11 +41,20 @@ class FakeJudge:
         handler: ``(query, reference, contexts) -> one bool per context``; default ``word_overlap``. If it
             raises, the evaluation fails as it would with a failing real judge.
         model: the model name recorded on evaluations.
+        usage: what each judgement reports it spent (default: one call, no tokens), for tests of the token
+            metrics.
+        cost_usd: what each judgement reports it cost (default ``None``: unknown), for tests of the daily
+            budget and the cost metric.
     """
 
-    def __init__(self, handler: Handler | None = None, *, model: str = "fake-judge") -> None:
+    def __init__(self, handler: Handler | None = None, *, model: str = "fake-judge", usage: Usage | None = None,
+                 cost_usd: float | None = None) -> None:
+        if cost_usd is not None and cost_usd < 0:
+            raise ValueError(f"cost_usd must be at least 0, got {cost_usd}")
         self._handler = handler or word_overlap
         self._model = model
+        self._usage = usage if usage is not None else Usage(calls=1)
+        self._cost_usd = cost_usd
         self._lock = threading.Lock()  # guards _calls: the evaluator thread appends, the test reads
         self._calls: list[JudgeCall] = []
 
@@ -68,4 +77,4 @@ class FakeJudge:
         if len(relevant) != len(contexts):
             raise ValueError(f"handler returned {len(relevant)} verdicts for {len(contexts)} contexts")
         verdicts = tuple(Verdict(i, bool(r), "fake judge") for i, r in enumerate(relevant))
-        return Judgement(verdicts=verdicts, model=self._model, usage=Usage(calls=1), cost_usd=None)
+        return Judgement(verdicts=verdicts, model=self._model, usage=self._usage, cost_usd=self._cost_usd)

@@ -22,7 +22,8 @@ would count those retrievals twice and mix two different scores into one populat
       (mean_rest - mean_v) - Z * sqrt(SE_v^2 + SE_rest^2) > MARGIN  with n_rest >= MIN_COUNT   (Welch, one-sided)
       (baseline  - mean_v) - Z * SE_v                     > MARGIN                              (baseline given)
 Z = 2.33 is the 99 % one-sided normal quantile. ``cp_observe/demo/_canary.py`` evaluates the same arithmetic in
-Python (the demo and ``benchmarks/bench_alerts.py``); its constants equal these (``tests/integration/test_canary_rules.py``).
+Python (the demo and ``benchmarks/alerts/bench_alerts.py``); its constants equal these
+(``tests/integration/test_canary_rules.py``).
 Standard library only: no cp-observe import is needed to regenerate the rules.
 """
 

@@ -10,12 +10,12 @@ from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_alerts.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "alerts" / "bench_alerts.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    """benchmarks/bench_alerts.py imported as a module (it is a script, not a package)."""
+    """benchmarks/alerts/bench_alerts.py imported as a module (it is a script, not a package)."""
     sys.path.insert(0, str(BENCH.parent))
     try:
         spec = importlib.util.spec_from_file_location("bench_alerts", BENCH)

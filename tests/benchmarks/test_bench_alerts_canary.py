@@ -1,4 +1,4 @@
-"""The canary scenario of benchmarks/bench_alerts.py: quiet on equal variants, detects a large drop."""
+"""The canary scenario of benchmarks/alerts/bench_alerts.py: quiet on equal variants, detects a large drop."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_alerts.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "alerts" / "bench_alerts.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    """benchmarks/bench_alerts.py imported as a module (it is a script, not a package)."""
+    """benchmarks/alerts/bench_alerts.py imported as a module (it is a script, not a package)."""
     sys.path.insert(0, str(BENCH.parent))
     try:
         spec = importlib.util.spec_from_file_location("bench_alerts_canary", BENCH)

@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/bench_cascade.py: it runs (--quick) and its table shows what the issue asks of it."""
+"""Smoke test of benchmarks/judge_trust/bench_cascade.py: it runs (--quick) and its table shows what it claims."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "benchmarks" / "bench_cascade.py"
+BENCH = REPO / "benchmarks" / "judge_trust" / "bench_cascade.py"
 
 
 def test_quick_run_prints_the_comparison_and_the_lexical_correlation() -> None:
@@ -41,8 +41,9 @@ def test_real_model_table_from_a_recorded_run(tmp_path: Path) -> None:
     recorded = tmp_path / "run.jsonl"
     recorded.write_text("".join(json.dumps({"file": "lexical_xx.jsonl", "id": f"xx-{i}", "seconds": 10.0, "calls": 2,
                                             **case}) + "\n" for i, case in enumerate(cases)), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_cascade_real_model.py"), "--from",
-                           str(recorded)], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    script = REPO / "benchmarks" / "judge_trust" / "bench_cascade_real_model.py"
+    done = subprocess.run([sys.executable, str(script), "--from", str(recorded)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     cells = [c.strip() for c in re.search(r"^\| lexical_xx\.jsonl \|(.*)\|$", done.stdout, re.M)[1].split("|")]
     assert cells[:2] == ["4", "1"], done.stdout  # cases, model failed

@@ -1,10 +1,11 @@
 """``bench_emission.py`` compares like with like: the emitter of this checkout emits everything the baseline did.
 
-The benchmark times this checkout's ``Emitter.scored`` against ``_emit.py`` as it was before issue 25's changes
-(loaded from git, as the benchmark does). Here both emit the benchmark's own inputs into in-memory exporters
-and readers: every span attribute, log-record attribute and metric point of the baseline must come out of this
-checkout's emitter unchanged (it may emit more: labels added since are allowed), so the figures compare the
-same work, and the reused attribute dicts changed nothing that is exported.
+The benchmark times this checkout's ``Emitter.scored`` against ``_emit.py`` as it was before the per-evaluation
+cost work (reused attribute dicts, counters as sums; loaded from git, as the benchmark does). Here both emit the
+benchmark's own inputs into in-memory exporters and readers: every span attribute, log-record attribute and
+metric point of the baseline must come out of this checkout's emitter unchanged (it may emit more: labels added
+since are allowed), so the figures compare the same work, and the reused attribute dicts changed nothing that is
+exported.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks" / "bench_emission.py"
-BEFORE_ISSUE_25 = "c51661a"  # the emitter before issue 25's changes
+BENCH = ROOT / "benchmarks" / "judging" / "bench_emission.py"
+BASELINE = "c51661a"  # the emitter before the per-evaluation cost work
 
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    """benchmarks/bench_emission.py imported as a module (it is a script, not a package)."""
+    """benchmarks/judging/bench_emission.py imported as a module (it is a script, not a package)."""
     sys.path.insert(0, str(BENCH.parent))
     try:
         spec = importlib.util.spec_from_file_location("bench_emission", BENCH)
@@ -78,12 +79,12 @@ def _covers(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
 
 def test_this_emitter_emits_everything_the_baseline_did(bench: ModuleType) -> None:
     """Same spans, log records and metric points as the baseline, for the benchmark's own inputs."""
-    known = subprocess.run(["git", "cat-file", "-e", f"{BEFORE_ISSUE_25}^{{commit}}"], cwd=ROOT, check=False)
+    known = subprocess.run(["git", "cat-file", "-e", f"{BASELINE}^{{commit}}"], cwd=ROOT, check=False)
     if known.returncode != 0:
-        pytest.skip(f"commit {BEFORE_ISSUE_25} is not in this clone")
+        pytest.skip(f"commit {BASELINE} is not in this clone")
     from cp_observe._emission import _emit as current
 
-    baseline = bench._baseline_module(BEFORE_ISSUE_25)
+    baseline = bench._baseline_module(BASELINE)
     before_spans, before_logs, before_points = _emit(baseline, bench)
     after_spans, after_logs, after_points = _emit(current, bench)
     assert len(before_spans) == len(after_spans) == 12

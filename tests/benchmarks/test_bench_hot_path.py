@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_hot_path.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "request_path" / "bench_hot_path.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    """benchmarks/bench_hot_path.py imported as a module (it is a script, not a package)."""
+    """benchmarks/request_path/bench_hot_path.py imported as a module (it is a script, not a package)."""
     sys.path.insert(0, str(BENCH.parent))
     try:
         spec = importlib.util.spec_from_file_location("bench_hot_path", BENCH)

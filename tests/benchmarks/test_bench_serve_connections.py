@@ -1,4 +1,4 @@
-"""``benchmarks/bench_serve_connections.py`` cannot rot: a small flood, run for real, says what the big one says."""
+"""``serve/bench_serve_connections.py`` cannot rot: a small flood, run for real, says what the big one says."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.serve_support import ROOT, subprocess_env
 
-BENCH = ROOT / "benchmarks" / "bench_serve_connections.py"
+pytestmark = pytest.mark.e2e  # a whole program in child processes: not the quick unit tier
+
+BENCH = ROOT / "benchmarks" / "serve" / "bench_serve_connections.py"
 
 
 def test_a_small_flood_leaves_the_sender_answered_and_every_refusal_counted(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The GC stress script, short: abandoned decorated generators ended by the collector never freeze the host.
 
-``benchmarks/stress_gc.py`` runs in a child process (a freeze must not take the test session with it): host
+``benchmarks/request_path/stress_gc.py`` runs in a child process (a freeze must not take the test session with it): host
 threads abandon half-consumed decorated generators in reference cycles, every call sampled, the queue full,
 GC thresholds low. Its watchdog dumps every thread's stack and exits 2 on a freeze; the stack is in the
 failure message.
@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "stress_gc.py"
+import pytest
+
+pytestmark = pytest.mark.e2e  # a whole program in child processes: not the quick unit tier
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "request_path" / "stress_gc.py"
 SECONDS = 15
 STALL_SECONDS = 15  # a freeze is reported this long after it starts; no healthy step comes near it
 # Start-up, the run, the remaining collection, the flush (a queue of 4 at 50 ms), shutdown, and a freeze's report.

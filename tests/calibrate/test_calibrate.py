@@ -89,6 +89,7 @@ def test_calibrate_reports_agreement_and_corrected_map_equal_to_a_hand_computati
     assert any(d["person_reason"] == "the person's reason" for d in group["disagreements"])
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
 def test_the_calibrate_page_renders_in_chromium_without_console_errors(exported: Exported, tmp_path: Path) -> None:
     """One self-contained HTML page; Chromium renders one chart per group and logs nothing but its own line."""

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import cp_observe
 from cp_observe import _names as n
 from cp_observe._capture._answer import answer_from_attribute, answer_text
 from cp_observe._offline._scorer import message_text
-from tests.conftest import KeywordJudge, Otel
+from cp_observe.testing import FakeJudge
+from tests.conftest import Otel
+from tests.turn_support import make_turn
 
 
 class Reply:
@@ -45,23 +46,15 @@ def test_rule(label: str, output: Any, expected: str | None) -> None:
 
 @pytest.mark.parametrize(("label", "output", "expected"), OUTPUTS, ids=[o[0] for o in OUTPUTS])
 def test_hook_and_scorer_read_the_same_text(
-    otel: Otel, keyword_judge: KeywordJudge, label: str, output: Any, expected: str | None
+    otel: Otel, cp_observe_judge: FakeJudge, label: str, output: Any, expected: str | None
 ) -> None:
     """The text ``@agent`` judges retrievals against is the text the offline scorer (and run_evals) uses."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
 
-    @cp_observe.retriever(name="kb")
-    def search(q: str) -> list[str]:
-        return ["Paris is the capital of France."]
-
-    @cp_observe.agent(name="bot")
-    def ask(question: str) -> Any:
-        search(question)
-        return output
-
-    ask("capital?")
+    make_turn(docs=["Paris is the capital of France."], answer=output, agent="bot").ask("capital?")
     assert processor.force_flush(10_000)
-    [(query, reference, _)] = keyword_judge.calls
+    [call] = cp_observe_judge.calls
+    query, reference = call.query, call.reference
     offline = message_text(output) if output is not None else ""
     if expected is None:
         assert reference == query  # no answer: judged against the query, as offline ("reference": "query")

@@ -30,9 +30,10 @@ import cp_observe
 from cp_observe import _internal
 from cp_observe import _names as n
 from cp_observe._capture._serialize import MARKER_MAX
-from cp_observe.testing import IsolatedRuntime
-from tests.conftest import KeywordJudge, Otel
+from cp_observe.testing import FakeJudge, IsolatedRuntime
+from tests.conftest import Otel
 from tests.otlp_receiver import OtlpReceiver, attributes_of
+from tests.turn_support import make_turn
 
 LIMIT = 300  # max_value_length for these tests: small, so bounding is visible (and above the 256 of ids)
 MAX_CONTEXTS = 28  # the most documents recorded per span: 4 attributes each still fit under the SDK's 128
@@ -51,10 +52,10 @@ def mode(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
-def scored(otel: Otel, keyword_judge: KeywordJudge, mode: str) -> cp_observe.ContextPrecisionProcessor:
-    """A processor judging every call with the recording keyword judge; small recording limits."""
+def scored(otel: Otel, cp_observe_judge: FakeJudge, mode: str) -> cp_observe.ContextPrecisionProcessor:
+    """A processor judging every call with the recording fake judge; small recording limits."""
     otel.runtime.install(max_value_length=LIMIT, max_contexts=MAX_CONTEXTS)
-    return otel.processor(keyword_judge)
+    return otel.processor(cp_observe_judge)
 
 
 def assert_bounded(span: ReadableSpan) -> None:
@@ -239,7 +240,7 @@ RETURN_CASES: dict[str, tuple[Callable[[], Any], int, int]] = {
 
 @pytest.mark.parametrize("case", list(RETURN_CASES))
 def test_bad_retriever_return_values(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor, case: str
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor, case: str
 ) -> None:
     """Each odd return value reaches the host unchanged and has a defined, bounded recording and outcome."""
     factory, count, judged = RETURN_CASES[case]
@@ -269,12 +270,13 @@ def test_bad_retriever_return_values(
     # The judge got at most max_judged_contexts texts, each within the in-memory limit, against the answer.
     assert stats["reasons"] == {"scored:ok": 1}
     if judged:
-        [(query, reference, contexts)] = keyword_judge.calls
+        [call] = cp_observe_judge.calls
+        query, reference, contexts = call.query, call.reference, list(call.contexts)
         assert (query, reference) == ("What is the capital of France?", ANSWER)
         assert len(contexts) == judged
         assert all(isinstance(c, str) and c and len(c) <= JUDGE_TEXT_LIMIT + MARKER_MAX for c in contexts)
     else:
-        assert keyword_judge.calls == []  # no context: score 0 by definition, without asking the judge
+        assert cp_observe_judge.calls == []  # no context: score 0 by definition, without asking the judge
     evaluation = evaluation_of(otel, retrieval)
     assert evaluation is not None
     assert evaluation.attributes[n.CP_REFERENCE] == "output"
@@ -299,7 +301,7 @@ QUERY_CASES: dict[str, Callable[[], Any]] = {
 
 @pytest.mark.parametrize("case", list(QUERY_CASES))
 def test_bad_queries(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor, case: str
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor, case: str
 ) -> None:
     """Odd query arguments: the call runs, the query is recorded as bounded text, the retrieval is judged on it."""
     query = QUERY_CASES[case]()
@@ -317,13 +319,14 @@ def test_bad_queries(
     shown = retrieval.attributes[n.INPUT_VALUE]
     assert isinstance(shown, str) and shown == retrieval.attributes[n.GEN_AI_RETRIEVAL_QUERY_TEXT]
     assert stats["reasons"] == {"scored:ok": 1}
-    [(judged_query, reference, contexts)] = keyword_judge.calls
+    [call] = cp_observe_judge.calls
+    judged_query, reference, contexts = call.query, call.reference, list(call.contexts)
     assert judged_query == reference and len(judged_query) <= JUDGE_TEXT_LIMIT + MARKER_MAX
     assert contexts == docs
 
 
 def test_none_query_is_absent_not_the_text_none(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor
 ) -> None:
     """A None query is recorded as absent; a retrieval with no query and no answer is skipped (no_reference)."""
 
@@ -336,7 +339,7 @@ def test_none_query_is_absent_not_the_text_none(
     [retrieval] = target_spans(otel)
     assert n.INPUT_VALUE not in retrieval.attributes
     assert stats["reasons"] == {"skipped:no_reference": 1}
-    assert keyword_judge.calls == []
+    assert cp_observe_judge.calls == []
 
 
 # name -> factory of the agent's return value
@@ -353,48 +356,31 @@ ANSWER_CASES: dict[str, Callable[[], Any]] = {
 
 @pytest.mark.parametrize("case", list(ANSWER_CASES))
 def test_bad_agent_answers(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor, case: str
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor, case: str
 ) -> None:
     """Odd agent return values: returned unchanged, recorded as bounded text, used as the reference."""
     result = ANSWER_CASES[case]()
-
-    @cp_observe.retriever(name="kb")
-    def search(q: str) -> list[str]:
-        return ["Paris is the capital of France."]
-
-    @cp_observe.agent(name="bot")
-    def answer(question: str) -> Any:
-        search(question)
-        return result
-
-    assert answer("capital?") is result
+    turn = make_turn(docs=["Paris is the capital of France."], answer=result, agent="bot")
+    assert turn.ask("capital?") is result
     stats = assert_invariant(scored)
     for span in target_spans(otel):
         assert_bounded(span)
     [agent] = otel.by_name("invoke_agent bot")
     assert isinstance(agent.attributes[n.OUTPUT_VALUE], str)
     assert stats["reasons"] == {"scored:ok": 1}
-    [(_, reference, _)] = keyword_judge.calls
+    [call] = cp_observe_judge.calls
+    reference = call.reference
     assert reference and len(reference) <= JUDGE_TEXT_LIMIT + MARKER_MAX
 
 
 @pytest.mark.parametrize("factory", [Evil, BrokenMapping], ids=["getattr_raises", "mapping_get_raises"])
 def test_agent_answer_whose_attribute_access_raises(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor, factory: Callable[[], Any]
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor, factory: Callable[[], Any]
 ) -> None:
     """An answer object whose every attribute access raises is returned unchanged and recorded as bounded text."""
     result = factory()
-
-    @cp_observe.retriever(name="kb")
-    def search(q: str) -> list[str]:
-        return ["Paris is the capital of France."]
-
-    @cp_observe.agent(name="bot")
-    def answer(question: str) -> Any:
-        search(question)
-        return result
-
-    assert answer("capital?") is result
+    turn = make_turn(docs=["Paris is the capital of France."], answer=result, agent="bot")
+    assert turn.ask("capital?") is result
     assert_invariant(scored)
     [agent] = otel.by_name("invoke_agent bot")
     assert_bounded(agent)
@@ -402,21 +388,13 @@ def test_agent_answer_whose_attribute_access_raises(
 
 
 def test_an_agent_without_an_answer_falls_back_to_the_query(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor
 ) -> None:
     """An agent that returns None has no answer: its retrievals are judged against their query."""
-
-    @cp_observe.retriever(name="kb")
-    def search(q: str) -> list[str]:
-        return ["Paris is the capital of France."]
-
-    @cp_observe.agent(name="bot")
-    def answer(question: str) -> None:
-        search(question)
-
-    answer("capital of France?")
+    make_turn(docs=["Paris is the capital of France."], answer=None, agent="bot").ask("capital of France?")
     assert_invariant(scored)
-    [(_, reference, _)] = keyword_judge.calls
+    [call] = cp_observe_judge.calls
+    reference = call.reference
     assert reference == "capital of France?"
     [retrieval] = otel.by_name("retrieval kb")
     evaluation = evaluation_of(otel, retrieval)
@@ -433,7 +411,7 @@ ITERATOR_CASES: dict[str, Callable[[list[str]], Any]] = {
 
 @pytest.mark.parametrize("case", list(ITERATOR_CASES))
 def test_returned_iterators_reach_the_host_unread(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor, case: str
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor, case: str
 ) -> None:
     """A plain function returning an iterator hands the host an iterator that still yields every item."""
     docs = [f"Paris fact {i}" for i in range(60)]
@@ -455,7 +433,7 @@ def test_returned_iterators_reach_the_host_unread(
     [span] = otel.by_name("retrieval iter")
     assert_bounded(span)
     if stats["scored"]:  # reading it for the judge is fine only if the host still got everything (checked above)
-        assert keyword_judge.calls[0][2] == docs[:50]
+        assert list(cp_observe_judge.calls[0].contexts) == docs[:50]
     else:
         assert stats["reasons"] == {"skipped:no_content": 1}
 
@@ -485,7 +463,7 @@ DOCS5 = [f"Paris fact {i}" for i in range(5)]
 
 
 def test_generator_abandoned_half_way(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor
 ) -> None:
     """A generator retriever closed, dropped or broken out of half-way: partial span, inner cleanup, scored."""
     cleaned: list[str] = []
@@ -521,7 +499,7 @@ def test_generator_abandoned_half_way(
         "complete": 5,
     }
     assert {q for q, s in spans.items() if s.attributes.get(n.CP_PARTIAL)} == {"closed", "dropped", "broken"}
-    assert sorted(len(c) for _, _, c in keyword_judge.calls) == [1, 2, 3, 5]
+    assert sorted(len(call.contexts) for call in cp_observe_judge.calls) == [1, 2, 3, 5]
     for span in spans.values():
         assert_bounded(span)
 
@@ -548,7 +526,7 @@ def test_generator_raising_half_way(otel: Otel, scored: cp_observe.ContextPrecis
 
 
 def test_async_generator_abandoned_half_way(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor
 ) -> None:
     """An async generator closed or broken out of half-way ends its span with what was consumed."""
     cleaned: list[str] = []
@@ -584,7 +562,7 @@ def test_async_generator_abandoned_half_way(
 
 
 def test_cancelled_async_retriever(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor
 ) -> None:
     """A decorated async retriever cancelled mid-flight: CancelledError propagates, ERROR span, not judged."""
 
@@ -608,7 +586,7 @@ def test_cancelled_async_retriever(
     asyncio.run(main())
     stats = assert_invariant(scored)
     assert stats["reasons"] == {"skipped:call_error": 2}
-    assert keyword_judge.calls == []
+    assert cp_observe_judge.calls == []
     spans = otel.by_name("retrieval slow")
     assert len(spans) == 2
     for span in spans:
@@ -619,7 +597,7 @@ def test_cancelled_async_retriever(
 
 
 def test_cancelled_agent_after_its_retrieval(
-    otel: Otel, keyword_judge: KeywordJudge, scored: cp_observe.ContextPrecisionProcessor
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor
 ) -> None:
     """An agent cancelled after its retrieval finished: the agent is an error, the retrieval is judged on its query."""
 
@@ -651,7 +629,7 @@ def test_cancelled_agent_after_its_retrieval(
     [retrieval] = otel.by_name("retrieval kb")
     evaluation = evaluation_of(otel, retrieval)
     assert evaluation is not None and evaluation.attributes[n.CP_REFERENCE] == "query"
-    assert keyword_judge.calls[0][1] == "capital of France?"
+    assert cp_observe_judge.calls[0].reference == "capital of France?"
 
 
 def test_base_exceptions_pass_through_unchanged(otel: Otel, scored: cp_observe.ContextPrecisionProcessor) -> None:
@@ -684,14 +662,14 @@ class UnprintableError(Exception):
     ],
 )
 def test_user_exception_that_cannot_be_printed_passes_through(
-    otel: Otel, keyword_judge: KeywordJudge, raising: bool
+    otel: Otel, cp_observe_judge: FakeJudge, raising: bool
 ) -> None:
     """A user exception whose __str__ raises reaches the host unchanged, and the span is an error."""
     saved = _internal.raise_internal_errors()
     _internal.set_raise_internal_errors(raising)
     try:
         otel.runtime.install(max_value_length=LIMIT)
-        processor = otel.processor(keyword_judge)
+        processor = otel.processor(cp_observe_judge)
         error = UnprintableError()
 
         @cp_observe.retriever(name="kb")
@@ -725,11 +703,11 @@ def test_recorded_exception_is_bounded(otel: Otel, scored: cp_observe.ContextPre
 
 
 def test_raising_context_extractor_is_contained_in_production(
-    otel: Otel, keyword_judge: KeywordJudge, production_errors: None
+    otel: Otel, cp_observe_judge: FakeJudge, production_errors: None
 ) -> None:
     """A context_extractor that raises is a user error: the call keeps its result, the target is skipped."""
     otel.runtime.install(max_value_length=LIMIT)
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     result = {"answer": ANSWER}
 
     @cp_observe.agent(name="rag", context_extractor=lambda r: r["sources"])
@@ -739,14 +717,14 @@ def test_raising_context_extractor_is_contained_in_production(
     assert rag("capital?") is result
     stats = assert_invariant(processor)
     assert stats["reasons"] == {"skipped:extractor_error": 1}
-    assert keyword_judge.calls == []
+    assert cp_observe_judge.calls == []
     [span] = otel.by_name("invoke_agent rag")
     assert_bounded(span)
     assert span.attributes[n.CP_USER_ERROR] == "extractor_error"
     assert _internal.error_counts().get("user:context_extractor", 0) >= 1
 
 
-def test_lone_surrogates_survive_otlp_export(keyword_judge: KeywordJudge, caplog: pytest.LogCaptureFixture) -> None:
+def test_lone_surrogates_survive_otlp_export(cp_observe_judge: FakeJudge, caplog: pytest.LogCaptureFixture) -> None:
     """A context with a lone surrogate is still exported over OTLP (the surrogate replaced), without errors."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

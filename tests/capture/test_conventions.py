@@ -27,7 +27,8 @@ from cp_observe._capture._conventions import (
     role,
 )
 from cp_observe._errors import ConfigurationError
-from tests.conftest import KeywordJudge, Otel
+from cp_observe.testing import FakeJudge, JudgeCall
+from tests.conftest import Otel
 
 DOCS = ["Paris is the capital of France.", "Bananas are yellow."]
 
@@ -159,9 +160,9 @@ def _evaluations(otel: Otel) -> list[dict[str, Any]]:
     return [dict(s.attributes or {}) for s in otel.by_name(n.EVALUATION_SPAN_NAME)]
 
 
-def test_genai_retrieval_span_is_scored_with_its_data_source(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_genai_retrieval_span_is_scored_with_its_data_source(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """A GenAI-convention retrieval span (no OpenInference kind) is scored, named by gen_ai.data_source.id."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     tracer = otel.tracer_provider.get_tracer("app")
     with tracer.start_as_current_span("retrieval kb", attributes={
         n.GEN_AI_OPERATION_NAME: "retrieval", n.GEN_AI_DATA_SOURCE_ID: "kb",
@@ -172,12 +173,12 @@ def test_genai_retrieval_span_is_scored_with_its_data_source(otel: Otel, keyword
     assert processor.force_flush(10_000)
     [evaluation] = _evaluations(otel)
     assert evaluation[n.GEN_AI_DATA_SOURCE_ID] == "kb"
-    assert keyword_judge.calls == [("capital of France", "capital of France", [DOCS[0]])]
+    assert cp_observe_judge.calls == [JudgeCall("capital of France", "capital of France", (DOCS[0],))]
 
 
-def test_answer_of_an_enclosing_llm_span(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_answer_of_an_enclosing_llm_span(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """A retrieval inside a GenAI chat span is judged against that span's output message."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     tracer = otel.tracer_provider.get_tracer("app")
     with tracer.start_as_current_span("chat", attributes={n.GEN_AI_OPERATION_NAME: "chat"}) as chat:
         with tracer.start_as_current_span("Retriever", attributes={
@@ -186,13 +187,13 @@ def test_answer_of_an_enclosing_llm_span(otel: Otel, keyword_judge: KeywordJudge
         chat.set_attribute(n.GEN_AI_OUTPUT_MESSAGES, json.dumps(
             [{"role": "assistant", "parts": [{"type": "text", "content": "Paris, capital of France"}]}]))
     assert processor.force_flush(10_000)
-    assert [c[1] for c in keyword_judge.calls] == ["Paris, capital of France"]
+    assert [c.reference for c in cp_observe_judge.calls] == ["Paris, capital of France"]
     assert _evaluations(otel)[0][n.CP_REFERENCE] == n.REFERENCE_OUTPUT
 
 
-def test_sibling_spans_with_the_same_documents_are_one_retrieval(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_sibling_spans_with_the_same_documents_are_one_retrieval(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """OpenLLMetry's retriever span beside a decorated function's span: judged once, named by the decorator."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     tracer = otel.tracer_provider.get_tracer("app")
 
     @cp_observe.retriever(name="capitals")
@@ -213,12 +214,12 @@ def test_sibling_spans_with_the_same_documents_are_one_retrieval(otel: Otel, key
     assert (stats["sampled"], stats["scored"], stats["skipped"]) == (1, 1, 0)
     [evaluation] = _evaluations(otel)
     assert evaluation[n.GEN_AI_DATA_SOURCE_ID] == "capitals"
-    assert len(keyword_judge.calls) == 1
+    assert len(cp_observe_judge.calls) == 1
 
 
-def test_same_documents_apart_in_time_are_two_retrievals(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_same_documents_apart_in_time_are_two_retrievals(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Two retrievals returning the same documents one after the other are two retrievals, judged twice."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     tracer = otel.tracer_provider.get_tracer("app")
 
     @cp_observe.retriever(name="capitals")
@@ -232,9 +233,9 @@ def test_same_documents_apart_in_time_are_two_retrievals(otel: Otel, keyword_jud
     assert processor.stats()["scored"] == 2
 
 
-def test_retriever_span_without_documents_is_not_counted(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_retriever_span_without_documents_is_not_counted(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """A foreign RETRIEVER span carrying no documents is not a sampled target (nothing skipped, nothing judged)."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     tracer = otel.tracer_provider.get_tracer("app")
     with tracer.start_as_current_span("Retriever._retrieve", attributes={n.OPENINFERENCE_SPAN_KIND: "RETRIEVER"}):
         pass
@@ -244,9 +245,9 @@ def test_retriever_span_without_documents_is_not_counted(otel: Otel, keyword_jud
 
 
 @pytest.mark.parametrize("spec", [["kb.name"], lambda attributes: attributes.get("kb.name")])
-def test_data_source_override(otel: Otel, keyword_judge: KeywordJudge, spec: Any) -> None:
+def test_data_source_override(otel: Otel, cp_observe_judge: FakeJudge, spec: Any) -> None:
     """A user's data_source mapping (attribute names or a callable) names the retrieval ahead of the conventions."""
-    processor = otel.processor(keyword_judge, data_source=spec)
+    processor = otel.processor(cp_observe_judge, data_source=spec)
     tracer = otel.tracer_provider.get_tracer("app")
     for name in ("products", None):
         attributes = {n.OPENINFERENCE_SPAN_KIND: "RETRIEVER", n.INPUT_VALUE: "q", n.GEN_AI_DATA_SOURCE_ID: "kb",
@@ -260,14 +261,14 @@ def test_data_source_override(otel: Otel, keyword_judge: KeywordJudge, spec: Any
 
 
 def test_data_source_override_that_raises_keeps_the_conventional_name(
-    otel: Otel, keyword_judge: KeywordJudge
+    otel: Otel, cp_observe_judge: FakeJudge
 ) -> None:
     """A data_source callable that raises falls back to the conventional name; the span is still scored."""
 
     def broken(attributes: Any) -> str:
         raise RuntimeError("bug in the user's mapping")
 
-    processor = otel.processor(keyword_judge, data_source=broken)
+    processor = otel.processor(cp_observe_judge, data_source=broken)
     tracer = otel.tracer_provider.get_tracer("app")
     with tracer.start_as_current_span("VectorIndexRetriever.retrieve", attributes={
             n.OPENINFERENCE_SPAN_KIND: "RETRIEVER", n.INPUT_VALUE: "q", **_oi_docs(n.RETRIEVAL_DOCUMENTS, DOCS)}):
@@ -277,10 +278,10 @@ def test_data_source_override_that_raises_keeps_the_conventional_name(
 
 
 @pytest.mark.parametrize("bad", ["kb.name", [1, 2], {"a": "b"}])
-def test_bad_data_source_raises(otel: Otel, keyword_judge: KeywordJudge, bad: Any) -> None:
+def test_bad_data_source_raises(otel: Otel, cp_observe_judge: FakeJudge, bad: Any) -> None:
     """A data_source that is neither a callable nor attribute names raises at construction."""
     with pytest.raises(ValueError, match="data_source"):
-        otel.processor(keyword_judge, data_source=bad)
+        otel.processor(cp_observe_judge, data_source=bad)
 
 
 def test_configure_data_source_setting() -> None:
@@ -296,10 +297,10 @@ def test_configure_data_source_setting() -> None:
         cp_observe.configure("lexical", data_source=[1, 2], capture_only=True)
 
 
-def test_foreign_content_passes_the_redact_hook_before_the_judge(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_foreign_content_passes_the_redact_hook_before_the_judge(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Query, contexts and answer read off another instrumentation's spans are redacted before the judge."""
     otel.runtime.install(redact=lambda text: text.replace("4111-1111", "[card]"))
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     tracer = otel.tracer_provider.get_tracer("app")
     with tracer.start_as_current_span("chat", attributes={n.GEN_AI_OPERATION_NAME: "chat"}) as chat:
         with tracer.start_as_current_span("retrieval kb", attributes={
@@ -311,4 +312,4 @@ def test_foreign_content_passes_the_redact_hook_before_the_judge(otel: Otel, key
         chat.set_attribute(n.GEN_AI_OUTPUT_MESSAGES, json.dumps(
             [{"role": "assistant", "parts": [{"type": "text", "content": "Paris (4111-1111)"}]}]))
     assert processor.force_flush(10_000)
-    assert keyword_judge.calls == [("card [card] capital?", "Paris ([card])", ["Paris [card]"])]
+    assert cp_observe_judge.calls == [JudgeCall("card [card] capital?", "Paris ([card])", ("Paris [card]",))]

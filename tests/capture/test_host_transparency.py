@@ -37,8 +37,7 @@ import cp_observe
 from cp_observe import _internal
 from cp_observe import _names as n
 from cp_observe._config._sampling import TraceIdRatio
-from cp_observe.testing import IsolatedRuntime
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge, IsolatedRuntime
 
 KINDS = ("sync", "async", "generator", "async_generator", "method", "classmethod", "staticmethod", "callable_object")
 BEHAVIOURS = ("return", "raise", "base_exception", "cancelled")
@@ -81,7 +80,7 @@ def _pipeline(name: str) -> tuple[TracerProvider, InMemorySpanExporter, Any]:
         provider.add_span_processor(SimpleSpanProcessor(spans))
         if name == "raising_exporter":
             provider.add_span_processor(RaisingProcessor())
-        judge: Any = RaisingJudge() if name == "raising_judge" else KeywordJudge()
+        judge: Any = RaisingJudge() if name == "raising_judge" else FakeJudge()
         processor = cp_observe.ContextPrecisionProcessor(judge, sample_rate=0.0 if name == "unsampled" else 1.0,
                                                          tracer_provider=provider)
         provider.add_span_processor(processor)

@@ -9,7 +9,7 @@ import pytest
 import cp_observe
 from cp_observe.dataset._record import DatasetError
 from cp_observe.replay import load_run
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.dataset_support import Case, write_traces
 
 ANSWER = "Northwind's Team plan costs eight dollars monthly."
@@ -29,12 +29,12 @@ def dataset(tmp_path: Path) -> Path:
     return out
 
 
-def test_a_retriever_target_is_judged_against_the_stored_answer(dataset: Path, keyword_judge: KeywordJudge) -> None:
+def test_a_retriever_target_is_judged_against_the_stored_answer(dataset: Path, cp_observe_judge: FakeJudge) -> None:
     """contexts_from_output: the target gets the query, its output is the ranked contexts, the reference is the
     item's stored answer; a better ranking scores higher than production did."""
     items = cp_observe.load_dataset(dataset)
     assert len(items) == 3 and all(item["score"] == 0.33 for item in items)
-    scorer = cp_observe.create_context_precision_scorer(keyword_judge, {"contexts_from_output": True})
+    scorer = cp_observe.create_context_precision_scorer(cp_observe_judge, {"contexts_from_output": True})
     seen: list[str] = []
 
     def candidate(query: str) -> list[str]:
@@ -44,8 +44,8 @@ def test_a_retriever_target_is_judged_against_the_stored_answer(dataset: Path, k
     result = cp_observe.run_evals(data=items, scorers=[scorer], target=candidate)
     assert sorted(seen) == sorted(item["input"] for item in items)
     assert result.scores[scorer.id] == 1.0 and result.failed[scorer.id] == 0
-    for query, reference, contexts in keyword_judge.calls:
-        assert reference == ANSWER and contexts == [RELEVANT, *NOISE] and query in seen
+    for call in cp_observe_judge.calls:
+        assert call.reference == ANSWER and call.contexts == (RELEVANT, *NOISE) and call.query in seen
     assert all(r.scorer_results[scorer.id].reference == "output" for r in result.items)
 
 
@@ -53,7 +53,7 @@ def test_the_stored_contexts_replayed_reproduce_the_stored_score(dataset: Path) 
     """A target returning production's own contexts, judged by the same judge, gives production's scores back."""
     items = cp_observe.load_dataset(dataset)
     by_query = {item["input"]: item["contexts"] for item in items}
-    scorer = cp_observe.create_context_precision_scorer(KeywordJudge(), {"contexts_from_output": True})
+    scorer = cp_observe.create_context_precision_scorer(FakeJudge(), {"contexts_from_output": True})
     result = cp_observe.run_evals(data=items, scorers=[scorer], target=by_query.__getitem__)
     assert [r.scorer_results[scorer.id].score for r in result.items] == [item["score"] for item in items]
 
@@ -61,7 +61,7 @@ def test_the_stored_contexts_replayed_reproduce_the_stored_score(dataset: Path) 
 def test_results_written_back_pair_with_production(dataset: Path, tmp_path: Path) -> None:
     """write_eval_results keeps trace and span ids, data source and segments, so the report pairs the runs."""
     items = cp_observe.load_dataset(dataset)
-    scorer = cp_observe.create_context_precision_scorer(KeywordJudge(), {"contexts_from_output": True})
+    scorer = cp_observe.create_context_precision_scorer(FakeJudge(), {"contexts_from_output": True})
     result = cp_observe.run_evals(data=items, scorers=[scorer], target=lambda q: [RELEVANT, *NOISE])
     out = tmp_path / "candidate.jsonl"
     assert cp_observe.write_eval_results(out, result, scorer) == 3
@@ -74,15 +74,15 @@ def test_results_written_back_pair_with_production(dataset: Path, tmp_path: Path
     assert run.evaluations == 3 and set(run.keys.keys) == {f"{i['trace_id']}:{i['span_id']}" for i in items}
 
 
-def test_an_agent_target_is_judged_against_its_own_answer(dataset: Path, keyword_judge: KeywordJudge) -> None:
+def test_an_agent_target_is_judged_against_its_own_answer(dataset: Path, cp_observe_judge: FakeJudge) -> None:
     """Without contexts_from_output the target's output is the answer (the stored one is not used)."""
     items = cp_observe.load_dataset(dataset)
     scorer = cp_observe.create_context_precision_scorer(
-        keyword_judge, {"context_extractor": lambda _input, output: output["contexts"]})
+        cp_observe_judge, {"context_extractor": lambda _input, output: output["contexts"]})
     reply = {"answer": "Parental leave is twenty weeks.", "contexts": list(NOISE)}
     result = cp_observe.run_evals(data=items, scorers=[scorer], target=lambda q: reply)
     assert result.failed[scorer.id] == 0
-    assert {reference for _, reference, _ in keyword_judge.calls} == {"Parental leave is twenty weeks."}
+    assert {call.reference for call in cp_observe_judge.calls} == {"Parental leave is twenty weeks."}
 
 
 def test_contexts_from_output_excludes_fixed_contexts() -> None:

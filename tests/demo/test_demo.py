@@ -15,6 +15,8 @@ import pytest
 
 from tests.serve_support import stop_by_signal
 
+pytestmark = pytest.mark.e2e  # a whole program in child processes: not the quick unit tier
+
 DEMO = [sys.executable, "-m", "cp_observe.cli", "demo"]
 
 # A SIGALRM every millisecond lands, sooner or later, inside the wait of the demo's stop signal. With a

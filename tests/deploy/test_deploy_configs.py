@@ -61,7 +61,7 @@ def _container_ports(service: str) -> set[int]:
     return ports
 
 
-# --- collectors --------------------------------------------------------------------------------------------
+# --- collectors -------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["agent", "gateway"])
@@ -131,7 +131,7 @@ def test_prometheus_exporter_translates_names_with_suffixes() -> None:
     assert "resource_to_telemetry_conversion" not in exporter
 
 
-# --- compose -----------------------------------------------------------------------------------------------
+# --- compose ----------------------------------------------------------------------------------------------------------
 
 
 def test_compose_has_the_whole_stack() -> None:
@@ -295,7 +295,7 @@ def test_alertmanager_routes_map_drop_to_the_page_receiver(labels: dict[str, str
     assert proc.stdout.strip() == receiver, proc.stdout + proc.stderr
 
 
-# --- Kubernetes --------------------------------------------------------------------------------------------
+# --- Kubernetes -------------------------------------------------------------------------------------------------------
 
 
 def _k8s(kind: str, name: str) -> dict[str, Any]:
@@ -374,7 +374,7 @@ def test_no_secret_values_in_manifests() -> None:
         assert not re.search(r"sk-[A-Za-z0-9]{8,}", text), path
 
 
-# --- system dependencies -----------------------------------------------------------------------------------
+# --- system dependencies ----------------------------------------------------------------------------------------------
 
 
 def test_install_script_is_executable_valid_bash() -> None:
@@ -387,7 +387,7 @@ def test_install_script_is_executable_valid_bash() -> None:
     assert "set -euo pipefail" in text
 
 
-# --- exemplars (issue 13) -------------------------------------------------------------------------------------
+# --- exemplars --------------------------------------------------------------------------------------------------------
 
 
 def test_exemplars_survive_the_pipeline_to_grafana() -> None:

@@ -126,7 +126,7 @@ def test_readme_documents_groups_and_map_drop_expression_verbatim() -> None:
 def test_map_drop_expression_shape() -> None:
     """MAPDrop = the window's upper confidence bound (mean + z SE) below 0.5, guarded by >= 20 evaluations.
 
-    Where the cheap-plus-LLM cascade's series exist (issue 24), the bound is the PPI++ MAP's and the minimum is
+    Where the cheap-plus-LLM cascade's series exist, the bound is the PPI++ MAP's and the minimum is
     of LLM-judged evaluations.
     """
     rule = alert_rules()["ContextPrecisionMAPDrop"]

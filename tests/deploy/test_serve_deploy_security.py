@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from cp_observe.serve import ServeSettings
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.serve_support import OtlpSink, retrieval_request, start_service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ def test_compose_scorer_is_secured_with_the_generated_files() -> None:
 
 
 def test_compose_secrets_job_makes_files_a_scorer_serves_and_a_client_trusts(
-    tmp_path: Path, keyword_judge: KeywordJudge
+    tmp_path: Path, cp_observe_judge: FakeJudge
 ) -> None:
     """The compose job's own script makes files a scorer serves with and an otel-lb-like client trusts."""
     # A CA, a certificate for `scorer` and a token; the client checks the name `scorer` against that CA and
@@ -129,7 +129,7 @@ def test_compose_secrets_job_makes_files_a_scorer_serves_and_a_client_trusts(
     settings = {name[len("CP_OBSERVE_"):].lower(): value for name, value in files.items()}
     assert set(settings) <= set(ServeSettings.model_fields)
     try:
-        with start_service(sink, keyword_judge, **settings) as service:
+        with start_service(sink, cp_observe_judge, **settings) as service:
             context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
             statuses = []
             for headers in ({"Authorization": f"Bearer {token}"}, {}):

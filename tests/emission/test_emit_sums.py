@@ -1,9 +1,9 @@
-"""The counters kept as sums (``_emission/_sums.py``) export what the synchronous counters exported (issue 25).
+"""The counters kept as sums (``_emission/_sums.py``) export what the synchronous counters exported.
 
 The baseline is ``_emit.py`` as it was before the sums (synchronous ``Counter.add`` for squares, evaluations,
-verdicts, cost and the cascade sums), loaded from git as ``benchmarks/bench_emission.py`` loads it. Both emitters
-get the same mixed stream (segments, agents, the rerank stage, the cascade with and without its LLM judgement,
-failures, dropped and skipped targets, costs and none) into a meter provider with a cumulative and a delta
+verdicts, cost and the cascade sums), loaded from git as ``benchmarks/judging/bench_emission.py`` loads it. Both
+emitters get the same mixed stream (segments, agents, the rerank stage, the cascade with and without its LLM
+judgement, failures, dropped and skipped targets, costs and none) into a meter provider with a cumulative and a delta
 reader, collected several times along the way: every collection must hold the same points.
 """
 
@@ -37,7 +37,7 @@ from cp_observe._emission import _emit as current
 from cp_observe._types import CascadeResult, RerankLift, ScoreResult, Usage, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks" / "bench_emission.py"
+BENCH = ROOT / "benchmarks" / "judging" / "bench_emission.py"
 BEFORE_SUMS = "2242c3f"  # main before the counters became sums
 _DELTA = {kind: AggregationTemporality.DELTA for kind in
           (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableUpDownCounter, ObservableGauge)}

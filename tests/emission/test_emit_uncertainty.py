@@ -1,4 +1,4 @@
-"""Issue 13 on the emission side: the squares counter, score exemplars, the judge's identity, OpenMetrics exposure."""
+"""What the alert rules' uncertainty needs from emission: squares counter, exemplars, judge identity, OpenMetrics."""
 
 from __future__ import annotations
 

@@ -24,8 +24,9 @@ from cp_observe._emission._phoenix import PhoenixSink, document_annotations, spa
 from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._judging._identity import judge_identity
 from cp_observe._wiring._providers import sinks_from_settings
-from cp_observe.testing import ProcessorProbe
-from tests.conftest import KeywordJudge, Otel
+from cp_observe.testing import FakeJudge, ProcessorProbe
+from tests.conftest import Otel
+from tests.turn_support import Turn
 
 DOCS = ["Paris is the capital of France.", "Bananas are yellow.", "France is in Europe."]
 
@@ -208,21 +209,12 @@ def test_shutdown_counts_what_it_could_not_send_as_dropped() -> None:
     assert _counts(reader)[(n.SINK_METRIC_DROPPED, "shutdown")] == stats["dropped"] >= 4
 
 
-def test_processor_offers_each_scored_evaluation_to_its_sinks(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_processor_offers_each_scored_evaluation_to_its_sinks(otel: Otel, cp_observe_judge: FakeJudge,
+                                                             turn: Turn) -> None:
     """The record names the retrieval span and its evaluation span, with verdicts, reasons and recorded documents."""
     sink = ScriptedSink()
-    processor = otel.processor(keyword_judge, sinks=[sink])
-
-    @cp_observe.retriever(name="kb")
-    def search(query: str) -> list[str]:
-        return DOCS
-
-    @cp_observe.agent(name="helper")
-    def answer(question: str) -> str:
-        search(question)
-        return "Paris is the capital of France."
-
-    assert answer("What is the capital of France?") == "Paris is the capital of France."
+    processor = otel.processor(cp_observe_judge, sinks=[sink])
+    assert turn.run() == turn.answer
     assert processor.force_flush(30_000)
     [retrieval] = otel.by_name("retrieval kb")
     [evaluation] = otel.by_name(n.EVALUATION_SPAN_NAME)
@@ -235,17 +227,17 @@ def test_processor_offers_each_scored_evaluation_to_its_sinks(otel: Otel, keywor
     assert record.explanation == attributes[n.GEN_AI_EVALUATION_EXPLANATION]
     assert record.verdicts == tuple(attributes[n.CP_VERDICTS])  # type: ignore[arg-type]
     assert record.reasons == tuple(attributes[n.CP_REASONS])  # type: ignore[arg-type]
-    assert record.documents == len(DOCS) == recorded_documents(retrieval.attributes)
-    assert (record.annotator_kind, record.prompt_version, record.judge_model) == ("CODE", None, "keyword-judge")
+    assert record.documents == len(turn.docs) == recorded_documents(retrieval.attributes)
+    assert (record.annotator_kind, record.prompt_version, record.judge_model) == ("CODE", None, "fake-judge")
     assert (record.data_source, record.agent_name, record.reference) == ("kb", "helper", "output")
     assert processor.sink_stats() == {"scripted": {"offered": 1, "sent": 1, "failed": 0, "dropped": 0, "pending": 0}}
 
 
-def test_with_capture_off_the_record_has_no_reasons_and_no_documents(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_with_capture_off_the_record_has_no_reasons_and_no_documents(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Capture off: no per-context reasons leave the process, and no document is recorded to annotate."""
     otel.runtime.install(capture_content=False)
     sink = ScriptedSink()
-    processor = otel.processor(keyword_judge, sinks=[sink], capture_content=False)
+    processor = otel.processor(cp_observe_judge, sinks=[sink], capture_content=False)
 
     @cp_observe.retriever(name="kb")
     def search(query: str) -> list[str]:
@@ -259,12 +251,12 @@ def test_with_capture_off_the_record_has_no_reasons_and_no_documents(otel: Otel,
     assert "Paris" not in str(span_annotation(record))
 
 
-def test_a_sink_never_changes_what_the_host_sees(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_a_sink_never_changes_what_the_host_sees(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Phoenix down (nothing listens): the host's results and the evaluation are unchanged; the sink counts failures."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = probe.getsockname()[1]
-    processor = otel.processor(keyword_judge, sinks=[PhoenixSink(f"http://127.0.0.1:{closed}", timeout_s=1)],
+    processor = otel.processor(cp_observe_judge, sinks=[PhoenixSink(f"http://127.0.0.1:{closed}", timeout_s=1)],
                                sink_max_retries=1, shutdown_timeout_s=10)
 
     @cp_observe.retriever(name="kb")
@@ -283,11 +275,11 @@ def test_a_sink_never_changes_what_the_host_sees(otel: Otel, keyword_judge: Keyw
 
 
 def test_force_flush_tries_each_evaluation_once_without_waiting_out_retries(
-    otel: Otel, keyword_judge: KeywordJudge
+    otel: Otel, cp_observe_judge: FakeJudge
 ) -> None:
     """A host that flushes never waits for a failing sink's backoff: the retries stay pending on the sink's thread."""
     sink = ScriptedSink([Delivery.UNAVAILABLE] * 3)
-    processor = otel.processor(keyword_judge, sinks=[sink], sink_max_retries=5)
+    processor = otel.processor(cp_observe_judge, sinks=[sink], sink_max_retries=5)
 
     @cp_observe.retriever(name="kb")
     def search(query: str) -> list[str]:
@@ -328,8 +320,8 @@ def test_annotator_kind_is_llm_for_llm_judges_only() -> None:
 
     assert annotator(cp_observe.LLMJudge("openai/x")) == ("LLM", "cp-2")
     assert annotator(cp_observe.LexicalJudge()) == ("CODE", None)
-    assert annotator(KeywordJudge()) == ("CODE", None)
-    declared = KeywordJudge()
+    assert annotator(FakeJudge()) == ("CODE", None)
+    declared = FakeJudge()
     declared.annotator_kind = "LLM"  # type: ignore[attr-defined]
     declared.prompt_version = "mine-1"  # type: ignore[attr-defined]
     assert annotator(declared) == ("LLM", "mine-1")

@@ -6,7 +6,7 @@ Every retrieval returns a relevant and an irrelevant document; v1 ranks the rele
 ``--v1-first-share`` (default 90 % of the time: AP 1, else 0.5), v2 at ``--v2-first-share`` (0.9: equal variants).
 With ``--rerank-v1``, v1's retrievals go through a reranker (``stage=rerank``) that puts the relevant document
 first (AP 1); the variant is set on the retrieval span only, so the rerank evaluations carry it from there.
-Judged by ``KeywordJudge`` against the query, in process, with ``segments=retriever.version``; ``/metrics`` is
+Judged by ``FakeJudge`` against the query, in process, with ``segments=retriever.version``; ``/metrics`` is
 served on 127.0.0.1:PORT. Runs until killed.
 """
 
@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 
 import cp_observe
 from cp_observe._wiring._providers import start_prometheus_endpoint
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 
 RELEVANT = "Paris is the capital of France."
 IRRELEVANT = "Bananas are yellow."
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=40.0)
     args = parser.parse_args()
     meter_provider = MeterProvider(metric_readers=[start_prometheus_endpoint(args.port, "127.0.0.1")])
-    cp_observe.configure(judge=KeywordJudge(), meter_provider=meter_provider, segments="retriever.version",
+    cp_observe.configure(judge=FakeJudge(), meter_provider=meter_provider, segments="retriever.version",
                          sample_rate=1.0)
     rng = random.Random(23)
 

@@ -33,7 +33,7 @@ def test_check_config() -> None:
     """promtool check config accepts deploy/prometheus/prometheus.yml and the rule files it loads."""
     proc = run_promtool("check", "config", "prometheus.yml", cwd=PROMETHEUS_DIR)
     assert proc.returncode == 0, _output(proc)
-    assert "2 rule files found" in _output(proc)  # the shipped rules and the canary rules (issue 23)
+    assert "2 rule files found" in _output(proc)  # the shipped rules and the canary rules
 
 
 def test_check_rules() -> None:

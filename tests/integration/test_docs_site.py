@@ -34,6 +34,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 MKDOCS = REPO / ".venv-docs" / "bin" / "mkdocs"
 
 pytestmark = [
+    pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"),
     pytest.mark.skipif(not MKDOCS.exists(), reason="no .venv-docs: run ./scripts/docs (CP_OBSERVE_SKIP_DOCS skips it)"),
 ]

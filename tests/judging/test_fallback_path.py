@@ -1,5 +1,5 @@
 """The judge tests of ``tests/judging/test_llm_judge.py`` and the fault matrix and circuit of
-``tests/processing/test_reliability.py``, run again on the litellm fallback path.
+``tests/processing/test_judge_faults.py``, run again on the litellm fallback path.
 
 Their judges are ``openai/`` models, which now take the lean path; here every judge built takes
 ``litellm.acompletion`` instead (the route is refused, exactly as for a provider the lean path does not cover),
@@ -31,7 +31,7 @@ from tests.judging.test_llm_judge import (  # noqa: F401 - collected again here,
     test_timeout_is_retried_then_fails,
     test_too_few_verdicts_are_repaired_per_context,
 )
-from tests.processing.test_reliability import (  # noqa: F401 - collected again here, on the fallback path
+from tests.processing.test_judge_faults import (  # noqa: F401 - collected again here, on the fallback path
     _litellm_worker_hygiene,
     litellm_ready,
     test_circuit_opens_skips_probes_once_and_closes,

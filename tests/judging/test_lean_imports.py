@@ -1,4 +1,4 @@
-"""A process that judges in process on the lean path never imports litellm (issue 25).
+"""A process that judges in process on the lean path never imports litellm.
 
 Each case runs in a fresh interpreter: ``configure()`` with an ``openai/`` judge pointed at a loopback
 ``JudgeServer``, one decorated retrieval scored through the processor, then the modules it loaded. The

@@ -9,7 +9,7 @@ import pytest
 
 import cp_observe
 from cp_observe import ContextPrecisionOptions, JudgeError, Verdict
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 
 CONTEXTS = ["Paris is the capital of France.", "Bananas are yellow.", "France borders Spain."]
 
@@ -17,38 +17,38 @@ CONTEXTS = ["Paris is the capital of France.", "Bananas are yellow.", "France bo
 def test_neither_context_nor_extractor_is_refused() -> None:
     """Creating a scorer without context or extractor raises ValueError."""
     with pytest.raises(ValueError, match="context"):
-        cp_observe.create_context_precision_scorer(KeywordJudge(), {})
+        cp_observe.create_context_precision_scorer(FakeJudge(), {})
     with pytest.raises(ValueError, match="context"):
-        cp_observe.create_context_precision_scorer(KeywordJudge())
+        cp_observe.create_context_precision_scorer(FakeJudge())
 
 
 def test_empty_context_list_is_refused() -> None:
     """An empty context list raises ValueError at creation."""
     with pytest.raises(ValueError, match="empty"):
-        cp_observe.create_context_precision_scorer(KeywordJudge(), {"context": []})
+        cp_observe.create_context_precision_scorer(FakeJudge(), {"context": []})
 
 
 @pytest.mark.parametrize("scale", [-1, float("nan")])
 def test_bad_scale_is_refused(scale: float) -> None:
     """A negative or NaN scale raises ValueError at creation."""
     with pytest.raises(ValueError):
-        cp_observe.create_context_precision_scorer(KeywordJudge(), {"context": CONTEXTS, "scale": scale})
+        cp_observe.create_context_precision_scorer(FakeJudge(), {"context": CONTEXTS, "scale": scale})
 
 
 def test_unknown_option_is_refused() -> None:
     """A misspelt option is an error, not silently ignored."""
     with pytest.raises(ValueError):
-        cp_observe.create_context_precision_scorer(KeywordJudge(), {"contexts": CONTEXTS})
+        cp_observe.create_context_precision_scorer(FakeJudge(), {"contexts": CONTEXTS})
 
 
 def test_extractor_wins_over_context_and_camel_case_is_accepted() -> None:
     """With both given, contextExtractor decides what is judged."""
-    judge = KeywordJudge()
+    judge = FakeJudge()
     scorer = cp_observe.create_context_precision_scorer(
         judge, {"context": ["ignored"], "contextExtractor": lambda i, o: ["Paris is big.", "Bananas."]}
     )
     result = scorer.run(input="capital?", output="Paris is the capital.")
-    assert judge.calls[0][2] == ["Paris is big.", "Bananas."]
+    assert list(judge.calls[0].contexts) == ["Paris is big.", "Bananas."]
     assert [v.relevant for v in result.verdicts] == [True, False]
     assert result.score == 1.0
 
@@ -56,7 +56,7 @@ def test_extractor_wins_over_context_and_camel_case_is_accepted() -> None:
 def test_options_as_a_pydantic_model_and_scale() -> None:
     """Options may be a ContextPrecisionOptions; the score is scaled and rounded half up."""
     options = ContextPrecisionOptions(context=CONTEXTS, scale=10)
-    result = cp_observe.create_context_precision_scorer(KeywordJudge(), options).run(
+    result = cp_observe.create_context_precision_scorer(FakeJudge(), options).run(
         input="capital of France?", output="Paris is the capital of France."
     )
     assert [v.relevant for v in result.verdicts] == [True, False, True]
@@ -67,26 +67,26 @@ def test_options_as_a_pydantic_model_and_scale() -> None:
 
 def test_chat_message_inputs_and_outputs() -> None:
     """Input as chat messages or a mapping with inputMessages; output as a message or a list of them."""
-    judge = KeywordJudge()
+    judge = FakeJudge()
     scorer = cp_observe.create_context_precision_scorer(judge, {"context": CONTEXTS})
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "capital of France?"}]
     scorer.run(input=messages, output={"role": "assistant", "content": "Paris is the capital."})
     scorer.run(input={"inputMessages": messages}, output=[{"role": "assistant", "content": "Paris, France."}])
-    assert [call[0] for call in judge.calls] == ["capital of France?", "capital of France?"]
-    assert [call[1] for call in judge.calls] == ["Paris is the capital.", "Paris, France."]
+    assert [call.query for call in judge.calls] == ["capital of France?", "capital of France?"]
+    assert [call.reference for call in judge.calls] == ["Paris is the capital.", "Paris, France."]
 
 
 def test_no_output_judges_against_the_query() -> None:
     """Without an answer the query is the reference, and the result says so."""
-    judge = KeywordJudge()
+    judge = FakeJudge()
     result = cp_observe.create_context_precision_scorer(judge, {"context": CONTEXTS}).run(input="France borders")
     assert result.reference == "query"
-    assert judge.calls[0][1] == "France borders"
+    assert judge.calls[0].reference == "France borders"
 
 
 def test_reason_is_built_from_the_verdicts() -> None:
     """The reason names the score and the relevant positions, and costs no extra judge call."""
-    judge = KeywordJudge()
+    judge = FakeJudge()
     result = cp_observe.create_context_precision_scorer(judge, {"context": CONTEXTS}).run(
         input="capital?", output="Paris is the capital of France."
     )
@@ -99,7 +99,7 @@ def test_run_inside_a_running_event_loop() -> None:
     """run() works from inside an event loop (it runs on a helper thread); arun() is the async form."""
 
     async def main() -> tuple[float, float]:
-        scorer = cp_observe.create_context_precision_scorer(KeywordJudge(), {"context": CONTEXTS})
+        scorer = cp_observe.create_context_precision_scorer(FakeJudge(), {"context": CONTEXTS})
         sync_result = scorer.run(input="capital?", output="Paris is the capital of France.")
         async_result = await scorer.arun(input="capital?", output="Paris is the capital of France.")
         return sync_result.score, async_result.score
@@ -140,7 +140,7 @@ def test_run_evals_scores_every_item_and_averages() -> None:
         return {"answer": "Paris is the capital.", "sources": ["Bananas.", "Paris is the capital."]}
 
     scorer = cp_observe.create_context_precision_scorer(
-        KeywordJudge(), {"context_extractor": lambda i, o: o["sources"]}
+        FakeJudge(), {"context_extractor": lambda i, o: o["sources"]}
     )
     result = cp_observe.run_evals(
         data=[{"input": "colour of bananas"}, {"input": "capital city"}],
@@ -162,7 +162,7 @@ def test_run_evals_records_failures_per_item() -> None:
             raise RuntimeError("target failed")
         return "Paris is the capital of France."
 
-    scorer = cp_observe.create_context_precision_scorer(KeywordJudge(), {"context": CONTEXTS})
+    scorer = cp_observe.create_context_precision_scorer(FakeJudge(), {"context": CONTEXTS})
     result = cp_observe.run_evals(data=["capital?", "boom"], scorers=[scorer], target=target, concurrency=2)
     assert result.scores == {"context-precision-scorer": 0.83}
     assert result.failed == {"context-precision-scorer": 1}
@@ -171,11 +171,11 @@ def test_run_evals_records_failures_per_item() -> None:
 
 def test_run_evals_needs_unique_scorer_ids() -> None:
     """Two scorers with one id would overwrite each other's results: refused."""
-    a = cp_observe.create_context_precision_scorer(KeywordJudge(), {"context": CONTEXTS})
-    b = cp_observe.create_context_precision_scorer(KeywordJudge(), {"context": CONTEXTS})
+    a = cp_observe.create_context_precision_scorer(FakeJudge(), {"context": CONTEXTS})
+    b = cp_observe.create_context_precision_scorer(FakeJudge(), {"context": CONTEXTS})
     with pytest.raises(ValueError, match="unique"):
         cp_observe.run_evals(data=["q"], scorers=[a, b], target=lambda q: "a")
-    c = cp_observe.create_context_precision_scorer(KeywordJudge(), {"context": CONTEXTS}, scorer_id="second")
+    c = cp_observe.create_context_precision_scorer(FakeJudge(), {"context": CONTEXTS}, scorer_id="second")
     assert set(cp_observe.run_evals(data=["q"], scorers=[a, c], target=lambda q: "a").scores) == {
         "context-precision-scorer",
         "second",

@@ -1,10 +1,10 @@
-"""Nothing the garbage collector can run waits on a lock of ours (issue 21).
+"""Nothing the garbage collector can run waits on a lock of ours.
 
 Each scenario of ``tests/processing/gc_reentrancy_support.py`` runs in its own interpreter, with a collection forced
 on every line cp-observe executes (in the host's threads and the evaluator's) and garbage whose finalizer reaches our
 code:
-a deadlock there dumps every thread's stack and fails the test, and cannot poison this session's locks. On the
-code before issue 21 every scenario deadlocked; ARCHITECTURE.md lists the paths and the rule.
+a deadlock there dumps every thread's stack and fails the test, and cannot poison this session's locks. Before
+those paths stopped taking locks, every scenario deadlocked; ARCHITECTURE.md lists the paths and the rule.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ from typing import Any
 
 import cp_observe
 from tests.conftest import Otel
+from tests.turn_support import Turn
 
 
-def test_full_queue_never_stalls_judging(otel: Otel) -> None:
+def test_full_queue_never_stalls_judging(otel: Otel, turn: Turn) -> None:
     """Retrievals waiting for their agent cannot hold every slot: the agent's answer is always taken."""
     release = threading.Event()
 
@@ -28,17 +29,8 @@ def test_full_queue_never_stalls_judging(otel: Otel) -> None:
     # A long turn timeout: if answers were refused, the waiting retrievals would sit there for an hour.
     processor = otel.processor(Gated(), queue_size=4, concurrency=1, turn_timeout_s=3600)
 
-    @cp_observe.retriever(name="kb")
-    def search(query: str) -> list[str]:
-        return ["a context"]
-
-    @cp_observe.agent(name="bot")
-    def ask(question: str) -> str:
-        search(question)
-        return "an answer"
-
     for i in range(40):
-        ask(f"q{i}")
+        turn.ask(f"q{i}")
     release.set()
     assert processor.force_flush(20_000)
     stats = processor.stats()
@@ -49,7 +41,7 @@ def test_full_queue_never_stalls_judging(otel: Otel) -> None:
     # Every scored retrieval was judged against the agent's answer, not left to time out on its query.
     assert set(stats["reasons"]) <= {"scored:ok", "dropped:queue_full"}
     assert len(references) == stats["scored"]
-    assert set(references) == {"an answer"}  # the agent's answer (reference "output"), never the query
+    assert set(references) == {turn.answer}  # the agent's answer (reference "output"), never the query
 
 
 def test_refused_targets_cost_the_caller_no_metrics_and_no_export(otel: Otel) -> None:
@@ -95,12 +87,12 @@ def test_refused_targets_cost_the_caller_no_metrics_and_no_export(otel: Otel) ->
     assert dropped == processor.stats()["dropped"]
 
 
-def test_evaluator_thread_runs_before_the_first_span(otel: Otel, keyword_judge: Any) -> None:
+def test_evaluator_thread_runs_before_the_first_span(otel: Otel, cp_observe_judge: Any) -> None:
     """The evaluator thread starts with the processor: no request waits for it to start."""
     import threading as _threading
 
     before = {t.ident for t in _threading.enumerate() if t.name == "cp-observe-evaluator"}
-    otel.processor(keyword_judge)
+    otel.processor(cp_observe_judge)
     started = [t for t in _threading.enumerate() if t.name == "cp-observe-evaluator" and t.ident not in before]
     assert len(started) == 1
     assert started[0].is_alive()

@@ -10,7 +10,8 @@ import cp_observe
 from cp_observe import _names as n
 from cp_observe._emission._segments import MAX_SEGMENT_VALUE_CHARS, SegmentValues
 from cp_observe._errors import ConfigurationError
-from tests.conftest import KeywordJudge, Otel
+from cp_observe.testing import FakeJudge
+from tests.conftest import Otel
 from tests.segments_support import EXPECTED, SEGMENTS, emit_traces, label_sets
 
 SERIES = (n.METRIC_SCORE, n.METRIC_SCORE_SQUARES, n.METRIC_EVALUATIONS, n.METRIC_VERDICTS)
@@ -20,9 +21,9 @@ def _attributes(otel: Otel, metric: str) -> list[dict[str, Any]]:
     return [dict(p.attributes) for p in otel.metric_points(metric)]
 
 
-def test_each_series_carries_one_label_per_segment(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_each_series_carries_one_label_per_segment(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """With segments set, the four series carry the values read from the retrieval, its agent or its root."""
-    processor = otel.processor(keyword_judge, segments=SEGMENTS)
+    processor = otel.processor(cp_observe_judge, segments=SEGMENTS)
     emit_traces(otel.tracer_provider)
     assert processor.force_flush()
     for metric in SERIES:
@@ -38,9 +39,9 @@ def test_each_series_carries_one_label_per_segment(otel: Otel, keyword_judge: Ke
         ("own", "v1"), ("agent", "v2"), ("root", "none"), ("bare", "none")}
 
 
-def test_no_segment_labels_when_unset(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_no_segment_labels_when_unset(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Without segments, no series and no evaluation span carries a segment label or attribute."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     emit_traces(otel.tracer_provider)
     assert processor.force_flush()
     for metric in SERIES:
@@ -51,9 +52,9 @@ def test_no_segment_labels_when_unset(otel: Otel, keyword_judge: KeywordJudge) -
     assert otel.metric_points(n.METRIC_SEGMENT_OVERFLOW) == []
 
 
-def test_content_capture_off_still_carries_segments(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_content_capture_off_still_carries_segments(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Segment values are the user's attributes, not content: capture off keeps them on series and span."""
-    processor = otel.processor(keyword_judge, segments=SEGMENTS, capture_content=False)
+    processor = otel.processor(cp_observe_judge, segments=SEGMENTS, capture_content=False)
     emit_traces(otel.tracer_provider)
     assert processor.force_flush()
     assert label_sets(_attributes(otel, n.METRIC_SCORE)) == EXPECTED
@@ -62,9 +63,9 @@ def test_content_capture_off_still_carries_segments(otel: Otel, keyword_judge: K
     assert all(n.CP_REASONS not in (s.attributes or {}) for s in spans)  # capture is off indeed
 
 
-def test_ten_thousand_values_keep_the_bound_and_overflow_is_counted(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_ten_thousand_values_keep_the_bound_and_overflow_is_counted(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """10,000 distinct values at max 50: 50 kept, the rest 'other', and the overflow counter says 9,950."""
-    processor = otel.processor(keyword_judge, segments="request.id", max_segment_values=50, queue_size=20_000)
+    processor = otel.processor(cp_observe_judge, segments="request.id", max_segment_values=50, queue_size=20_000)
     tracer = otel.tracer_provider.get_tracer("t")
     for i in range(10_000):
         with tracer.start_as_current_span("retrieval kb", attributes={
@@ -116,13 +117,13 @@ def test_a_bad_segments_variable_warns_and_falls_back(monkeypatch: pytest.Monkey
                                                   ("tenant.tier", "tenant_tier"))
 
 
-def test_a_retrieval_ending_after_its_agent_gets_the_agents_segment(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_a_retrieval_ending_after_its_agent_gets_the_agents_segment(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Spans reordered on the way (the agent ends first): the remembered answer still lends its segment value."""
     from opentelemetry import trace
 
     from tests.segments_support import _agent, _retrieval
 
-    processor = otel.processor(keyword_judge, segments=SEGMENTS)
+    processor = otel.processor(cp_observe_judge, segments=SEGMENTS)
     tracer = otel.tracer_provider.get_tracer("t")
     agent = tracer.start_span("invoke_agent helper", attributes=_agent(**{"tenant.tier": "bronze"}), start_time=1_000)
     inner = tracer.start_span("retrieval late", context=trace.set_span_in_context(agent),
@@ -157,7 +158,7 @@ def test_the_bound_holds_under_threads() -> None:
     assert len(overflowed) == 7_950 and values.overflowed == {"v": 7_950}
 
 
-def test_a_reranker_takes_the_variant_of_the_retrieval_it_reranks(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_a_reranker_takes_the_variant_of_the_retrieval_it_reranks(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """The variant set on the retrieval span only: the rerank evaluation carries it too (not ``none``).
 
     Its own span wins over the retrieval's, and the retrieval's over the enclosing agent's.
@@ -166,7 +167,7 @@ def test_a_reranker_takes_the_variant_of_the_retrieval_it_reranks(otel: Otel, ke
 
     from tests.processing.test_rerank_lift import ANSWER, DOCS, QUESTION, RERANKED
 
-    processor = otel.processor(keyword_judge, segments=SEGMENTS)
+    processor = otel.processor(cp_observe_judge, segments=SEGMENTS)
     own: dict[str, str] = {}
 
     @cp_observe.retriever(name="products")

@@ -16,8 +16,7 @@ from cp_observe import _names as n
 from cp_observe._config._sampling import TraceIdRatio
 from cp_observe.replay import ReplayOptions, TraceFile, replay
 from cp_observe.replay._progress import Progress
-from cp_observe.testing import JudgeServer
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge, JudgeServer
 from tests.replay_support import DATA, Exported, check_collector_shape, evaluations, export_demo
 
 COLLECTOR_FILE = DATA / "collector_file.jsonl"
@@ -98,37 +97,37 @@ def test_the_output_file_has_the_collector_file_shape(demo_full: Exported, tmp_p
         check_collector_shape(line)
 
 
-def test_a_hand_written_collector_file_is_replayed(tmp_path: Path, keyword_judge: KeywordJudge) -> None:
+def test_a_hand_written_collector_file_is_replayed(tmp_path: Path, cp_observe_judge: FakeJudge) -> None:
     """A hand-written Collector file: the agent's retrieval judged on its answer, the lone one on its query."""
     for line in COLLECTOR_FILE.read_text(encoding="utf-8").splitlines():
         check_collector_shape(line)
     out = tmp_path / "evaluations.jsonl"
-    result = _replay([COLLECTOR_FILE], output=out, judge_object=keyword_judge)
+    result = _replay([COLLECTOR_FILE], output=out, judge_object=cp_observe_judge)
     assert result.stats["scored"] == 2
-    calls = {query: (reference, contexts) for query, reference, contexts in keyword_judge.calls}
+    calls = {call.query: (call.reference, list(call.contexts)) for call in cp_observe_judge.calls}
     assert calls["What is the capital of France?"][0] == "Paris is the capital of France."
     assert calls["When does the office open?"][0] == "When does the office open?"
     verdicts = sorted(v[2] for v in evaluations(out).values())
     assert verdicts == [(False, True, True), (True, False)]
 
 
-def test_data_source_filter_scores_only_that_source(tmp_path: Path, keyword_judge: KeywordJudge) -> None:
+def test_data_source_filter_scores_only_that_source(tmp_path: Path, cp_observe_judge: FakeJudge) -> None:
     """--data-source faq: the kb retrieval is not fed (counted), the faq one is scored."""
-    result = _replay([COLLECTOR_FILE], output=tmp_path / "o.jsonl", judge_object=keyword_judge,
+    result = _replay([COLLECTOR_FILE], output=tmp_path / "o.jsonl", judge_object=cp_observe_judge,
                      data_sources=frozenset({"faq"}))
     assert result.stats["scored"] == 1
     assert result.other_data_source == 1
-    assert [c[0] for c in keyword_judge.calls] == ["When does the office open?"]
+    assert [c.query for c in cp_observe_judge.calls] == ["When does the office open?"]
 
 
-def test_since_and_until_select_by_end_time(tmp_path: Path, keyword_judge: KeywordJudge) -> None:
+def test_since_and_until_select_by_end_time(tmp_path: Path, cp_observe_judge: FakeJudge) -> None:
     """--since 11:00 keeps the noon trace only; --until 11:00 keeps the morning one only."""
     eleven = datetime(2026, 1, 10, 11, 0, tzinfo=timezone.utc)
-    late = _replay([COLLECTOR_FILE], output=tmp_path / "a.jsonl", judge_object=KeywordJudge(), since=eleven)
-    early = _replay([COLLECTOR_FILE], output=tmp_path / "b.jsonl", judge_object=keyword_judge, until=eleven)
+    late = _replay([COLLECTOR_FILE], output=tmp_path / "a.jsonl", judge_object=FakeJudge(), since=eleven)
+    early = _replay([COLLECTOR_FILE], output=tmp_path / "b.jsonl", judge_object=cp_observe_judge, until=eleven)
     assert (late.stats["scored"], late.outside_time) == (1, 2)
     assert (early.stats["scored"], early.outside_time) == (1, 1)
-    assert [c[0] for c in keyword_judge.calls] == ["What is the capital of France?"]
+    assert [c.query for c in cp_observe_judge.calls] == ["What is the capital of France?"]
 
 
 def test_max_evaluations_stops_reading(demo_full: Exported, tmp_path: Path) -> None:
@@ -141,7 +140,7 @@ def test_max_evaluations_stops_reading(demo_full: Exported, tmp_path: Path) -> N
 
 def test_budget_stops_judging_and_counts_the_rest(demo_full: Exported, tmp_path: Path) -> None:
     """--budget-usd: once spent, targets are skipped (budget_exhausted), reading stops, every outcome counted."""
-    judge = KeywordJudge()  # costs $0.001 a judgement
+    judge = FakeJudge(cost_usd=0.001)
     copies = 20  # reading outruns judging: give the budget time to run out before the input does
     result = _replay([demo_full.jsonl] * copies, output=tmp_path / "o.jsonl", judge_object=judge,
                      budget_usd=0.0035, concurrency=1)

@@ -16,7 +16,7 @@ import pytest
 
 from cp_observe.replay import JaegerQuery, PhoenixProject, ReplayInputError, ReplayOptions, TraceFile, replay
 from cp_observe.replay._progress import Progress
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.replay_support import DATA, evaluations
 
 COLLECTOR_FILE = DATA / "collector_file.jsonl"
@@ -44,7 +44,7 @@ def test_truncated_json_lines_file_names_the_line_and_keeps_what_came_before(tmp
     path = tmp_path / "cut.jsonl"
     path.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])
     out = tmp_path / "o.jsonl"
-    result = replay([TraceFile(path)], ReplayOptions(output=out), judge=KeywordJudge(),
+    result = replay([TraceFile(path)], ReplayOptions(output=out), judge=FakeJudge(),
                     progress=Progress(enabled=False))
     assert result.error is not None and result.error.startswith(f"{path}:2: ")
     assert "truncated" in result.error
@@ -73,7 +73,7 @@ def test_wrong_otlp_shape_names_its_line(tmp_path: Path) -> None:
     """Valid JSON that is not an OTLP request (a span id that is neither hex nor base64): error at its line."""
     path = tmp_path / "shape.jsonl"
     path.write_bytes(_lines()[0] + b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"spanId":"zz!"}]}]}]}\n')
-    result = replay([TraceFile(path)], ReplayOptions(output=tmp_path / "o.jsonl"), judge=KeywordJudge(),
+    result = replay([TraceFile(path)], ReplayOptions(output=tmp_path / "o.jsonl"), judge=FakeJudge(),
                     progress=Progress(enabled=False))
     assert result.error is not None and result.error.startswith(f"{path}:2: invalid OTLP/JSON")
     assert result.stats["scored"] == 1
@@ -84,7 +84,7 @@ def test_spans_with_invalid_ids_are_counted_not_skipped_silently(tmp_path: Path)
     text = _lines()[1].replace(b"0af7651916cd43dd8448eb211c80319c", b"0" * 32)
     path = tmp_path / "zero.jsonl"
     path.write_bytes(_lines()[0] + text)
-    result = replay([TraceFile(path)], ReplayOptions(output=tmp_path / "o.jsonl"), judge=KeywordJudge(),
+    result = replay([TraceFile(path)], ReplayOptions(output=tmp_path / "o.jsonl"), judge=FakeJudge(),
                     progress=Progress(enabled=False))
     assert result.error is None
     assert result.rejected == 1 and f"{path}:2" in result.rejected_error and "trace id" in result.rejected_error
@@ -99,7 +99,7 @@ def test_truncated_protobuf_file_names_the_record(tmp_path: Path) -> None:
     path = tmp_path / "cut.pb"
     data = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
     path.write_bytes(data[:-10])
-    result = replay([TraceFile(path)], ReplayOptions(output=tmp_path / "o.jsonl"), judge=KeywordJudge(),
+    result = replay([TraceFile(path)], ReplayOptions(output=tmp_path / "o.jsonl"), judge=FakeJudge(),
                     progress=Progress(enabled=False))
     assert result.error is not None
     assert result.error.startswith(f"{path}: record 2 (byte {4 + len(bodies[0])})")
@@ -129,7 +129,7 @@ def test_second_input_failing_keeps_the_first_inputs_scores(tmp_path: Path) -> N
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b"{not json}\n")
     result = replay([TraceFile(COLLECTOR_FILE), TraceFile(bad)], ReplayOptions(output=tmp_path / "o.jsonl"),
-                    judge=KeywordJudge(), progress=Progress(enabled=False))
+                    judge=FakeJudge(), progress=Progress(enabled=False))
     assert result.stats["scored"] == 2
     assert result.error is not None and result.error.startswith(f"{bad}:1:")
 
@@ -141,7 +141,7 @@ def test_unreachable_api_names_the_url(kind: str, tmp_path: Path) -> None:
     now = datetime.now(timezone.utc)
     source = (JaegerQuery(url, "shop", since=now - timedelta(hours=1), until=now) if kind == "jaeger"
               else PhoenixProject(url, "default"))
-    result = replay([source], ReplayOptions(output=tmp_path / "o.jsonl"), judge=KeywordJudge(),
+    result = replay([source], ReplayOptions(output=tmp_path / "o.jsonl"), judge=FakeJudge(),
                     progress=Progress(enabled=False))
     assert result.error is not None and result.error.startswith(url) and "unreachable" in result.error
     args = ["--jaeger", url, "--service", "shop"] if kind == "jaeger" else ["--phoenix", url, "--project", "p"]

@@ -9,19 +9,19 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from cp_observe import _names as n
 from cp_observe.replay import ReplayOptions, TraceFile, replay
 from cp_observe.replay._progress import Progress
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.replay_support import collector_json_line
 from tests.segments_support import EXPECTED, SEGMENTS, label_sets, traces
 from tests.serve_support import OtlpSink
 
 
 def test_replay_labels_the_series_with_the_segments(tmp_path: Path, sink: OtlpSink,
-                                                    keyword_judge: KeywordJudge) -> None:
+                                                    cp_observe_judge: FakeJudge) -> None:
     """Replayed over OTLP to a real receiver, the series and evaluation spans carry the processor's labels."""
     path = tmp_path / "traces.jsonl"
     path.write_text(collector_json_line(encode_spans(traces())) + "\n", encoding="utf-8")
     options = ReplayOptions(otlp_endpoint=sink.url, segments=SEGMENTS, sample_rate=1.0)
-    result = replay([TraceFile(path)], options, judge=keyword_judge, progress=Progress(enabled=False))
+    result = replay([TraceFile(path)], options, judge=cp_observe_judge, progress=Progress(enabled=False))
     assert result.error is None and result.stats["scored"] == 4
     assert sink.wait_for(lambda s: len(s.evaluations) >= 4)
     for metric in (n.METRIC_SCORE_SQUARES, n.METRIC_EVALUATIONS, n.METRIC_VERDICTS):

@@ -23,8 +23,8 @@ from cp_observe.replay import (
     write_report,
 )
 from cp_observe.replay._progress import Progress
+from cp_observe.testing import FakeJudge
 from tests.chromium_support import CHROMIUM, render
-from tests.conftest import KeywordJudge
 from tests.replay_support import Exported, export_demo
 
 CLI = [sys.executable, "-m", "cp_observe.cli"]
@@ -62,7 +62,7 @@ def test_map_interval_and_precision_at_k_match_a_hand_computation() -> None:
         "q3": ["alpha", "alpha", "nothing"],  # yes yes no -> 1
     }
     scorer = cp_observe.create_context_precision_scorer(
-        KeywordJudge(), {"context_extractor": lambda query, output: contexts[query]})
+        FakeJudge(), {"context_extractor": lambda query, output: contexts[query]})
     results = cp_observe.run_evals(data=[{"input": q} for q in contexts], scorers=[scorer],
                                    target=lambda item: "alpha")
     run = evaluations_from_run_evals(results, data_source="kb")
@@ -127,6 +127,7 @@ def test_report_of_a_file_without_evaluations_is_an_error(tmp_path: Path) -> Non
     assert "collector_file.jsonl: no context precision evaluation spans" in done.stderr
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
 def test_html_report_is_self_contained_and_renders_in_chromium(runs: tuple[Path, Path, Exported],
                                                                tmp_path: Path) -> None:

@@ -134,6 +134,7 @@ def test_compare_forms_exit_codes_and_bad_options(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "none.jsonl" in missing.stderr
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
 def test_segment_canary_and_rerank_sections_render_in_chromium(tmp_path: Path) -> None:
     """The new sections are in the one self-contained file, and Chromium renders them with no console error."""

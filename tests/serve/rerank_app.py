@@ -1,4 +1,4 @@
-"""The app side of tests/serve/test_rerank_serve.py: decorated spans exported over OTLP/HTTP, nothing scored here.
+"""The app side of tests/serve/test_serve_rerank.py: decorated spans exported over OTLP/HTTP, nothing scored here.
 
 ``python -m tests.serve.rerank_app {reorder|truncate|variant} --otlp URL`` (``variant``: reorders, and the
 retrieval span alone carries ``retriever.version=v2``). A process of its own, so the service under

@@ -24,7 +24,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from cp_observe import _names as n
 from cp_observe.serve import spans_from_request
 from cp_observe.serve._otlp import BadRequest, decode_body
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.serve_support import (
     DOCS,
     OtlpSink,
@@ -45,10 +45,10 @@ pytestmark = pytest.mark.usefixtures("serve_state_restored")
 
 @pytest.mark.parametrize("protocol", ["http", "grpc", "json"])
 def test_capture_only_app_is_scored_through_each_front_door(
-    protocol: str, sink: OtlpSink, keyword_judge: KeywordJudge, tmp_path: Path
+    protocol: str, sink: OtlpSink, cp_observe_judge: FakeJudge, tmp_path: Path
 ) -> None:
     """A capture-only app's spans, sent by the real OTLP exporter, are judged from their attributes and exported."""
-    with start_service(sink, keyword_judge) as service:
+    with start_service(sink, cp_observe_judge) as service:
         port = service.port("grpc" if protocol == "grpc" else "http")
         out = tmp_path / "spans.json"
         app = subprocess.run(app_command(f"http://127.0.0.1:{port}", protocol, out, turns=10),
@@ -72,7 +72,7 @@ def test_capture_only_app_is_scored_through_each_front_door(
     assert {e.attributes[n.GEN_AI_EVALUATION_SCORE_VALUE] for e in agent_scored} == {0.83}
     assert {e.attributes[n.GEN_AI_AGENT_NAME] for e in agent_scored} == {"helper"}
     # The content came from the span attributes: nothing of the app's memory exists in this process.
-    assert all(contexts == DOCS for _, _, contexts in keyword_judge.calls)
+    assert all(list(call.contexts) == DOCS for call in cp_observe_judge.calls)
     assert {log["event_name"] for log in sink.logs} == {n.GEN_AI_EVALUATION_RESULT_EVENT}
     assert (stats["sampled"], stats["scored"], stats["dropped"], stats["pending"]) == (10, 10, 0, 0)
     assert all(key.startswith(("grpc" if protocol == "grpc" else "http") + ":accepted") for key in stats["requests"])
@@ -200,10 +200,10 @@ def test_unreadable_bodies_are_refused() -> None:
         assert refused.value.status == status, (media, encoding)
 
 
-def test_http_front_door_statuses(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_http_front_door_statuses(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """200 with the request's encoding, 404 for other paths, 405 for GET, 415 and 400 with a Status body."""
     body = encode_spans(_sdk_spans()[0]).SerializeToString()
-    with start_service(sink, keyword_judge) as service:
+    with start_service(sink, cp_observe_judge) as service:
         base = f"http://127.0.0.1:{service.port('http')}"
         assert post(f"{base}/v1/traces", body)[0] == 200
         status, headers, answer = post(f"{base}/v1/traces", json.dumps(to_otlp_json(
@@ -219,7 +219,7 @@ def test_http_front_door_statuses(sink: OtlpSink, keyword_judge: KeywordJudge) -
 
 
 def test_span_marked_sampled_by_the_app_is_scored_even_outside_the_scorer_ratio(
-    sink: OtlpSink, keyword_judge: KeywordJudge
+    sink: OtlpSink, cp_observe_judge: FakeJudge
 ) -> None:
     """``force_evaluation()`` in the app (the sampled mark) wins over a scorer sample rate of 0."""
     originals, _ = _sdk_spans()
@@ -230,7 +230,7 @@ def test_span_marked_sampled_by_the_app_is_scored_even_outside_the_scorer_ratio(
                        (n.INPUT_VALUE, "capital of France")):
         retrieval.attributes.add(key=key).value.string_value = value
     retrieval.attributes.add(key=n.CP_SAMPLED).value.bool_value = True
-    with start_service(sink, keyword_judge, sample_rate=0.0) as service:
+    with start_service(sink, cp_observe_judge, sample_rate=0.0) as service:
         assert post(f"http://127.0.0.1:{service.port('http')}/v1/traces", request.SerializeToString())[0] == 200
         assert service.flush(30)
         stats = service.stats()

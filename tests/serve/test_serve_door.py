@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.serve_support import OtlpSink, get, post, retrieval_request, retrieval_spans, start_service
 
 TOKEN = "d00r-token-5a1e"
@@ -50,11 +50,11 @@ def _response(connection: socket.socket) -> bytes:
 
 @pytest.mark.parametrize("authorization", ["", f"Authorization: Bearer wrong-{TOKEN}\r\n"])
 def test_expect_100_continue_without_the_token_gets_401_before_any_continue(
-    authorization: str, sink: OtlpSink, keyword_judge: KeywordJudge
+    authorization: str, sink: OtlpSink, cp_observe_judge: FakeJudge
 ) -> None:
     """A sender asking ``Expect: 100-continue`` with no or a wrong token is told 401 first; it never sends its body."""
     body = retrieval_request(1)
-    with start_service(sink, keyword_judge, auth_token=TOKEN) as service, \
+    with start_service(sink, cp_observe_judge, auth_token=TOKEN) as service, \
             socket.create_connection(("127.0.0.1", service.port("http")), timeout=10) as connection:
         connection.sendall(f"{HEAD}Content-Length: {len(body)}\r\nExpect: 100-continue\r\n{authorization}\r\n".encode())
         assert _first_line(connection) == b"HTTP/1.1 401 Unauthorized"
@@ -63,10 +63,10 @@ def test_expect_100_continue_without_the_token_gets_401_before_any_continue(
     assert stats["refusals"] == {f"http:{reason}": 1} and stats["requests"] == {"http:unauthenticated": 1}
 
 
-def test_expect_100_continue_with_the_token_gets_continue_then_200(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_expect_100_continue_with_the_token_gets_continue_then_200(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """With the right token the sender is told ``100 Continue``, sends its body, and the request is scored."""
     body = retrieval_request(2)
-    with start_service(sink, keyword_judge, auth_token=TOKEN) as service, \
+    with start_service(sink, cp_observe_judge, auth_token=TOKEN) as service, \
             socket.create_connection(("127.0.0.1", service.port("http")), timeout=10) as connection:
         connection.sendall(f"{HEAD}Content-Length: {len(body)}\r\nExpect: 100-continue\r\n"
                            f"Authorization: Bearer {TOKEN}\r\n\r\n".encode())
@@ -79,10 +79,10 @@ def test_expect_100_continue_with_the_token_gets_continue_then_200(sink: OtlpSin
 
 
 def test_a_declared_length_over_the_limit_gets_413_before_any_continue(
-    sink: OtlpSink, keyword_judge: KeywordJudge
+    sink: OtlpSink, cp_observe_judge: FakeJudge
 ) -> None:
     """A body announced larger than max_request_bytes is refused at once: the sender is not invited to send it."""
-    with start_service(sink, keyword_judge, max_request_bytes=4096) as service, \
+    with start_service(sink, cp_observe_judge, max_request_bytes=4096) as service, \
             socket.create_connection(("127.0.0.1", service.port("http")), timeout=10) as connection:
         connection.sendall(f"{HEAD}Content-Length: 5000\r\nExpect: 100-continue\r\n\r\n".encode())
         assert _first_line(connection) == b"HTTP/1.1 413 Request Entity Too Large"
@@ -90,12 +90,12 @@ def test_a_declared_length_over_the_limit_gets_413_before_any_continue(
 
 
 def test_connections_past_the_bound_are_closed_at_once_and_counted(
-    sink: OtlpSink, keyword_judge: KeywordJudge
+    sink: OtlpSink, cp_observe_judge: FakeJudge
 ) -> None:
     """With max_connections open, the next connection is closed unanswered and counted; those held keep working."""
     body = retrieval_request(1)
     request = f"{HEAD}Content-Length: {len(body)}\r\n\r\n".encode() + body
-    with start_service(sink, keyword_judge, max_connections=3, sample_rate=0.0) as service:
+    with start_service(sink, cp_observe_judge, max_connections=3, sample_rate=0.0) as service:
         port = service.port("http")
         held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
         try:
@@ -119,10 +119,10 @@ def test_connections_past_the_bound_are_closed_at_once_and_counted(
     assert stats["requests"] == {"http:accepted": 4}
 
 
-def test_idle_and_slow_connections_are_closed_and_counted(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_idle_and_slow_connections_are_closed_and_counted(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """Silent, kept-alive and slowloris connections are closed after their timeout, each counted by why."""
     body = retrieval_request(1)
-    with start_service(sink, keyword_judge, http_idle_timeout_s=0.3, http_read_timeout_s=0.5,
+    with start_service(sink, cp_observe_judge, http_idle_timeout_s=0.3, http_read_timeout_s=0.5,
                        sample_rate=0.0) as service:
         port = service.port("http")
         silent = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -139,9 +139,9 @@ def test_idle_and_slow_connections_are_closed_and_counted(sink: OtlpSink, keywor
     assert stats["refusals"] == {"http:idle_timeout": 2, "http:slow_client": 1}
 
 
-def test_a_slow_body_is_closed_as_slow_client_and_counted_once(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_a_slow_body_is_closed_as_slow_client_and_counted_once(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """A sender that stops halfway through its body is closed at http_read_timeout_s: one invalid request."""
-    with start_service(sink, keyword_judge, http_read_timeout_s=0.3) as service, \
+    with start_service(sink, cp_observe_judge, http_read_timeout_s=0.3) as service, \
             socket.create_connection(("127.0.0.1", service.port("http")), timeout=10) as connection:
         connection.sendall(f"{HEAD}Content-Length: 1000\r\n\r\nabc".encode())
         assert connection.recv(100) == b""
@@ -149,9 +149,9 @@ def test_a_slow_body_is_closed_as_slow_client_and_counted_once(sink: OtlpSink, k
     assert stats["refusals"] == {"http:slow_client": 1} and stats["requests"] == {"http:invalid": 1}
 
 
-def test_serve_threads_do_not_grow_with_connections(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_serve_threads_do_not_grow_with_connections(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """Two hundred idle connections cost no thread: the door is one event loop and a fixed pool."""
-    with start_service(sink, keyword_judge, sample_rate=0.0) as service:
+    with start_service(sink, cp_observe_judge, sample_rate=0.0) as service:
         port = service.port("http")
         assert post(f"http://127.0.0.1:{port}/v1/traces", retrieval_request(1))[0] == 200  # the pool is started
         before = threading.active_count()
@@ -173,11 +173,11 @@ def _scrape(port: int, accept: str | None) -> tuple[str, str]:
         return response.headers["Content-Type"], response.read().decode()
 
 
-def test_metrics_serve_openmetrics_with_exemplars_when_asked(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_metrics_serve_openmetrics_with_exemplars_when_asked(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """Accept: application/openmetrics-text gets exemplars naming the scored trace on score buckets; else plain text."""
     spans = retrieval_spans(1)
     trace_ids = {f"{span.context.trace_id:032x}" for span in spans if span.context is not None}
-    with start_service(sink, keyword_judge) as service:
+    with start_service(sink, cp_observe_judge) as service:
         assert post(f"http://127.0.0.1:{service.port('http')}/v1/traces",
                     encode_spans(spans).SerializeToString())[0] == 200
         assert service.flush(30)
@@ -192,9 +192,9 @@ def test_metrics_serve_openmetrics_with_exemplars_when_asked(sink: OtlpSink, key
     assert " # {" not in plain_text
 
 
-def test_stats_carry_the_sink_counts(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_stats_carry_the_sink_counts(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """``/stats`` has each sink's offered/sent/failed/dropped/pending counts next to the accounting."""
-    with start_service(sink, keyword_judge, phoenix_url=sink.url, sink_max_retries=0) as service:
+    with start_service(sink, cp_observe_judge, phoenix_url=sink.url, sink_max_retries=0) as service:
         assert post(f"http://127.0.0.1:{service.port('http')}/v1/traces", retrieval_request(2))[0] == 200
         assert service.flush(30)
         status, text = get(f"http://127.0.0.1:{service.port('admin')}/stats")
@@ -223,7 +223,7 @@ def test_the_bound_is_lowered_to_what_the_open_file_limit_allows(monkeypatch: py
 
 
 def test_a_tls_handshake_that_never_comes_is_closed_as_slow_client(
-    sink: OtlpSink, keyword_judge: KeywordJudge, tmp_path: Path
+    sink: OtlpSink, cp_observe_judge: FakeJudge, tmp_path: Path
 ) -> None:
     """On a TLS port, a connection that never says hello is closed after http_read_timeout_s and counted."""
     import ssl
@@ -231,7 +231,7 @@ def test_a_tls_handshake_that_never_comes_is_closed_as_slow_client(
     from tests.tls_support import make_pki
 
     pki = make_pki(tmp_path)
-    with start_service(sink, keyword_judge, tls_cert_file=str(pki.server_cert), tls_key_file=str(pki.server_key),
+    with start_service(sink, cp_observe_judge, tls_cert_file=str(pki.server_cert), tls_key_file=str(pki.server_key),
                        http_read_timeout_s=0.3) as service:
         port = service.port("http")
         with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:

@@ -13,6 +13,8 @@ from cp_observe.serve._service import ScorerService
 from cp_observe.serve._settings import ServeSettings
 from tests.crash_support import EARLY, LATE, crash_run
 
+pytestmark = pytest.mark.e2e  # a whole program in child processes: not the quick unit tier
+
 
 def test_every_accepted_target_is_scored_exactly_once_across_sigkills(tmp_path: Path) -> None:
     """Four SIGKILLs at random moments under load: each target that got a 200 has exactly one evaluation."""

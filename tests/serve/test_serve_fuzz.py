@@ -25,7 +25,7 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.serve_support import OtlpSink, get, retrieval_request, start_service, to_otlp_json
 
 LIMIT = 1 << 20  # max_request_bytes of the service under test
@@ -167,13 +167,13 @@ def _post(port: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
 
 
 def test_http_front_door_survives_hostile_input(
-    sink: OtlpSink, keyword_judge: KeywordJudge, capfd: pytest.CaptureFixture[str]
+    sink: OtlpSink, cp_observe_judge: FakeJudge, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Every hostile HTTP request gets 200/400/411/413/415 and is counted; no traceback, bounded memory."""
     rng = random.Random(SEED)
     statuses: Counter[tuple[str, int]] = Counter()
     sent = 0
-    with start_service(sink, keyword_judge, max_request_bytes=LIMIT, sample_rate=0.0) as service:
+    with start_service(sink, cp_observe_judge, max_request_bytes=LIMIT, sample_rate=0.0) as service:
         port = service.port("http")
         peak = _peak_rss()
         for kind, body, headers in _http_cases(rng):
@@ -193,9 +193,9 @@ def test_http_front_door_survives_hostile_input(
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_deep_json_gets_400_within_the_size_limit(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_deep_json_gets_400_within_the_size_limit(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """JSON nested 50,000 levels (100 KB, well under the limit) is answered 400 and counted as parse."""
-    with start_service(sink, keyword_judge, max_request_bytes=LIMIT) as service:
+    with start_service(sink, cp_observe_judge, max_request_bytes=LIMIT) as service:
         status, answer = _post(service.port("http"), _deep_json(50_000), {"Content-Type": "application/json"})
         stats = service.stats()
     assert status == 400 and "nested too deeply" in json.loads(answer)["message"]
@@ -203,12 +203,12 @@ def test_deep_json_gets_400_within_the_size_limit(sink: OtlpSink, keyword_judge:
 
 
 def test_grpc_front_door_survives_hostile_input(
-    sink: OtlpSink, keyword_judge: KeywordJudge, capfd: pytest.CaptureFixture[str]
+    sink: OtlpSink, cp_observe_judge: FakeJudge, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Every hostile gRPC call gets OK or INVALID_ARGUMENT (RESOURCE_EXHAUSTED over the size limit), counted."""
     rng = random.Random(SEED)
     codes: Counter[tuple[str, grpc.StatusCode]] = Counter()
-    with start_service(sink, keyword_judge, max_request_bytes=LIMIT, sample_rate=0.0) as service:
+    with start_service(sink, cp_observe_judge, max_request_bytes=LIMIT, sample_rate=0.0) as service:
         peak = _peak_rss()
         with grpc.insecure_channel(f"127.0.0.1:{service.port('grpc')}",
                                    options=[("grpc.max_send_message_length", -1)]) as channel:
@@ -247,10 +247,10 @@ def test_grpc_front_door_survives_hostile_input(
 
 
 def test_grpc_counts_what_grpcio_refuses_and_streams_of_other_than_one_message(
-    sink: OtlpSink, keyword_judge: KeywordJudge
+    sink: OtlpSink, cp_observe_judge: FakeJudge
 ) -> None:
     """A message over the limit is refused by grpcio and counted receive_failed; zero or two messages are refused."""
-    with start_service(sink, keyword_judge, max_request_bytes=LIMIT, sample_rate=0.0) as service:
+    with start_service(sink, cp_observe_judge, max_request_bytes=LIMIT, sample_rate=0.0) as service:
         with grpc.insecure_channel(f"127.0.0.1:{service.port('grpc')}",
                                    options=[("grpc.max_send_message_length", -1)]) as channel:
             unary = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)

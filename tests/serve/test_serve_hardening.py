@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from cp_observe.serve._refusals import LOG_INTERVAL_S, REASONS, Refusals
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.serve_support import ROOT, OtlpSink, read_line, retrieval_request, start_service, subprocess_env
 
 LIMIT = 64 << 10
@@ -58,9 +58,9 @@ def _raw(port: int, data: bytes) -> bytes:
     return answer
 
 
-def test_chunked_bodies_are_read_within_the_limit(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_chunked_bodies_are_read_within_the_limit(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """Chunked protobuf is scored; chunked bodies over the limit, on the wire or decompressed, get 413."""
-    with start_service(sink, keyword_judge, max_request_bytes=LIMIT) as service:
+    with start_service(sink, cp_observe_judge, max_request_bytes=LIMIT) as service:
         port = service.port("http")
         status, _ = _chunked_post(port, retrieval_request(3))
         assert status == 200
@@ -74,7 +74,7 @@ def test_chunked_bodies_are_read_within_the_limit(sink: OtlpSink, keyword_judge:
     assert stats["requests"]["http:accepted"] == 2
 
 
-def test_node_http_client_sends_chunked_and_is_accepted(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_node_http_client_sends_chunked_and_is_accepted(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """Node's own http module (what the OTLP HTTP exporter for Node uses) writes a chunked body; it is scored."""
     node = shutil.which("node")
     if node is None:
@@ -91,7 +91,7 @@ req.end();
 """
     import base64
 
-    with start_service(sink, keyword_judge) as service:
+    with start_service(sink, cp_observe_judge) as service:
         encoded = base64.b64encode(retrieval_request(2)).decode()
         result = subprocess.run([node, "-e", script, str(service.port("http")), encoded], capture_output=True,
                                 text=True, timeout=60, check=True)
@@ -101,7 +101,7 @@ req.end();
     assert stats["scored"] == 2 and stats["requests"] == {"http:accepted": 1}
 
 
-def test_malformed_framing_is_refused_and_counted(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_malformed_framing_is_refused_and_counted(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """Bad chunk sizes, both framings at once, other transfer codings, no length: 400/411, counted as length."""
     head = "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
     cases = [
@@ -113,7 +113,7 @@ def test_malformed_framing_is_refused_and_counted(sink: OtlpSink, keyword_judge:
         (head + "Transfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n", b" 400 "),
         (head + "\r\n", b" 411 "),
     ]
-    with start_service(sink, keyword_judge) as service:
+    with start_service(sink, cp_observe_judge) as service:
         for request, status in cases:
             assert status in _raw(service.port("http"), request.encode())[:20], request
         stats = service.stats()
@@ -121,11 +121,11 @@ def test_malformed_framing_is_refused_and_counted(sink: OtlpSink, keyword_judge:
     assert stats["requests"] == {"http:invalid": len(cases)}
 
 
-def test_every_refusal_is_counted_by_reason_on_metrics(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_every_refusal_is_counted_by_reason_on_metrics(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """Path, media type, encoding, size and parse refusals each show up under their reason on /metrics."""
     from tests.serve_support import get, post
 
-    with start_service(sink, keyword_judge, max_request_bytes=LIMIT) as service:
+    with start_service(sink, cp_observe_judge, max_request_bytes=LIMIT) as service:
         base = f"http://127.0.0.1:{service.port('http')}"
         assert post(f"{base}/v1/logs", b"")[0] == 404
         assert post(f"{base}/v1/traces", b"x", "text/plain")[0] == 415
@@ -205,10 +205,10 @@ def test_serve_logs_to_stderr_with_the_level_from_flag_or_environment(level: str
     json.dumps(stderr)  # printable
 
 
-def test_a_body_cut_short_is_counted_as_incomplete(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_a_body_cut_short_is_counted_as_incomplete(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """A sender that promises 1000 bytes, or a chunk, and hangs up early is counted; the server keeps serving."""
     head = "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-    with start_service(sink, keyword_judge) as service:
+    with start_service(sink, cp_observe_judge) as service:
         assert _raw(service.port("http"), (head + "Content-Length: 1000\r\n\r\nabc").encode()) == b""
         assert _raw(service.port("http"), (head + "Transfer-Encoding: chunked\r\n\r\n10\r\nabc").encode()) == b""
         assert _chunked_post(service.port("http"), retrieval_request(1))[0] == 200
@@ -217,9 +217,9 @@ def test_a_body_cut_short_is_counted_as_incomplete(sink: OtlpSink, keyword_judge
     assert stats["requests"] == {"http:invalid": 2, "http:accepted": 1}
 
 
-def test_unparseable_http_and_other_methods_are_counted(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_unparseable_http_and_other_methods_are_counted(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """A garbage request line, an oversized header and a PUT are refused by status and counted by reason."""
-    with start_service(sink, keyword_judge) as service:
+    with start_service(sink, cp_observe_judge) as service:
         port = service.port("http")
         assert b" 400 " in _raw(port, b"POST /v1/traces HTTP/1.x\r\n\r\n")[:20]  # no version: still a status line
         assert b" 431 " in _raw(port, b"POST /v1/traces HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n")[:20]

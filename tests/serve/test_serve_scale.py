@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cp_observe import _names as n
 from tests.serve_support import (
     ROOT,
@@ -28,6 +30,8 @@ from tests.serve_support import (
     read_line,
     subprocess_env,
 )
+
+pytestmark = pytest.mark.e2e  # a whole program in child processes: not the quick unit tier
 
 APPS = 3
 TURNS = 60

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from cp_observe._errors import ConfigurationError
 from cp_observe.serve import ScorerService, ServeSettings
 from cp_observe.serve._cli import add_arguments
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.serve_support import OtlpSink, retrieval_request, retrieval_spans, start_service
 from tests.tls_support import Pki, find_listeners, make_pki
 
@@ -39,7 +39,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-def _secure(sink: OtlpSink, judge: KeywordJudge, pki: Pki, *, mutual: bool = True, **extra: Any) -> ScorerService:
+def _secure(sink: OtlpSink, judge: FakeJudge, pki: Pki, *, mutual: bool = True, **extra: Any) -> ScorerService:
     settings: dict[str, Any] = {"tls_cert_file": str(pki.server_cert), "tls_key_file": str(pki.server_key),
                                 "auth_token": TOKEN, **extra}
     if mutual:
@@ -98,20 +98,20 @@ def _grpc_credentials(pki: Pki, *, ca: Path | None = None, cert: str | None = "c
 
 
 # --- bind addresses ----------------------------------------------------------------------------------------------
-def test_default_serve_binds_loopback_only(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_default_serve_binds_loopback_only(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """With no host settings, the OTLP gRPC, OTLP HTTP and admin ports listen on 127.0.0.1 and nowhere else."""
     defaults = ServeSettings.resolve({}, environ={})
     assert (defaults.listen_host, defaults.admin_host) == ("127.0.0.1", "127.0.0.1")
     explicit = {"grpc_port": 0, "http_port": 0, "admin_port": 0, "otlp_endpoint": sink.url}
-    with ScorerService(ServeSettings.resolve(explicit, environ={}), judge=keyword_judge) as service:
+    with ScorerService(ServeSettings.resolve(explicit, environ={}), judge=cp_observe_judge) as service:
         ports = [service.port(name) for name in ("grpc", "http", "admin")]
         listeners = find_listeners(ports)
     assert listeners == {port: ["127.0.0.1"] for port in ports}, listeners
 
 
-def test_admin_keeps_its_own_bind_address(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_admin_keeps_its_own_bind_address(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """OTLP can be exposed on every interface while /metrics and /stats stay on loopback."""
-    with start_service(sink, keyword_judge, listen_host="0.0.0.0", admin_host="127.0.0.1") as service:
+    with start_service(sink, cp_observe_judge, listen_host="0.0.0.0", admin_host="127.0.0.1") as service:
         listeners = find_listeners([service.port(name) for name in ("grpc", "http", "admin")])
         admin = service.port("admin")
     assert listeners[admin] == ["127.0.0.1"]
@@ -129,11 +129,11 @@ def no_ca_bundle_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_real_otlp_exporters_succeed_with_mtls_and_token(
-    protocol: str, sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki
+    protocol: str, sink: OtlpSink, cp_observe_judge: FakeJudge, pki: Pki
 ) -> None:
     """The SDK's OTLP gRPC and HTTP exporters, with the CA, a client certificate and the token, get through."""
     spans = retrieval_spans(3)
-    with _secure(sink, keyword_judge, pki) as service:
+    with _secure(sink, cp_observe_judge, pki) as service:
         exporter: Any
         if protocol == "grpc":
             exporter = GrpcSpanExporter(endpoint=f"localhost:{service.port('grpc')}", timeout=10,
@@ -156,10 +156,10 @@ def test_real_otlp_exporters_succeed_with_mtls_and_token(
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_real_exporter_without_the_token_is_refused(
-    protocol: str, sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki
+    protocol: str, sink: OtlpSink, cp_observe_judge: FakeJudge, pki: Pki
 ) -> None:
     """The same exporters with TLS but no token fail, and the refusal is counted as missing_token."""
-    with _secure(sink, keyword_judge, pki, mutual=False) as service:
+    with _secure(sink, cp_observe_judge, pki, mutual=False) as service:
         exporter: Any
         if protocol == "grpc":
             exporter = GrpcSpanExporter(endpoint=f"localhost:{service.port('grpc')}",
@@ -176,10 +176,10 @@ def test_real_exporter_without_the_token_is_refused(
 
 
 # --- refusals ----------------------------------------------------------------------------------------------------
-def test_grpc_refusals(sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki) -> None:
+def test_grpc_refusals(sink: OtlpSink, cp_observe_judge: FakeJudge, pki: Pki) -> None:
     """gRPC: plaintext, an unknown CA, no client cert, a foreign client cert fail the handshake; bad tokens are 16."""
     body = retrieval_request(1)
-    with _secure(sink, keyword_judge, pki) as service:
+    with _secure(sink, cp_observe_judge, pki) as service:
         port = service.port("grpc")
         assert _grpc_call(port, None, TOKEN, body) is grpc.StatusCode.UNAVAILABLE  # plaintext to a TLS port
         assert _grpc_call(port, _grpc_credentials(pki, ca=pki.rogue_ca), TOKEN, body) is grpc.StatusCode.UNAVAILABLE
@@ -202,11 +202,11 @@ def _handshake_fails(call: Callable[[], object]) -> bool:
     return False
 
 
-def test_http_refusals(sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki) -> None:
+def test_http_refusals(sink: OtlpSink, cp_observe_judge: FakeJudge, pki: Pki) -> None:
     """HTTP: plaintext, an unknown CA, no or a foreign client cert never get an answer; bad tokens get 401."""
     body = retrieval_request(1)
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    with _secure(sink, keyword_judge, pki) as service:
+    with _secure(sink, cp_observe_judge, pki) as service:
         port = service.port("http")
         plain = http.client.HTTPConnection("localhost", port, timeout=10)
         assert _handshake_fails(lambda: (plain.request("POST", "/v1/traces", body=body, headers=auth),
@@ -230,11 +230,11 @@ def test_http_refusals(sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki) ->
 
 
 def test_tokens_are_never_logged_served_or_echoed(
-    sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki, caplog: pytest.LogCaptureFixture
+    sink: OtlpSink, cp_observe_judge: FakeJudge, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Neither the service's token nor a wrong one appears in a log line, /stats, /metrics or an answer."""
     caplog.set_level(logging.DEBUG, logger="cp_observe")
-    with _secure(sink, keyword_judge, pki, mutual=False, admin_auth=True) as service:
+    with _secure(sink, cp_observe_judge, pki, mutual=False, admin_auth=True) as service:
         context = _client_context(pki, cert=None)
         answers = [_https_post(service.port("http"), context, {"Authorization": f"Bearer {token}"},
                                retrieval_request(1))[2] for token in (WRONG, TOKEN)]
@@ -254,10 +254,10 @@ def test_tokens_are_never_logged_served_or_echoed(
 
 
 def test_admin_port_speaks_tls_and_guards_metrics_and_stats(
-    sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki
+    sink: OtlpSink, cp_observe_judge: FakeJudge, pki: Pki
 ) -> None:
     """Admin over TLS without a client cert (probes); /metrics and /stats need the token, /healthz does not."""
-    with _secure(sink, keyword_judge, pki) as service:
+    with _secure(sink, cp_observe_judge, pki) as service:
         admin = service.port("admin")
         context = _client_context(pki, cert=None)
         assert _https_get(admin, context, "/healthz") == 200
@@ -274,7 +274,7 @@ def test_admin_port_speaks_tls_and_guards_metrics_and_stats(
 
 
 def test_server_certificate_and_token_file_reload_on_change(
-    sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki, tmp_path: Path
+    sink: OtlpSink, cp_observe_judge: FakeJudge, pki: Pki, tmp_path: Path
 ) -> None:
     """Rotating the mounted files takes effect for new connections on both front doors without a restart."""
     cert, key, tokens = tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "token"
@@ -282,7 +282,7 @@ def test_server_certificate_and_token_file_reload_on_change(
     shutil.copy(pki.server_key, key)
     tokens.write_text(f"{TOKEN}\n")
     body = retrieval_request(1)
-    with start_service(sink, keyword_judge, tls_cert_file=str(cert), tls_key_file=str(key),
+    with start_service(sink, cp_observe_judge, tls_cert_file=str(cert), tls_key_file=str(key),
                        tls_reload_interval_s=0.05, auth_token_file=str(tokens)) as service:
         http_port, grpc_port = service.port("http"), service.port("grpc")
         old, new = _client_context(pki, cert=None), _client_context(pki, ca=pki.rogue_ca, cert=None)
@@ -307,7 +307,7 @@ def test_server_certificate_and_token_file_reload_on_change(
 
 
 # --- settings ---------------------------------------------------------------------------------------------------
-def test_security_settings_are_checked_at_start(keyword_judge: KeywordJudge, pki: Pki, tmp_path: Path) -> None:
+def test_security_settings_are_checked_at_start(cp_observe_judge: FakeJudge, pki: Pki, tmp_path: Path) -> None:
     """Half a key pair, a client CA without a certificate, missing or empty files: refused before binding."""
     empty = tmp_path / "empty"
     empty.write_text("\n")
@@ -321,7 +321,7 @@ def test_security_settings_are_checked_at_start(keyword_judge: KeywordJudge, pki
     ]
     for settings in bad:
         with pytest.raises(ConfigurationError):
-            ScorerService(ServeSettings.resolve(settings, environ={}), judge=keyword_judge)
+            ScorerService(ServeSettings.resolve(settings, environ={}), judge=cp_observe_judge)
 
 
 def test_the_token_comes_from_the_environment_or_a_file_never_a_flag() -> None:
@@ -339,10 +339,10 @@ def test_the_token_comes_from_the_environment_or_a_file_never_a_flag() -> None:
 
 
 def test_bare_socket_that_never_handshakes_does_not_block_others(
-    sink: OtlpSink, keyword_judge: KeywordJudge, pki: Pki
+    sink: OtlpSink, cp_observe_judge: FakeJudge, pki: Pki
 ) -> None:
     """A connection that opens and says nothing holds only its own thread: other senders still get through."""
-    with _secure(sink, keyword_judge, pki, mutual=False) as service:
+    with _secure(sink, cp_observe_judge, pki, mutual=False) as service:
         port = service.port("http")
         with socket.create_connection(("127.0.0.1", port), timeout=10):
             status = _https_post(port, _client_context(pki, cert=None), {"Authorization": f"Bearer {TOKEN}"},

@@ -8,8 +8,11 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 import cp_observe
 from cp_observe._config import _runtime
+from cp_observe._types import Usage
 from cp_observe.testing import EvaluationCapture, FakeJudge, JudgeCall
 from cp_observe.testing._capture import EvaluationCapture as CaptureClass
 
@@ -61,6 +64,17 @@ def test_a_handler_decides_the_verdicts() -> None:
         search("what is the refund window?")
         (evaluation,) = capture.evaluations()
     assert (evaluation.score, evaluation.judge_model) == (0.0, "strict")
+
+
+async def test_a_fake_judge_reports_the_usage_and_cost_it_is_given() -> None:
+    """usage= and cost_usd= come back on every judgement (for budget and token tests); by default one call, no cost."""
+    priced = FakeJudge(usage=Usage(1, 10, 5), cost_usd=0.001)
+    judgement = await priced.judge("q", "refund window", ["The refund window is thirty days."])
+    assert (judgement.usage, judgement.cost_usd) == (Usage(1, 10, 5), 0.001)
+    plain = await FakeJudge().judge("q", "refund window", ["x"])
+    assert (plain.usage, plain.cost_usd) == (Usage(calls=1), None)
+    with pytest.raises(ValueError, match="cost_usd"):
+        FakeJudge(cost_usd=-1.0)
 
 
 def test_a_failing_handler_fails_the_evaluation_not_the_call() -> None:

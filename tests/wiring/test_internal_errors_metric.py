@@ -11,7 +11,8 @@ from opentelemetry.sdk.metrics.export import Sum
 import cp_observe
 from cp_observe import _internal
 from cp_observe import _names as n
-from tests.conftest import KeywordJudge, Otel
+from cp_observe.testing import FakeJudge
+from tests.conftest import Otel
 from tests.serve_support import OtlpSink, get, start_service
 
 
@@ -27,9 +28,9 @@ def _metric(otel: Otel) -> Any:
                 if m.name == n.METRIC_INTERNAL_ERRORS)
 
 
-def test_a_raising_context_extractor_is_exported_as_a_user_error(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_a_raising_context_extractor_is_exported_as_a_user_error(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """A user callback that raises shows up as kind=user, site=context_extractor on the collection after it."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
 
     @cp_observe.agent(name="rag", context_extractor=lambda r: r["sources"])
     def rag(question: str) -> dict[str, str]:
@@ -46,7 +47,7 @@ def test_a_raising_context_extractor_is_exported_as_a_user_error(otel: Otel, key
 
 def test_every_kind_is_exported_and_a_site_keeps_its_colons(otel: Otel, production_errors: None) -> None:
     """Internal, user and host failures are told apart; the kind ends at the first ":" of the count's key."""
-    otel.processor(KeywordJudge())
+    otel.processor(FakeJudge())
     _internal.report_internal_error("emit:span", RuntimeError("ours"))
     _internal.report_user_error("redact", ValueError("theirs"))
     _internal.report_host_error("get_content()", ValueError("the host's"))
@@ -54,9 +55,9 @@ def test_every_kind_is_exported_and_a_site_keeps_its_colons(otel: Otel, producti
     assert _errors(otel) == {("internal", "emit:span"): 1, ("user", "redact"): 1, ("host", "get_content()"): 2}
 
 
-def test_no_failure_no_point(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_no_failure_no_point(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """With nothing counted the counter has no point (no zero series per possible site)."""
-    otel.processor(keyword_judge)
+    otel.processor(cp_observe_judge)
     assert _errors(otel) == {}
 
 
@@ -71,10 +72,10 @@ def test_configure_exports_it_too(otel: Otel) -> None:
 
 
 @pytest.mark.usefixtures("serve_state_restored")
-def test_serve_shows_it_on_metrics(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+def test_serve_shows_it_on_metrics(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """``cp-observe serve``'s /metrics on the admin port has context_precision_internal_errors_total{kind,site}."""
     _internal.report_host_error("get_content()", ValueError("the host's"))
-    with start_service(sink, keyword_judge) as service:
+    with start_service(sink, cp_observe_judge) as service:
         status, metrics = get(f"http://127.0.0.1:{service.port('admin')}/metrics")
     assert status == 200
     pattern = r'^context_precision_internal_errors_total\{[^}]*kind="host",[^}]*site="get_content\(\)"[^}]*\} 1\.0$'

@@ -1,4 +1,4 @@
-"""What configure() leaves unimported when it attaches to the application's providers (issue 14), and that the
+"""What configure() leaves unimported when it attaches to the application's providers, and that the
 moved imports still work where they are needed."""
 
 from __future__ import annotations

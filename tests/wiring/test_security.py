@@ -56,7 +56,7 @@ def _litellm_worker_hygiene() -> Iterator[None]:
     """After each test, retire litellm's logging worker from evaluator loops that were closed under it.
 
     The evaluator closes its loop without cancelling litellm's worker task (a bug reported in
-    tests/processing/test_reliability.py); left alone, that stale coroutine dies as an unraisable exception in a
+    tests/processing/test_judge_faults.py); left alone, that stale coroutine dies as an unraisable exception in a
     later test.
     """
     yield

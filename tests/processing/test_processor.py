@@ -13,14 +13,12 @@ import pytest
 
 import cp_observe
 from cp_observe import _names as n
-from tests.conftest import KeywordJudge, Otel
+from cp_observe.testing import FakeJudge, JudgeCall
+from tests.conftest import Otel
+from tests.turn_support import TURN_ANSWER, TURN_DOCS, TURN_QUERY, TURN_VERDICTS, Turn, make_turn
 
-DOCS = [
-    "Paris is the capital of France and its largest city.",
-    "Bananas are rich in potassium.",
-    "France borders Spain, Italy and Germany.",
-]
-ANSWER = "Paris is the capital of France."
+DOCS = list(TURN_DOCS)
+ANSWER = TURN_ANSWER
 
 
 def _evaluations(otel: Otel) -> list[Any]:
@@ -28,21 +26,11 @@ def _evaluations(otel: Otel) -> list[Any]:
 
 
 def test_retriever_inside_agent_is_scored_against_the_answer(  # noqa: PLR0915 - one turn, every signal checked
-    otel: Otel, keyword_judge: KeywordJudge
+    otel: Otel, cp_observe_judge: FakeJudge, turn: Turn
 ) -> None:
     """A retrieval inside an agent is judged against the agent's answer and emits span, event and metrics."""
-    processor = otel.processor(keyword_judge)
-
-    @cp_observe.retriever(name="kb")
-    def search(query: str) -> list[str]:
-        return DOCS
-
-    @cp_observe.agent(name="helper")
-    def answer(question: str) -> str:
-        search(question)
-        return ANSWER
-
-    assert answer("What is the capital of France?") == ANSWER
+    processor = otel.processor(cp_observe_judge)
+    assert turn.run() == ANSWER
     assert processor.force_flush(10_000)
 
     retrieval = otel.by_name("retrieval kb")[0]
@@ -51,8 +39,8 @@ def test_retriever_inside_agent_is_scored_against_the_answer(  # noqa: PLR0915 -
     assert attrs[n.GEN_AI_OPERATION_NAME] == "retrieval"
     assert attrs[n.GEN_AI_DATA_SOURCE_ID] == "kb"
     assert attrs[n.OPENINFERENCE_SPAN_KIND] == "RETRIEVER"
-    assert attrs[n.INPUT_VALUE] == "What is the capital of France?"
-    assert attrs[n.GEN_AI_RETRIEVAL_QUERY_TEXT] == "What is the capital of France?"
+    assert attrs[n.INPUT_VALUE] == TURN_QUERY
+    assert attrs[n.GEN_AI_RETRIEVAL_QUERY_TEXT] == TURN_QUERY
     assert attrs[n.CP_SAMPLED] is True
     assert [attrs[n.document_attribute(i, "content")] for i in range(3)] == DOCS
     assert agent.attributes[n.OUTPUT_VALUE] == ANSWER
@@ -66,19 +54,19 @@ def test_retriever_inside_agent_is_scored_against_the_answer(  # noqa: PLR0915 -
     assert [link.context.span_id for link in evaluation.links] == [retrieval.context.span_id]
     assert e[n.OPENINFERENCE_SPAN_KIND] == "EVALUATOR"
     assert e[n.GEN_AI_EVALUATION_NAME] == "context_precision"
-    assert e[n.CP_VERDICTS] == (True, False, True)
+    assert e[n.CP_VERDICTS] == TURN_VERDICTS
     assert e[n.GEN_AI_EVALUATION_SCORE_VALUE] == 0.83
     assert e[n.CP_AVERAGE_PRECISION] == pytest.approx(5 / 6)
     assert e[n.GEN_AI_EVALUATION_SCORE_LABEL] == "pass"
     assert e[n.CP_REFERENCE] == "output"
-    assert e[n.CP_JUDGE_MODEL] == "keyword-judge"
+    assert e[n.CP_JUDGE_MODEL] == "fake-judge"
     assert e[n.GEN_AI_DATA_SOURCE_ID] == "kb"
     assert e[n.GEN_AI_AGENT_NAME] == "helper"
     assert e[n.OI_EVALUATION_SCORE] == 0.83
     assert e[n.OI_EVALUATION_LABEL] == "pass"
     assert "0.83" in e[n.GEN_AI_EVALUATION_EXPLANATION]
-    assert e[n.CP_REASONS] == ("keyword overlap",) * 3
-    assert keyword_judge.calls == [("What is the capital of France?", ANSWER, DOCS)]
+    assert e[n.CP_REASONS] == ("fake judge",) * 3
+    assert cp_observe_judge.calls == [JudgeCall(TURN_QUERY, ANSWER, TURN_DOCS)]
 
     [log] = otel.logs.get_finished_logs()
     record = log.log_record
@@ -94,7 +82,7 @@ def test_retriever_inside_agent_is_scored_against_the_answer(  # noqa: PLR0915 -
         n.GEN_AI_DATA_SOURCE_ID: "kb",
         n.GEN_AI_EVALUATION_NAME: "context_precision",
         n.GEN_AI_AGENT_NAME: "helper",
-        n.CP_JUDGE_MODEL: "keyword-judge",
+        n.CP_JUDGE_MODEL: "fake-judge",
         n.CP_JUDGE_PROMPT_VERSION: "none",
         n.CP_JUDGE_KIND: n.JUDGE_KIND_CUSTOM,
         n.STAGE: n.STAGE_RETRIEVAL,
@@ -106,9 +94,9 @@ def test_retriever_inside_agent_is_scored_against_the_answer(  # noqa: PLR0915 -
     assert (stats["sampled"], stats["scored"], stats["pending"]) == (1, 1, 0)
 
 
-def test_retriever_alone_is_scored_against_its_query(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_retriever_alone_is_scored_against_its_query(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Without an agent, the retrieval is judged against its own query when its root ends."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
 
     @cp_observe.retriever
     def lookup(question: str) -> list[str]:
@@ -120,7 +108,7 @@ def test_retriever_alone_is_scored_against_its_query(otel: Otel, keyword_judge: 
     assert evaluation.attributes[n.CP_REFERENCE] == "query"
     assert evaluation.attributes[n.CP_VERDICTS] == (False, True)
     assert evaluation.attributes[n.GEN_AI_EVALUATION_SCORE_VALUE] == 0.5
-    assert keyword_judge.calls[0][1] == "capital cities"
+    assert cp_observe_judge.calls[0].reference == "capital cities"
 
 
 class Store:
@@ -188,9 +176,9 @@ def _run_kind(kind: str) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["sync", "async", "gen", "agen", "method", "static", "static2"])
-def test_every_function_kind_is_traced_and_scored(otel: Otel, keyword_judge: KeywordJudge, kind: str) -> None:
+def test_every_function_kind_is_traced_and_scored(otel: Otel, cp_observe_judge: FakeJudge, kind: str) -> None:
     """Sync, async, generator, async generator, method and static method retrievers all work the same."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     assert _run_kind(kind) == DOCS
     processor.force_flush(10_000)
     [retrieval] = otel.by_name(f"retrieval {kind}")
@@ -245,9 +233,9 @@ def test_query_by_name_keyword_and_callable(otel: Otel) -> None:
     assert queries == ["by callable", "by keyword", "by name"]
 
 
-def test_user_exception_passes_through_and_is_not_scored(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_user_exception_passes_through_and_is_not_scored(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """The user's exception is re-raised unchanged; the span is an error and the target is skipped."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     error = KeyError("boom")
 
     @cp_observe.retriever(name="broken")
@@ -262,14 +250,14 @@ def test_user_exception_passes_through_and_is_not_scored(otel: Otel, keyword_jud
     assert span.status.status_code.name == "ERROR"
     assert span.attributes[n.ERROR_TYPE] == "KeyError"
     assert _evaluations(otel) == []
-    assert keyword_judge.calls == []
+    assert cp_observe_judge.calls == []
     stats = processor.stats()
     assert (stats["sampled"], stats["skipped"], stats["reasons"]) == (1, 1, {"skipped:call_error": 1})
 
 
-def test_sample_rate_zero_scores_nothing_unless_forced(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_sample_rate_zero_scores_nothing_unless_forced(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """At rate 0 nothing is sampled; force_evaluation() scores the current call anyway."""
-    processor = otel.processor(keyword_judge, sample_rate=0.0)
+    processor = otel.processor(cp_observe_judge, sample_rate=0.0)
     sync_search("first")
     with cp_observe.force_evaluation():
         sync_search("second")
@@ -281,9 +269,9 @@ def test_sample_rate_zero_scores_nothing_unless_forced(otel: Otel, keyword_judge
     assert processor.stats()["sampled"] == 1
 
 
-def test_sampling_is_by_trace_id_and_consistent(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_sampling_is_by_trace_id_and_consistent(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Every span of a trace gets the same decision; about the configured share of traces is sampled."""
-    processor = otel.processor(keyword_judge, sample_rate=0.3)
+    processor = otel.processor(cp_observe_judge, sample_rate=0.3)
 
     @cp_observe.agent(name="a")
     def run(question: str) -> str:
@@ -303,43 +291,38 @@ def test_sampling_is_by_trace_id_and_consistent(otel: Otel, keyword_judge: Keywo
     assert processor.stats()["sampled"] == 2 * sampled_traces
 
 
-def test_capture_off_exports_no_content_but_still_scores(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_capture_off_exports_no_content_but_still_scores(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """With capture off, spans carry no query, contexts, answer or reasons; the judge still sees them."""
     otel.runtime.install(capture_content=False)
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
 
-    @cp_observe.agent(name="quiet")
-    def run(question: str) -> str:
-        sync_search(question)
-        return ANSWER
-
-    run("SECRET-QUERY capital")
+    make_turn(agent="quiet").ask("SECRET-QUERY capital")
     processor.force_flush(10_000)
     text = repr([dict(s.attributes) for s in otel.finished()])
-    for secret in ("SECRET-QUERY", "Paris", "Bananas", "keyword overlap"):
+    for secret in ("SECRET-QUERY", "Paris", "Bananas", "fake judge"):
         assert secret not in text
     [evaluation] = _evaluations(otel)
-    assert evaluation.attributes[n.CP_VERDICTS] == (True, False, True)
+    assert evaluation.attributes[n.CP_VERDICTS] == TURN_VERDICTS
     assert n.CP_REASONS not in evaluation.attributes
-    assert keyword_judge.calls[0][0] == "SECRET-QUERY capital"
+    assert cp_observe_judge.calls[0].query == "SECRET-QUERY capital"
 
 
-def test_redaction_runs_before_recording_and_judging(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_redaction_runs_before_recording_and_judging(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """The redaction hook changes what is recorded and what the judge receives."""
     otel.runtime.install(redact=lambda text: text.replace("Paris", "[CITY]"))
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     sync_search("Is Paris big?")
     processor.force_flush(10_000)
     [span] = otel.by_name("retrieval sync")
     assert span.attributes[n.INPUT_VALUE] == "Is [CITY] big?"
     assert span.attributes[n.document_attribute(0, "content")].startswith("[CITY] is the capital")
-    query, _, contexts = keyword_judge.calls[0]
+    query, contexts = cp_observe_judge.calls[0].query, list(cp_observe_judge.calls[0].contexts)
     assert "Paris" not in query and all("Paris" not in c for c in contexts)
 
 
-def test_agent_with_context_extractor_is_itself_a_target(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_agent_with_context_extractor_is_itself_a_target(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """An agent given a context_extractor is scored on the contexts it reports, against its answer."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
 
     @cp_observe.agent(name="rag", output=lambda r: r["answer"], context_extractor=lambda r: r["sources"])
     def rag(question: str) -> dict[str, Any]:
@@ -414,7 +397,7 @@ def test_full_queue_drops_and_counts(otel: Otel) -> None:
     assert stats["reasons"].get("dropped:queue_full", 0) == stats["dropped"]
 
 
-def test_query_whose_repr_raises_does_not_break_the_call(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_query_whose_repr_raises_does_not_break_the_call(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """An argument whose str/repr raise gives a placeholder, never an exception."""
 
     class Hostile:
@@ -424,7 +407,7 @@ def test_query_whose_repr_raises_does_not_break_the_call(otel: Otel, keyword_jud
         def __repr__(self) -> str:
             raise RuntimeError("no repr")
 
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
 
     @cp_observe.retriever(name="hostile")
     def search(query: Hostile) -> list[str]:
@@ -437,7 +420,7 @@ def test_query_whose_repr_raises_does_not_break_the_call(otel: Otel, keyword_jud
 
 
 def test_exporter_raising_does_not_reach_the_host(
-    otel: Otel, keyword_judge: KeywordJudge, production_errors: None
+    otel: Otel, cp_observe_judge: FakeJudge, production_errors: None
 ) -> None:
     """A span processor that raises in on_end does not break the decorated call."""
 
@@ -456,9 +439,9 @@ def test_exporter_raising_does_not_reach_the_host(
     assert sync_search("capital") == DOCS
 
 
-def test_foreign_retriever_spans_are_scored(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_foreign_retriever_spans_are_scored(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """A retriever span made by another instrumentation with the same conventions is scored from attributes."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     tracer = otel.tracer_provider.get_tracer("other-instrumentation")
     with tracer.start_as_current_span("vector search") as span:
         span.set_attribute(n.OPENINFERENCE_SPAN_KIND, "RETRIEVER")
@@ -490,7 +473,7 @@ def test_instrumentation_is_suppressed_on_the_judge_path(otel: Otel) -> None:
     assert processor.stats()["scored"] == 1
 
 
-def test_hold_mode_writes_the_score_onto_the_scored_span(keyword_judge: KeywordJudge) -> None:
+def test_hold_mode_writes_the_score_onto_the_scored_span(cp_observe_judge: FakeJudge) -> None:
     """With an export processor handed over, sampled spans are exported with their score on them."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -501,7 +484,7 @@ def test_hold_mode_writes_the_score_onto_the_scored_span(keyword_judge: KeywordJ
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     processor = cp_observe.ContextPrecisionProcessor(
-        keyword_judge, tracer_provider=provider, export_processor=SimpleSpanProcessor(exporter)
+        cp_observe_judge, tracer_provider=provider, export_processor=SimpleSpanProcessor(exporter)
     )
     provider.add_span_processor(processor)
     runtime = IsolatedRuntime(tracer_provider=provider).open()
@@ -519,7 +502,7 @@ def test_hold_mode_writes_the_score_onto_the_scored_span(keyword_judge: KeywordJ
     assert len(exporter.get_finished_spans()) == 2
 
 
-def test_hold_mode_releases_unenriched_when_time_is_up(keyword_judge: KeywordJudge) -> None:
+def test_hold_mode_releases_unenriched_when_time_is_up(cp_observe_judge: FakeJudge) -> None:
     """A span whose judgement outlasts the hold is exported without a score, never lost."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -580,23 +563,13 @@ def _snapshot(otel: Otel) -> list[dict[str, Any]]:
     return out
 
 
-def test_exported_spans_snapshot(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_exported_spans_snapshot(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """The whole exported trace of one turn, compared to an inline snapshot."""
-    processor = otel.processor(keyword_judge)
-
-    @cp_observe.retriever(name="kb")
-    def search(query: str) -> list[dict[str, Any]]:
-        return [
-            {"page_content": DOCS[0], "id": "d1", "score": 0.9, "metadata": {"source": "atlas"}},
-            {"page_content": DOCS[1], "id": "d2", "score": 0.4},
-        ]
-
-    @cp_observe.agent(name="helper")
-    def answer(question: str) -> str:
-        search(question)
-        return ANSWER
-
-    answer("capital?")
+    processor = otel.processor(cp_observe_judge)
+    make_turn(docs=[
+        {"page_content": DOCS[0], "id": "d1", "score": 0.9, "metadata": {"source": "atlas"}},
+        {"page_content": DOCS[1], "id": "d2", "score": 0.4},
+    ]).ask("capital?")
     processor.force_flush(10_000)
     assert _snapshot(otel) == [
         {
@@ -612,7 +585,7 @@ def test_exported_spans_snapshot(otel: Otel, keyword_judge: KeywordJudge) -> Non
                 "context_precision.average_precision": 1.0,
                 "context_precision.verdicts": (True, False),
                 "context_precision.reference": "output",
-                "context_precision.judge.model": "keyword-judge",
+                "context_precision.judge.model": "fake-judge",
                 "context_precision.judge.prompt_version": "none",
                 "context_precision.judge.kind": "custom",
                 "context_precision.judge.calls": 1,
@@ -624,7 +597,7 @@ def test_exported_spans_snapshot(otel: Otel, keyword_judge: KeywordJudge) -> Non
                 "gen_ai.data_source.id": "kb",
                 "gen_ai.agent.name": "helper",
                 "context_precision.stage": "retrieval",
-                "context_precision.reasons": ("keyword overlap", "keyword overlap"),
+                "context_precision.reasons": ("fake judge", "fake judge"),
             },
         },
         {
@@ -674,17 +647,13 @@ def test_processor_with_llm_judge_over_loopback(otel: Otel) -> None:
         judge = cp_observe.LLMJudge("openai/judge-test", api_base=server.url, api_key="sk-test", timeout=5)
         processor = otel.processor(judge)
 
-        @cp_observe.agent(name="helper")
-        def answer(question: str) -> str:
-            sync_search(question)
-            return ANSWER
-
+        turn = make_turn()
         for question in ("capital of France?", "largest city of France?"):
-            assert answer(question) == ANSWER
+            assert turn.ask(question) == ANSWER
         assert processor.force_flush(30_000)
         assert server.calls == 2
     evaluations = _evaluations(otel)
-    assert [e.attributes[n.CP_VERDICTS] for e in evaluations] == [(True, False, True), (True, False, True)]
+    assert [e.attributes[n.CP_VERDICTS] for e in evaluations] == [TURN_VERDICTS, TURN_VERDICTS]
     assert {e.attributes[n.CP_JUDGE_MODEL] for e in evaluations} == {"openai/judge-test"}
     tokens = otel.metric_points(n.METRIC_TOKEN_USAGE)
     assert {p.attributes[n.GEN_AI_TOKEN_TYPE] for p in tokens} == {"input", "output"}
@@ -692,9 +661,9 @@ def test_processor_with_llm_judge_over_loopback(otel: Otel) -> None:
     assert (stats["sampled"], stats["scored"]) == (2, 2)
 
 
-def test_returned_iterator_is_left_for_the_caller(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_returned_iterator_is_left_for_the_caller(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """A plain function returning an iterator: the caller gets every item; the call is skipped, not scored."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
 
     @cp_observe.retriever(name="lazy")
     def search(query: str) -> Iterator[str]:

@@ -13,8 +13,8 @@ from several sender threads, each knowing which of its requests got a 200.
 2. **Throughput**: no kills, senders as fast as they can: accepted turns per second until the last 200, and
    until the last evaluation, durable vs ``--no-durable`` in the same run.
 
-    .venv/bin/python benchmarks/bench_serve_crash.py            # 5 kills, 1,200 turns; throughput 2,400 turns
-    .venv/bin/python benchmarks/bench_serve_crash.py --quick    # 3 kills, 480 turns; throughput 960 turns
+    .venv/bin/python benchmarks/serve/bench_serve_crash.py            # 5 kills, 1,200 turns; throughput 2,400 turns
+    .venv/bin/python benchmarks/serve/bench_serve_crash.py --quick    # 3 kills, 480 turns; throughput 960 turns
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.crash_support import EARLY, LATE, Report, crash_run  # noqa: E402 - after the path set-up

@@ -16,8 +16,8 @@ flood saw: connected, connects that failed or timed out, connections the server 
 ``/stats`` refusals. The old door (``http.server``, commit ``9e3f1ef``) runs in the same invocation from a
 ``git archive`` of that commit under /tmp (``--old``), same flood and sender.
 
-    .venv/bin/python benchmarks/bench_serve_connections.py                     # 10,000 connections, new and old door
-    .venv/bin/python benchmarks/bench_serve_connections.py --quick    # 1,000 connections, new door only (~30 s)
+    .venv/bin/python benchmarks/serve/bench_serve_connections.py          # 10,000 connections, new and old door
+    .venv/bin/python benchmarks/serve/bench_serve_connections.py --quick    # 1,000 connections, new door only (~30 s)
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import block_network, machine_line  # noqa: E402 - after the path set-up

@@ -9,8 +9,8 @@ read and converted; 1 % of the turns are judged), while this process samples the
 Baseline in the same run: a child that only reads the same file line by line and ``json.loads`` each line
 (the floor any JSON-lines reader pays), with its RSS sampled the same way.
 
-    .venv/bin/python benchmarks/bench_replay.py              # 64 MB and 1024 MB (~15 min on 2 busy cores)
-    .venv/bin/python benchmarks/bench_replay.py --quick      # 16 MB and 64 MB
+    .venv/bin/python benchmarks/judging/bench_replay.py              # 64 MB and 1024 MB (~15 min on 2 busy cores)
+    .venv/bin/python benchmarks/judging/bench_replay.py --quick      # 16 MB and 64 MB
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import machine_line, markdown_table
 
 _TURNS_PER_LINE = 200

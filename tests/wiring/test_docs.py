@@ -86,6 +86,6 @@ def test_the_readme_links_into_the_site_and_every_link_resolves() -> None:
 
 
 def test_the_readme_keeps_the_judge_trust_section() -> None:
-    """README has the "Can I trust the judge?" section (issue 24), linking to its guide."""
+    """README has the "Can I trust the judge?" section, linking to its guide."""
     section = README.split("\n## Can I trust the judge?", 1)[1].split("\n## ", 1)[0]
     assert "docs/how-to/trust-the-judge.md" in section

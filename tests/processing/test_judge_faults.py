@@ -37,8 +37,8 @@ import cp_observe
 from cp_observe import _names as n
 from cp_observe._config import _runtime
 from cp_observe._judging._litellm import load_litellm
-from cp_observe.testing import JudgeServer, ProcessorProbe, delay, good, raw, reset, status
-from tests.conftest import KeywordJudge, Otel
+from cp_observe.testing import FakeJudge, JudgeServer, ProcessorProbe, delay, good, raw, reset, status
+from tests.conftest import Otel
 
 DOCS = (
     "Paris is the capital of France.",
@@ -672,9 +672,9 @@ def test_pre_fork_children_score_their_own_turns(otel: Otel, server: JudgeServer
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_fork_while_a_thread_is_inside_the_payload_store(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_fork_while_a_thread_is_inside_the_payload_store(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """A fork that lands while another thread holds the payload store's lock leaves a working child."""
-    otel.processor(keyword_judge)
+    otel.processor(cp_observe_judge)
     holding, release = threading.Event(), threading.Event()
 
     def request_thread() -> None:  # stands for a request thread caught inside PAYLOADS.put at fork time
@@ -782,7 +782,7 @@ def _foreign_retrieval(provider: TracerProvider, query: str, docs: list[str]) ->
 
 def test_two_providers_with_two_processors_stay_independent(otel: Otel) -> None:
     """Two pipelines in one process: each processor judges, emits and counts only its own provider's spans."""
-    judge_a, judge_b = KeywordJudge("judge-a"), KeywordJudge("judge-b")
+    judge_a, judge_b = FakeJudge(model="judge-a"), FakeJudge(model="judge-b")
     other = _pipeline()
     processor_a = otel.processor(judge_a)
     processor_b = cp_observe.ContextPrecisionProcessor(
@@ -800,8 +800,8 @@ def test_two_providers_with_two_processors_stay_independent(otel: Otel) -> None:
         assert processor_a.force_flush(10_000) and processor_b.force_flush(10_000)
         assert assert_invariant(processor_a, otel)["reasons"] == {"scored:ok": 3}
         assert assert_invariant(processor_b)["reasons"] == {"scored:ok": 2}
-        assert len(judge_a.calls) == 3 and all(q.startswith("a") for q, _, _ in judge_a.calls)
-        assert len(judge_b.calls) == 2 and all(q.startswith("b") for q, _, _ in judge_b.calls)
+        assert len(judge_a.calls) == 3 and all(call.query.startswith("a") for call in judge_a.calls)
+        assert len(judge_b.calls) == 2 and all(call.query.startswith("b") for call in judge_b.calls)
         a_evals = otel.by_name(n.EVALUATION_SPAN_NAME)
         b_evals = [s for s in other.spans.get_finished_spans() if s.name == n.EVALUATION_SPAN_NAME]
         assert {s.attributes[n.CP_JUDGE_MODEL] for s in a_evals} == {"judge-a"} and len(a_evals) == 3
@@ -818,13 +818,13 @@ def test_two_providers_with_two_processors_stay_independent(otel: Otel) -> None:
         processor_b.shutdown()
 
 
-def test_a_second_processor_does_not_change_the_first_ones_sampling(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_a_second_processor_does_not_change_the_first_ones_sampling(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Building a rate-0 processor for another provider does not stop the first (rate 1) from judging its calls."""
     otel.runtime.install(capture_content=False)  # the judge can then only work from the in-memory payloads
-    processor = otel.processor(keyword_judge, sample_rate=1.0)
+    processor = otel.processor(cp_observe_judge, sample_rate=1.0)
     other = _pipeline()
     quiet = cp_observe.ContextPrecisionProcessor(
-        KeywordJudge("other"),
+        FakeJudge(model="other"),
         sample_rate=0.0,
         tracer_provider=other.tracer_provider,
         meter_provider=other.meter_provider,
@@ -840,9 +840,9 @@ def test_a_second_processor_does_not_change_the_first_ones_sampling(otel: Otel, 
         quiet.shutdown()
 
 
-def test_no_payloads_are_kept_after_shutdown(otel: Otel, keyword_judge: KeywordJudge) -> None:
+def test_no_payloads_are_kept_after_shutdown(otel: Otel, cp_observe_judge: FakeJudge) -> None:
     """Once the processor is shut down, calls keep no query/contexts/answer in memory."""
-    processor = otel.processor(keyword_judge)
+    processor = otel.processor(cp_observe_judge)
     answer("before")
     assert processor.force_flush(10_000)
     processor.shutdown()

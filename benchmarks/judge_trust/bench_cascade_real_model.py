@@ -1,4 +1,4 @@
-"""The lexical judge against the shipped real-model judge on the labelled cases of tests/data (issue 24).
+"""The lexical judge against the shipped real-model judge on the labelled cases of tests/data.
 
 The cascade's gain rests on how well the cheap judge's per-retrieval score correlates with the LLM judge's.
 ``bench_cascade.py`` measures the lexical judge against the files' human labels; this measures it against the
@@ -14,8 +14,8 @@ labels; each MAP; and the cases the real-model judge failed (a ``JudgeError``): 
 paired figures, never scored as zero. Needs the real-model tier (``scripts/install-real-model.sh``), so it runs in
 ``.venv``, not ``.venv-bench``; from the repository root:
 
-    nice .venv/bin/python benchmarks/bench_cascade_real_model.py [--limit N] [--out results.jsonl]
-    .venv-bench/bin/python benchmarks/bench_cascade_real_model.py --from results.jsonl
+    nice .venv/bin/python benchmarks/judge_trust/bench_cascade_real_model.py [--limit N] [--out results.jsonl]
+    .venv-bench/bin/python benchmarks/judge_trust/bench_cascade_real_model.py --from results.jsonl
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line, markdown_table
 
 from cp_observe import JudgeError
 from cp_observe._judging._lexical import LexicalJudge
 from cp_observe._judging._map import exact_average_precision
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LANGUAGE = {"lexical_ja.jsonl": "Japanese"}
 
 

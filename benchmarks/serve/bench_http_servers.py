@@ -11,7 +11,7 @@ answers 200 with two bytes (what is left is the server's own cost). Measured per
 uvicorn is not a dependency: install it beside, not into, the project (``--path``):
 
     .venv/bin/pip install --target /tmp/uvicorn-cmp uvicorn httptools
-    .venv/bin/python benchmarks/bench_http_servers.py --path /tmp/uvicorn-cmp
+    .venv/bin/python benchmarks/serve/bench_http_servers.py --path /tmp/uvicorn-cmp
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.quick:
         args.idle, args.seconds, args.rounds = 500, 1.0, 1
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from benchmarks._common import block_network, machine_line
 
     blocked = block_network()

@@ -29,8 +29,8 @@ in Python from the per-variant count, sum and sum of squares over the rule's 30-
 ``cp_observe/demo/_canary.py`` (the formula the rules generator writes in PromQL; ``tests/integration`` checks
 the two agree on promtool's edges and on a live Prometheus), once per STEP, with the rule's ``for``.
 
-    .venv/bin/python benchmarks/bench_alerts.py [--quick] [--steady-days N] [--drop-days N] [--seed N]
-    .venv/bin/python benchmarks/bench_alerts.py --canary-only [--quick]   (the canary tables only; no Prometheus)
+    .venv/bin/python benchmarks/alerts/bench_alerts.py [--quick] [--steady-days N] [--drop-days N] [--seed N]
+    .venv/bin/python benchmarks/alerts/bench_alerts.py --canary-only [--quick]   (the canary tables only; no Prometheus)
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import block_network, machine_line, markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "deploy" / "prometheus" / "rules" / "context_precision.rules.yml"
 
 RATES = (1, 10, 50)  # requests/s

@@ -9,7 +9,7 @@
    Phoenix on loopback, then N evaluations through ``SinkRunner(PhoenixSink)``: evaluations/s delivered (span
    annotation + 5 document annotations each), batch size 100 vs 1 (the baseline: one request pair per evaluation).
 
-    .venv/bin/python benchmarks/bench_sinks.py [--quick] [--phoenix]
+    .venv/bin/python benchmarks/judging/bench_sinks.py [--quick] [--phoenix]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.metrics import MeterProvider
@@ -35,7 +36,7 @@ from cp_observe._emission._phoenix import PhoenixSink
 from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner
 from cp_observe._types import ScoreResult, Usage, Verdict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = 5
 
 

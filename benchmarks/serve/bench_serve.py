@@ -14,11 +14,11 @@ and the litellm fallback, set through ``CP_OBSERVE_JUDGE_TRANSPORT``). "CPU ms /
 replicas' own CPU time (``/proc/<pid>/stat``) over the measured evaluations; "of bare httpx" divides it by the
 CPU per call of a bare ``httpx.AsyncClient`` POST with the JSON parsed, the same request at the same
 concurrency, measured in this run on the benchmark's own thread (the in-process judge server's threads
-excluded) (issue 25's target: at most 1.5 x).
+excluded); the target is at most 1.5 x.
 
-    .venv/bin/python benchmarks/bench_serve.py                # 1, 2 and 3 replicas, 100 ms judge latency
-    .venv/bin/python benchmarks/bench_serve.py --latency 0.25 --concurrency 16 --retrievals 800
-    .venv-bench/bin/python benchmarks/bench_serve.py --replicas 1 --latency 0.05 --concurrency 32  # issue 25
+    .venv/bin/python benchmarks/serve/bench_serve.py                # 1, 2 and 3 replicas, 100 ms judge latency
+    .venv/bin/python benchmarks/serve/bench_serve.py --latency 0.25 --concurrency 16 --retrievals 800
+    .venv-bench/bin/python benchmarks/serve/bench_serve.py --replicas 1 --latency 0.05 --concurrency 32  # CPU-bound
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from cp_observe import _names as n  # noqa: E402 - after the path set-up

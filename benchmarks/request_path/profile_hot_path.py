@@ -12,8 +12,8 @@
 ``dict``, ``langchain``, ``llamaindex`` or ``haystack`` documents (the frameworks from ``.venv-bench``), or an
 agent returning ``agent:str``, ``agent:dict``, ``agent:list`` or ``agent:chat``.
 
-    .venv/bin/python benchmarks/profile_hot_path.py [--quick] [--payload dict]
-    .venv-bench/bin/python benchmarks/profile_hot_path.py --payload haystack
+    .venv/bin/python benchmarks/request_path/profile_hot_path.py [--quick] [--payload dict]
+    .venv-bench/bin/python benchmarks/request_path/profile_hot_path.py --payload haystack
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 import bench_hot_path as hp
 
@@ -39,7 +40,7 @@ from cp_observe._capture._extract import extract_contexts
 from cp_observe._capture._serialize import metadata_json
 from cp_observe._config._runtime import PAYLOADS, Payload
 
-_ROOT = str(Path(__file__).resolve().parents[1]) + "/"  # the checkout: cProfile rows show paths below it
+_ROOT = str(Path(__file__).resolve().parents[2]) + "/"  # the checkout: cProfile rows show paths below it
 _PAYLOADS = (*c.RETRIEVE_SHAPES, *(f"agent:{shape}" for shape in c.AGENT_SHAPES))
 
 

@@ -6,7 +6,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from cp_observe import _names as n
-from tests.conftest import KeywordJudge
+from cp_observe.testing import FakeJudge
 from tests.segments_support import EXPECTED, SEGMENTS, label_sets, traces
 from tests.serve_support import OtlpSink, post, start_service
 
@@ -14,11 +14,11 @@ pytestmark = pytest.mark.usefixtures("serve_state_restored")
 
 
 @pytest.mark.parametrize("capture_content", [True, False])
-def test_serve_labels_the_series_with_the_segments(sink: OtlpSink, keyword_judge: KeywordJudge,
+def test_serve_labels_the_series_with_the_segments(sink: OtlpSink, cp_observe_judge: FakeJudge,
                                                    capture_content: bool) -> None:
     """Spans posted as OTLP/protobuf are scored with the segment labels the processor gives, capture on or off."""
     body = bytes(encode_spans(traces()).SerializeToString())
-    with start_service(sink, keyword_judge, segments=SEGMENTS, capture_content=capture_content) as service:
+    with start_service(sink, cp_observe_judge, segments=SEGMENTS, capture_content=capture_content) as service:
         assert post(f"http://127.0.0.1:{service.port('http')}/v1/traces", body)[0] == 200
         assert service.flush(30)
         assert sink.wait_for(lambda s: len(s.evaluations) >= 4 and len(s.logs) >= 4)

@@ -16,7 +16,7 @@ loopback server writes (a verdict JSON), not what a real model would write; prom
 The cache section replays a Zipf-distributed stream of repeated questions (s = 1.1 over a pool of distinct
 turns) through one ``LLMJudge`` with its default verdict cache and through one without.
 
-    .venv/bin/python benchmarks/bench_judge_economy.py [--quick]
+    .venv/bin/python benchmarks/judging/bench_judge_economy.py [--quick]
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ import random
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 
 from cp_observe import LLMJudge

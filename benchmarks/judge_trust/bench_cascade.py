@@ -1,4 +1,4 @@
-"""The cheap-plus-LLM cascade vs the LLM judge alone, at the same LLM spend (issue 24).
+"""The cheap-plus-LLM cascade vs the LLM judge alone, at the same LLM spend.
 
 Simulated streams of sampled retrievals, minute by minute. Each retrieval's LLM score ``y`` is bimodal like a real
 retriever's AP (Beta(9, 1) with probability p, else Beta(1, 9); MAP 0.65 when healthy). A synthetic cheap judge
@@ -19,7 +19,7 @@ Measured, per correlation:
   the baseline being the same estimator over the same hour of a healthy day before; detected when it fires
   within the drop, time counted from the drop's start.
 
-    .venv-bench/bin/python benchmarks/bench_cascade.py [--quick] [--rate N] [--llm-share S] [--seed N]
+    .venv-bench/bin/python benchmarks/judge_trust/bench_cascade.py [--quick] [--rate N] [--llm-share S] [--seed N]
 
 Also measures the shipped lexical judge against the labels of tests/data/lexical_*.jsonl (its correlation with
 a reference judge; ``--lexical-only`` for just that); against the real-model judge: bench_cascade_real_model.py.
@@ -37,13 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line, markdown_table
 
 from cp_observe._judging._ppi import PpiSums, ppi_mean_from_sums
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 HEALTHY = 0.65
 DROP = 0.1

@@ -1,4 +1,4 @@
-"""GC stress (issue 21): decorated generators abandoned in reference cycles, ended by the garbage collector.
+"""GC stress: decorated generators abandoned in reference cycles, ended by the garbage collector.
 
 Host threads call decorated sync and async generator retrievers, consume each halfway and drop it in a
 reference cycle, so that only the cyclic collector finalizes it: its span then ends inside whatever the
@@ -21,7 +21,7 @@ Only the public API: the decorators record to the global SDK tracer provider, wh
 non-reentrant lock in ``on_end``, which the same collections would deadlock: not cp_observe's code).
 Evaluation spans go to a provider with nothing attached, metrics to an ``InMemoryMetricReader``. No network.
 
-    .venv/bin/python benchmarks/stress_gc.py [--quick] [--seconds 180] [--threads 3]
+    .venv/bin/python benchmarks/request_path/stress_gc.py [--quick] [--seconds 180] [--threads 3]
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 from opentelemetry import trace
 from opentelemetry.sdk._logs import LoggerProvider
@@ -65,7 +67,7 @@ SPANS_PER_CALL = {SYNC_GEN: 1, ASYNC_GEN_LOOP: 1, ASYNC_GEN_HAND: 1, SYNC_FUNC: 
 HALF = len(c.CONTEXTS) // 2  # items taken from each generator before it is abandoned
 EVALUATIONS_METRIC = "context_precision.evaluations"
 
-# --- what the collector does ---------------------------------------------------------------------------------
+# --- what the collector does ------------------------------------------------------------------------------------------
 
 #: Collections by generation, written only by the gc callback (collections never overlap: no lock needed).
 COLLECTIONS = [0, 0, 0]
@@ -119,7 +121,7 @@ class SlowJudge:
                          model=self.model)
 
 
-# --- the decorated host code -----------------------------------------------------------------------------------
+# --- the decorated host code ------------------------------------------------------------------------------------------
 
 
 @cp_observe.retriever(name="kb-stream")
@@ -174,7 +176,7 @@ def drive_by_hand(agen: Any, items: int) -> None:
         raise RuntimeError("the async generator awaited something; it cannot be driven by hand")
 
 
-# --- host threads and the watchdog ---------------------------------------------------------------------------
+# --- host threads and the watchdog ------------------------------------------------------------------------------------
 
 
 class Host:
@@ -314,7 +316,7 @@ class Watchdog:
         self._stop.set()
 
 
-# --- the run ---------------------------------------------------------------------------------------------------
+# --- the run ----------------------------------------------------------------------------------------------------------
 
 
 def _evaluations_by_outcome(reader: InMemoryMetricReader) -> dict[str, int]:

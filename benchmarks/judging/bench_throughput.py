@@ -10,7 +10,7 @@ share of the bound lost to cp_observe and the share lost to the client are told 
 is this process's CPU time (decorated calls, processor, evaluator thread, litellm, emission; the judge server
 is in its own process) divided by the evaluations.
 
-"What one scored evaluation costs" (issue 25) then puts side by side, against the same server at the same
+"What one scored evaluation costs" then puts side by side, against the same server at the same
 latency and concurrency: CPU per evaluation end to end through the processor with the lean path and with the
 litellm fallback (``transport="litellm"``), CPU per call of ``LLMJudge.judge`` on each path, of raw
 ``litellm.acompletion``, of the openai SDK and of a bare ``httpx.AsyncClient`` POST with the JSON parsed,
@@ -18,7 +18,7 @@ all sending the same request (cp_observe's prompt and ``response_format``). The 
 1.5 x bare httpx. Then the RSS and import time a judging process adds over ``capture_only``, each measured
 in a fresh interpreter.
 
-    .venv-bench/bin/python benchmarks/bench_throughput.py [--quick] [--cost-only]
+    .venv-bench/bin/python benchmarks/judging/bench_throughput.py [--quick] [--cost-only]
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's cp_observe, not an installed one
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's cp_observe, not an installed one
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -256,7 +257,7 @@ def footprint(url: str, repeats: int) -> dict[str, tuple[float, float, bool]]:
         runs = []
         for _ in range(repeats):
             done = subprocess.run([sys.executable, "-c", _FOOTPRINT_CHILD, mode, url], capture_output=True,
-                                  text=True, check=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+                                  text=True, check=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
         out[mode] = (c.median(r["seconds"] for r in runs), c.median(r["rss"] for r in runs), runs[0]["litellm"])
     return out
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="latencies 50 and 200 ms, shorter runs")
     parser.add_argument("--latencies-ms", type=float, nargs="*", default=None)
     parser.add_argument("--concurrency", type=int, nargs="*", default=[1, 4, 16])
-    parser.add_argument("--cost-only", action="store_true", help="only the cost section (issue 25)")
+    parser.add_argument("--cost-only", action="store_true", help="only the cost section")
     parser.add_argument("--cost-calls", type=int, default=400, help="calls per client in the cost section")
     args = parser.parse_args(argv)
     latencies = args.latencies_ms or ([50, 200] if args.quick else [50, 200, 1000])

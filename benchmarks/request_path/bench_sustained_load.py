@@ -9,9 +9,9 @@ second. The same loop runs first without cp_observe (plain functions, same pacin
 baseline. After the loaded phase, ``force_flush`` drains the queue and the accounting invariant
 ``sampled == scored + failed + dropped + skipped`` is checked.
 
-    .venv/bin/python benchmarks/bench_sustained_load.py [--quick]
+    .venv/bin/python benchmarks/request_path/bench_sustained_load.py [--quick]
 
-Soak (issue 10): ``--seconds 900 --cache-size 2000`` runs 15 minutes and reports the RSS slope (least squares)
+Soak: ``--seconds 900 --cache-size 2000`` runs 15 minutes and reports the RSS slope (least squares)
 over the last five minutes; a smaller verdict cache makes its bound reachable within the run, so that every
 bounded structure is full before the slope is measured. ``--serve`` runs the same turns through a
 ``python -m cp_observe.serve`` process instead (spans sent over OTLP/gRPC; RSS is the service's).
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
@@ -341,7 +342,7 @@ def _report_soak(samples: list[dict[str, Any]], window: float, bounds: list[list
         print(c.markdown_table(["bounded structure", "fill / bound", "note"], bounds))
 
 
-# --- the same soak through `cp-observe serve` ----------------------------------------------------------------------
+# --- the same soak through `cp-observe serve` -------------------------------------------------------------------------
 
 
 def _free_port() -> int:
@@ -382,7 +383,7 @@ def serve_soak(args: argparse.Namespace, seconds: float) -> int:  # noqa: PLR091
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     c.offline_env()
     with c.judge_server_process(args.judge_latency_ms / 1000) as url:
         grpc_port, admin_port = _free_port(), _free_port()

@@ -8,8 +8,8 @@ machine is shared, so the per-request latency is the steadier figure), over a ke
 handshake) per request, the worst case. A chunked-body row compares framing. Every variant runs in each of
 ``--rounds`` interleaved rounds; the table gives the median round. Baseline in the same run: plaintext.
 
-    .venv/bin/python benchmarks/bench_serve_security.py            # ~40 s
-    .venv/bin/python benchmarks/bench_serve_security.py --quick    # ~15 s
+    .venv/bin/python benchmarks/serve/bench_serve_security.py            # ~40 s
+    .venv/bin/python benchmarks/serve/bench_serve_security.py --quick    # ~15 s
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402 - after the path set-up

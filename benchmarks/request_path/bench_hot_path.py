@@ -6,7 +6,7 @@ the real LangChain ``Document``, LlamaIndex ``NodeWithScore`` and Haystack ``Doc
 "agent" group one answer as a str, a dict, a list of str and chat messages; the "turn" group is an agent
 calling a retriever (two spans); the "stream" group a decorated generator; the "rerank" group ``@reranker``
 (five input documents in, the same five reordered out) against ``@retriever`` returning them, under each
-pipeline: what a reranker's span costs beyond a retriever's (issue 23). Each shape's baseline is a
+pipeline: what a reranker's span costs beyond a retriever's. Each shape's baseline is a
 hand-written OpenTelemetry wrapper that records the same content ``@cp_observe.retriever`` / ``.agent``
 records for it (checked at set-up, span by span). Every OpenTelemetry-based pipeline ends in the same
 in-process sink (``ListSink``: append the span). Variants run interleaved in one process, in a shuffled order
@@ -16,7 +16,8 @@ tables show medians over rounds of wall-clock and calling-thread CPU µs per cal
 Run it from the bench venv (peers and frameworks installed) or from the main venv (they show as not
 installed)::
 
-    .venv-bench/bin/python benchmarks/bench_hot_path.py [--quick] [--only-cp] [--shapes retrieve:haystack,agent]
+    .venv-bench/bin/python benchmarks/request_path/bench_hot_path.py [--quick] [--only-cp] \
+        [--shapes retrieve:haystack,agent]
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common and _peers
 import _common as c
 import _peers
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -45,7 +48,7 @@ Fn = Callable[[str], Any]
 _QUEUE = 1_000_000  # large enough that the sampled variants never drop within a batch
 GROUPS = ("retrieve", "agent", "turn", "stream", "rerank")
 _UNSAMPLED, _SAMPLED = " + processor, unsampled", " + processor, sampled"
-# Issue 23: the same sampled pipeline with two segments configured: one the decorated span carries (so a value
+# The same sampled pipeline with two segments configured: one the decorated span carries (so a value
 # is read), one it does not (so the enclosing span is tried, then "none"). Segments are resolved on the evaluator
 # thread; this row shows what that costs the calling thread, beside the sampled row without segments.
 _SEGMENTED = " + processor, sampled, segments"
@@ -81,7 +84,7 @@ class Variant:
     cpu_ratio: list[float] = field(default_factory=list)
 
 
-# --- the functions being decorated -----------------------------------------------------------------------------
+# --- the functions being decorated ------------------------------------------------------------------------------------
 
 
 def _returning(value: Any, mode: str) -> Fn:
@@ -115,7 +118,7 @@ def _turn(retrieve: Fn, mode: str) -> Fn:
     return aanswer
 
 
-# --- the hand-written OpenTelemetry wrapper (the baseline) -----------------------------------------------------
+# --- the hand-written OpenTelemetry wrapper (the baseline) ------------------------------------------------------------
 # What a careful engineer writes by hand for each shape: the same span name and attributes as cp_observe's
 # decorators, reading the known class's fields directly and json.dumps-ing the metadata. It does not truncate,
 # redact, guard against failures or write cp_observe's bookkeeping flag, so the decorators are charged for those.
@@ -259,7 +262,7 @@ def wrapper_agent(tracer: Tracer, func: Fn, mode: str, shape: str = "str") -> Fn
     return awrapped
 
 
-# --- pipelines --------------------------------------------------------------------------------------------------
+# --- pipelines --------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -300,7 +303,7 @@ def _pipeline(sample_rate: float | None, segments: str | None = None) -> Pipelin
     return Pipeline(provider, sink, processor, sample_rate or 0.0)
 
 
-# --- shapes -------------------------------------------------------------------------------------------------------
+# --- shapes -----------------------------------------------------------------------------------------------------------
 
 
 def payload_value(group: str, payload: str) -> Any:
@@ -338,7 +341,7 @@ def _missing(group: str, payload: str, exc: ImportError) -> list[Variant]:
     return [Variant(group, "every variant", payload, mode, None, note=note) for mode in ("sync", "async")]
 
 
-# --- variants: bare, wrapper, cp_observe ----------------------------------------------------------------------
+# --- variants: bare, wrapper, cp_observe ------------------------------------------------------------------------------
 
 
 def _single_variants(group: str, payload: str, pipes: dict[str, Pipeline], wrapper_pipe: Pipeline) -> list[Variant]:
@@ -500,7 +503,7 @@ def cp_variants(shapes: list[tuple[str, str]], pipes: dict[str, Pipeline], wrapp
     return out
 
 
-# --- the same content: cp_observe's spans against the wrapper's ------------------------------------------------
+# --- the same content: cp_observe's spans against the wrapper's -------------------------------------------------------
 
 _BOOKKEEPING = frozenset({"context_precision.sampled"})  # cp_observe's flag; the wrapper does not write it
 
@@ -559,7 +562,7 @@ def same_content(shapes: list[tuple[str, str]], pipe: Pipeline, wrapper_pipe: Pi
     return lines
 
 
-# --- variants: the peers ----------------------------------------------------------------------------------------
+# --- variants: the peers ----------------------------------------------------------------------------------------------
 
 
 def _importable(group: str, payload: str) -> bool:
@@ -589,8 +592,11 @@ def _probe(peer: _peers.Peer, group: str, payload: str, fn: Fn) -> tuple[str, bo
 
 
 def peer_variants(shapes: list[tuple[str, str]]) -> list[Variant]:
-    """Every peer in every selected shape but the stream, with a note on the content it records there."""
-    shapes = [(g, p) for g, p in shapes if g != "stream" and _importable(g, p)]  # a missing framework: its own rows
+    """Every peer in every selected shape of the groups peers have (``_peers.GROUPS``), with what it records there.
+
+    The other groups (the generator, ``@reranker``) have no peer rows: no peer decorates those shapes.
+    """
+    shapes = [(g, p) for g, p in shapes if g in _peers.GROUPS and _importable(g, p)]  # a missing framework: own rows
     out: list[Variant] = []
     for name, build in _peers.BUILDERS:
         try:
@@ -621,7 +627,7 @@ def peer_variants(shapes: list[tuple[str, str]]) -> list[Variant]:
     return out
 
 
-# --- timing -----------------------------------------------------------------------------------------------------
+# --- timing -----------------------------------------------------------------------------------------------------------
 
 
 async def _drive_async(fn: Fn, calls: int) -> tuple[int, int]:
@@ -692,7 +698,7 @@ def measure(variants: list[Variant], rounds: int, calls: int, seed: int) -> None
         loop.close()
 
 
-# --- on_end alone ---------------------------------------------------------------------------------------------
+# --- on_end alone -----------------------------------------------------------------------------------------------------
 
 
 def _ended_span(pipe: Pipeline, fn: Fn) -> ReadableSpan:
@@ -756,7 +762,7 @@ def measure_on_end(rounds: int, calls: int) -> list[tuple[str, float, float]]:
     return results
 
 
-# --- report -----------------------------------------------------------------------------------------------------
+# --- report -----------------------------------------------------------------------------------------------------------
 
 
 def _fmt(value: float) -> str:
@@ -861,7 +867,7 @@ def _parser() -> argparse.ArgumentParser:
                              "(retrieve:haystack, agent:chat) or a payload of any group (dict); default all")
     parser.add_argument("--on-end-only", action="store_true", help="only the on_end table")
     parser.add_argument("--segments", action="store_true",
-                        help="add the sampled pipeline with segments configured (issue 23) beside the others")
+                        help="add the sampled pipeline with segments configured beside the others")
     return parser
 
 
@@ -903,7 +909,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     rounds = args.rounds or (5 if args.quick else 11)
-    calls = args.calls or (100 if args.quick else 200)  # 300 until issue 14 tripled the variants
+    # 200 calls, not 300: the peers and the framework shapes tripled the variants, and a full run grew too long
+    calls = args.calls or (100 if args.quick else 200)
     try:
         shapes = parse_shapes(args.shapes)
     except ValueError as exc:
