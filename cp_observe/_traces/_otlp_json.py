@@ -4,7 +4,7 @@ The shape (OTLP specification, "JSON Protobuf Encoding", and the ``file`` export
 the proto3 JSON mapping with lowerCamelCase keys, trace and span ids as lowercase hex (not base64), enums
 as integers, 64-bit integers as decimal strings, one request object per line, a newline after each.
 Reading builds the protobuf request straight from the parsed JSON (``request_from_document``): the
-generic ``json_format`` parser costs 8 to 30 times as much per span (``benchmarks/bench_otlp_decode.py``),
+generic ``json_format`` parser costs 8 to 30 times as much per span (``benchmarks/serve/bench_otlp_decode.py``),
 which is minutes per gigabyte, so trace files, the query APIs and ``serve``'s OTLP/HTTP port all decode here.
 It accepts what that parser accepts for trace requests -- lowerCamelCase or
 snake_case keys, hex or base64 ids, enums as integers or names, 64-bit integers as strings or numbers --

@@ -2,7 +2,7 @@
 
 OTLP/JSON bodies are decoded by the one OTLP/JSON decoder of the trace inputs (``_traces/_otlp_json.py``: hex
 or base64 ids, either key case, unknown fields ignored), which builds the request directly instead of through
-``json_format`` (several times faster per span; ``benchmarks/bench_otlp_decode.py``).
+``json_format`` (several times faster per span; ``benchmarks/serve/bench_otlp_decode.py``).
 
 Refusals carry a retry delay both ways the ecosystem reads it: the standard ``grpc-status-details-bin``
 (a ``google.rpc.Status`` holding a ``google.rpc.RetryInfo``; the Collector's OTLP exporter retries

@@ -16,6 +16,8 @@ import pytest
 
 from tests.docs_support import page
 
+pytestmark = pytest.mark.e2e  # whole programs in child processes: not the quick unit tier
+
 TUTORIAL = page("tutorial.md")
 _BLOCK = re.compile(r"^<!-- demo-output: (?P<start>start of: )?cp-observe (?P<args>[^>]*?) -->\n```text\n"
                     r"(?P<body>.*?)^```$", re.M | re.S)

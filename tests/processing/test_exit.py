@@ -23,6 +23,8 @@ from cp_observe.testing import JudgeServer, delay
 from tests.otlp_receiver import OtlpReceiver
 from tests.serve_support import subprocess_env
 
+pytestmark = pytest.mark.e2e  # whole programs in child processes: not the quick unit tier
+
 _SCRIPT = textwrap.dedent('''
     import atexit, json, logging, os, sys, time
     from opentelemetry import trace

@@ -5,8 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from cp_observe.testing import JudgeServer
 from tests.readme_support import quickstart_blocks, run_quickstart
+
+pytestmark = pytest.mark.e2e  # whole programs in child processes: not the quick unit tier
 
 _BIN = Path(sys.executable).parent  # this venv: cp-observe installed from the checkout
 

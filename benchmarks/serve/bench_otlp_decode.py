@@ -9,7 +9,7 @@ This measures the two ways a request can be built from the same JSON body, so th
 
 Both include ``json.loads`` of the body. Bodies hold agent + retrieval turns, five 300-character documents each.
 
-    .venv/bin/python benchmarks/bench_otlp_decode.py            # 10, 100 and 1000 turns per body
+    .venv/bin/python benchmarks/serve/bench_otlp_decode.py            # 10, 100 and 1000 turns per body
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import machine_line, markdown_table
 from google.protobuf import json_format  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
