@@ -1,4 +1,4 @@
-"""No tracked text file names a path of the machine it was written on (issue 26).
+"""No tracked text file names a path of the machine it was written on.
 
 A command that ``cd``s into a developer's checkout, or a figure quoted with a home directory in it, works on
 one machine only and leaks its layout. Repository-wide like ``test_architecture.py``, so it sits beside it
@@ -94,14 +94,14 @@ def test_no_tracked_file_names_a_machine_path() -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "cd /work/main                      # the repository root",
+        "cd /work/rag-service-checkout      # the repository root",
         "python /home/alice/src/cp-observe/benchmarks/bench_serve.py",
         "open /Users/bob/cp-observe/report.html",
         "see /root/.cache/cp-observe/wheels",
         r"C:\Users\carol\cp-observe",
         "pip install -e /tmp/checkout/cp_observe",
         "File /tmp/pytest-of-dev/pytest-3/test_x0/out.json",
-        "PYTHONPATH=/opt/pypi/simple",
+        "PIP_FIND_LINKS=/opt/wheels/team-mirror",
     ],
 )
 def test_a_machine_path_is_found(line: str) -> None:
