@@ -253,6 +253,11 @@ ENV_PREFIX: Final = "CP_OBSERVE_"
 ENV_OTEL_CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 #: litellm fetches a remote cost map at import unless this is "True".
 ENV_LITELLM_LOCAL_COST_MAP: Final = "LITELLM_LOCAL_MODEL_COST_MAP"
+#: litellm fetches its Anthropic beta-headers config from GitHub on an Anthropic call unless this is "True".
+ENV_LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS: Final = "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS"
+#: "true" makes litellm use its bundled copy of everything it would fetch on its own (catalogs, checks,
+#: tokenizers, the cost map, the beta headers) instead of requesting it.
+ENV_LITELLM_OFFLINE_MODE: Final = "LITELLM_OFFLINE_MODE"
 
 # --- evaluation sinks (issue 17) -------------------------------------------------------------------------------
 # Counters by sink (SINK_ prefix: created by the sink runner, not part of the emitter's METRIC_* set).
