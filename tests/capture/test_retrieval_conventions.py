@@ -189,3 +189,19 @@ def test_convention_list_stays_within_max_value_length(otel: Otel) -> None:
     assert len(text) <= 120
     assert [d["id"] for d in documents] == [f"doc-{i}" for i in range(len(documents))]
     assert 1 <= len(documents) < 10
+
+
+def test_convention_list_is_exactly_jsons_for_awkward_ids_and_scores(otel: Otel) -> None:
+    """Quotes, newlines, non-ASCII and control characters in ids, tiny and whole scores: the text json.dumps writes."""
+    rows = [{"id": 'a"b', "content": "one", "score": 1e-07}, {"id": "línea\nnueva\t\x01", "content": "two",
+            "score": 3}, {"id": "東京", "content": "three", "score": 0.1 + 0.2}]
+
+    @cp_observe.retriever(name="kb")
+    def search(query: str) -> list[dict[str, Any]]:
+        return rows
+
+    search("q")
+    text = _span(otel, "retrieval kb")[n.GEN_AI_RETRIEVAL_DOCUMENTS]
+    expected = [{"id": r["id"], "score": float(r["score"])} for r in rows]
+    assert text == json.dumps(expected, ensure_ascii=False)
+    jsonschema.validate(json.loads(text), SCHEMA)
