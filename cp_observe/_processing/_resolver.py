@@ -7,8 +7,9 @@ no text for a judge to read. A user who can look a document up by id gives a res
 
 - bounded in time: one retrieval's documents are resolved within ``timeout_s`` in all;
 - bounded in concurrency: at most ``concurrency`` calls run at once, across all retrievals; a plain function runs
-  on that many threads of its own (``cp-observe-resolver``). A call that overruns its time keeps its slot until it
-  returns, so a resolver that hangs holds ``concurrency`` threads, never more;
+  each call on a daemon thread of its own (``cp-observe-resolver``). A call that overruns its time keeps its slot
+  until it returns, so a resolver that hangs holds ``concurrency`` threads, never more, and, being daemon threads,
+  they never keep the host's process from exiting (a thread pool's workers would be joined at exit);
 - failures counted: a retrieval whose documents cannot all be resolved is skipped under the reason of the first
   failure (``resolver_error``: a call raised; ``resolver_timeout``; ``resolver_no_text``: a call returned no text),
   and each reason is logged once per resolver with the error's type, never its message (it may quote content).
@@ -20,9 +21,9 @@ marking it irrelevant would bias the score.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import importlib
 import inspect
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -92,13 +93,9 @@ class DocumentResolver:
     def after_fork(self) -> None:
         """Fresh state (at construction, and in a forked child, where the parent's threads do not exist)."""
         self._slots: asyncio.Semaphore | None = None  # made on the evaluator's loop, on first use
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def shutdown(self) -> None:
-        """Let the resolver's threads end; a call still running is not waited for."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        """Nothing waits for a call still running: its daemon thread ends with it, or with the process."""
 
     async def texts(self, ids: Sequence[str], data_source: str) -> list[str] | str:
         """Each document's text in rank order, or the skip reason of the first document that failed."""
@@ -126,10 +123,7 @@ class DocumentResolver:
                 finally:
                     slots.release()
             else:
-                if self._pool is None:
-                    self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency, "cp-observe-resolver")
-                future = asyncio.get_running_loop().run_in_executor(self._pool, self._resolve, document_id,
-                                                                    data_source)
+                future = self._on_thread(document_id, data_source)
                 future.add_done_callback(lambda _: slots.release())  # the slot is free when the thread is
                 value = await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - time.monotonic()))
         except asyncio.TimeoutError:
@@ -142,9 +136,39 @@ class DocumentResolver:
             return self._failed(n.SKIP_RESOLVER_NO_TEXT, type(value).__name__)
         return redact_foreign(value[:_MAX_TEXT]) or "", ""
 
+    def _on_thread(self, document_id: str, data_source: str) -> asyncio.Future[Any]:
+        """Run one call of a plain resolver on a daemon thread; its outcome settles the future on the loop."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        resolve = self._resolve
+
+        def run() -> None:
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = resolve(document_id, data_source)
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop; a non-Exception becomes an error
+                error = exc if isinstance(exc, Exception) else RuntimeError(type(exc).__name__)
+            try:
+                loop.call_soon_threadsafe(_settle, future, value, error)
+            except RuntimeError:
+                pass  # the evaluator's loop has closed (shutdown): nobody waits for this answer
+
+        threading.Thread(target=run, name="cp-observe-resolver", daemon=True).start()
+        return future
+
     def _failed(self, reason: str, what: str) -> tuple[None, str]:
         if reason not in self._logged:
             self._logged.add(reason)
             logger.warning("the document resolver failed; retrievals it cannot complete are skipped",
                            reason=reason, error=what, resolver=getattr(self._resolve, "__qualname__", "resolver"))
         return None, reason
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)

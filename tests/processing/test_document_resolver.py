@@ -144,11 +144,11 @@ def test_resolver_concurrency_is_bounded_even_when_it_hangs(otel: Otel, server: 
     most = [0]
     lock = threading.Lock()
 
-    threads: set[str] = set()
+    threads: set[int] = set()
 
     def hanging(document_id: str, data_source: str) -> str:
         with lock:
-            threads.add(threading.current_thread().name)
+            threads.add(threading.get_ident())  # the hung threads stay alive until release: no ident reused
             running.append(1)
             most[0] = max(most[0], len(running))
         release.wait(10)
@@ -235,3 +235,28 @@ def test_the_resolver_never_runs_on_the_request_path(otel: Otel, server: JudgeSe
     gate.set()
     assert processor.force_flush(30_000)
     assert done.is_set() and processor.stats()["scored"] == 1
+
+
+def test_a_hung_resolver_does_not_keep_the_process_from_exiting(tmp_path: Any) -> None:
+    """A process whose resolver never returns still exits once the processor shuts down (daemon threads)."""
+    import subprocess
+
+    code = (
+        "import json, threading, cp_observe\n"
+        "from cp_observe import _names as n\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "provider = TracerProvider()\n"
+        "p = cp_observe.ContextPrecisionProcessor('lexical', tracer_provider=provider,\n"
+        "    document_resolver=lambda i, ds: threading.Event().wait(), document_resolver_timeout_s=0.2)\n"
+        "provider.add_span_processor(p)\n"
+        "with provider.get_tracer('t').start_as_current_span('retrieval kb', attributes={\n"
+        "    n.GEN_AI_OPERATION_NAME: n.OPERATION_RETRIEVAL, n.GEN_AI_RETRIEVAL_QUERY_TEXT: 'q',\n"
+        "    n.GEN_AI_RETRIEVAL_DOCUMENTS: json.dumps([{'id': 'a', 'score': 1.0}])}):\n"
+        "    pass\n"
+        "assert p.force_flush(10_000)\n"
+        "print(p.stats()['reasons'])\n"
+        "p.shutdown()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert n.SKIP_RESOLVER_TIMEOUT in done.stdout
