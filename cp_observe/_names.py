@@ -38,6 +38,12 @@ OPERATION_TEXT_COMPLETION: Final = "text_completion"
 OPERATION_GENERATE_CONTENT: Final = "generate_content"
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 GEN_AI_RETRIEVAL_DOCUMENTS: Final = "gen_ai.retrieval.documents"
+#: The number of documents a retrieval asked for (recommended); written on cp-observe's retrieval spans when the
+#: decorated function has an argument named ``k``, ``top_k`` or ``limit``, read from any retrieval span.
+GEN_AI_RETRIEVAL_TOP_K: Final = "gen_ai.retrieval.top_k"
+#: What older GenAI instrumentations (opentelemetry-util-genai before 1.2) wrote for it; newer conventions keep
+#: this name for decoding, so it is read as the requested k on retrieval spans only.
+GEN_AI_REQUEST_TOP_K: Final = "gen_ai.request.top_k"
 
 EVALUATION_NAME: Final = "context_precision"
 LABEL_PASS: Final = "pass"
@@ -61,6 +67,9 @@ LLM_OUTPUT_MESSAGES: Final = "llm.output_messages"
 RERANKER_QUERY: Final = "reranker.query"
 RERANKER_INPUT_DOCUMENTS: Final = "reranker.input_documents"
 RERANKER_OUTPUT_DOCUMENTS: Final = "reranker.output_documents"
+#: The reranking model (``@reranker(model=...)`` writes it): compared with the judge's (``_judging/_identity.py``).
+RERANKER_MODEL_NAME: Final = "reranker.model_name"
+RERANKER_TOP_K: Final = "reranker.top_k"
 OI_EVALUATION_NAME: Final = "evaluations.0.evaluation.name"
 OI_EVALUATION_SCORE: Final = "evaluations.0.evaluation.score"
 OI_EVALUATION_LABEL: Final = "evaluations.0.evaluation.label"
@@ -92,6 +101,10 @@ DB_QUERY_RESULT_DOCUMENT: Final = "db.query.result.document"
 CP_SAMPLED: Final = "context_precision.sampled"
 CP_SAMPLING_REASON: Final = "context_precision.sampling.reason"
 CP_CONTEXT_COUNT: Final = "context_precision.context.count"
+#: On the evaluation: the k the retrieval asked for (``gen_ai.retrieval.top_k``, or ``gen_ai.request.top_k`` on a
+#: retrieval span), beside ``CP_RETRIEVAL_RETURNED``, the number of documents it returned.
+CP_RETRIEVAL_TOP_K: Final = "context_precision.retrieval.top_k"
+CP_RETRIEVAL_RETURNED: Final = "context_precision.retrieval.returned"
 CP_CONTENT_CAPTURED: Final = "context_precision.content.captured"
 CP_VERDICTS: Final = "context_precision.verdicts"
 CP_REASONS: Final = "context_precision.reasons"
@@ -127,6 +140,9 @@ STAGE_RERANK: Final = "rerank"
 CP_RERANK_AP_BEFORE: Final = "context_precision.rerank.average_precision_before"
 CP_RERANK_LIFT: Final = "context_precision.rerank.lift"
 CP_RERANK_DROPPED_RELEVANT: Final = "context_precision.rerank.dropped_relevant"
+#: True when the reranker's model is the judge's model or of its family (``_judging/_identity.py``,
+#: ``same_family``): LLM judges favour LLM rerankers, most of all their own model, so the lift may be inflated.
+CP_RERANK_JUDGE_IS_RERANKER: Final = "context_precision.rerank.judge_is_reranker"
 # The @reranker decorator's span name prefix ("rerank {name}").
 RERANK_SPAN_PREFIX: Final = "rerank"
 # A scored retrieval drawn (uniformly, at ``calibration_rate``) for a person to label.
@@ -229,6 +245,12 @@ OUTCOME_FAILED: Final = "failed"
 OUTCOME_DROPPED: Final = "dropped"
 OUTCOME_SKIPPED: Final = "skipped"
 OUTCOMES: Final = (OUTCOME_SCORED, OUTCOME_FAILED, OUTCOME_DROPPED, OUTCOME_SKIPPED)
+#: Skip reasons of a retrieval whose documents carry ids but no text (the newest GenAI conventions' documents):
+#: no document resolver is set, or the resolver raised, overran ``document_resolver_timeout_s``, or gave no text.
+SKIP_NO_DOCUMENT_TEXT: Final = "no_document_text"
+SKIP_RESOLVER_ERROR: Final = "resolver_error"
+SKIP_RESOLVER_TIMEOUT: Final = "resolver_timeout"
+SKIP_RESOLVER_NO_TEXT: Final = "resolver_no_text"
 #: On METRIC_INTERNAL_ERRORS: whose failure (internal | user | host, as _internal tells them apart) and where.
 ERROR_KIND: Final = "kind"
 ERROR_SITE: Final = "site"
@@ -257,6 +279,11 @@ ENV_OTEL_CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CO
 ENV_OTEL_TRACES_EXPORTER: Final = "OTEL_TRACES_EXPORTER"
 #: litellm fetches a remote cost map at import unless this is "True".
 ENV_LITELLM_LOCAL_COST_MAP: Final = "LITELLM_LOCAL_MODEL_COST_MAP"
+#: litellm fetches its Anthropic beta-headers config from GitHub on an Anthropic call unless this is "True".
+ENV_LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS: Final = "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS"
+#: "true" makes litellm use its bundled copy of everything it would fetch on its own (catalogs, checks,
+#: tokenizers, the cost map, the beta headers) instead of requesting it.
+ENV_LITELLM_OFFLINE_MODE: Final = "LITELLM_OFFLINE_MODE"
 
 # --- evaluation sinks -------------------------------------------------------------------------------------------------
 # Counters by sink (SINK_ prefix: created by the sink runner, not part of the emitter's METRIC_* set).

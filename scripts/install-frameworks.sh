@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install the real RAG frameworks and instrumentors (LangChain, LlamaIndex, Haystack, Chroma; OpenInference and
-# OpenLLMetry) into their own venv, .venv-frameworks, for tests/integration/test_frameworks.py. A separate venv because their
-# dependency trees (numpy, onnxruntime, SQLAlchemy, ...) must never constrain the library's test venv.
+# Install the real RAG frameworks and instrumentors (LangChain, LlamaIndex, Haystack, Chroma; OpenInference,
+# OpenLLMetry and opentelemetry-util-genai) into their own venv, .venv-frameworks, for tests/integration/
+# test_frameworks.py and test_genai_retrieval.py. A separate venv because their dependency trees (numpy,
+# onnxruntime, SQLAlchemy, ...) must never constrain the library's test venv.
 # Exact versions from scripts/frameworks.lock, installed with --no-deps (nothing to resolve: a minute or two from
 # a warm cache), plus cp-observe itself (editable, so the apps run this checkout). Idempotent: a stamp records the
 # lock's checksum, so a second run does nothing. Quiet; fails loudly.
@@ -30,7 +31,7 @@ if [ ! -f "$stamp" ]; then
   rm -f "$VENV"/.frameworks-*
   touch "$stamp"
 fi
-"$VENV/bin/python" -c 'import langchain_core, llama_index.core, haystack, chromadb, cp_observe' || {
+"$VENV/bin/python" -c 'import langchain_core, llama_index.core, haystack, chromadb, opentelemetry.util.genai, cp_observe' || {
   echo "install-frameworks: $VENV is incomplete; delete it and run again" >&2
   exit 1
 }

@@ -94,14 +94,14 @@ def test_no_tracked_file_names_a_machine_path() -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "cd /work/main                      # the repository root",
+        "cd /work/rag-service-checkout      # the repository root",
         "python /home/alice/src/cp-observe/benchmarks/serve/bench_serve.py",
         "open /Users/bob/cp-observe/report.html",
         "see /root/.cache/cp-observe/wheels",
         r"C:\Users\carol\cp-observe",
         "pip install -e /tmp/checkout/cp_observe",
         "File /tmp/pytest-of-dev/pytest-3/test_x0/out.json",
-        "PYTHONPATH=/opt/pypi/simple",
+        "PIP_FIND_LINKS=/opt/wheels/team-mirror",
     ],
 )
 def test_a_machine_path_is_found(line: str) -> None:

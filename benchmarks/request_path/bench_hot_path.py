@@ -174,6 +174,9 @@ def _docs_llamaindex(result: list[Any]) -> dict[str, Any]:
             attributes[prefix + "score"] = scored.score
         if node.metadata:
             attributes[prefix + "metadata"] = json.dumps(node.metadata)
+    # The GenAI convention's document list: ids and scores (every document here has both).
+    attributes["gen_ai.retrieval.documents"] = json.dumps(
+        [{"id": scored.node.id_, "score": scored.score} for scored in result], ensure_ascii=False)
     return attributes
 
 
@@ -187,6 +190,8 @@ def _docs_haystack(result: list[Any]) -> dict[str, Any]:
             attributes[prefix + "score"] = doc.score
         if doc.meta:
             attributes[prefix + "metadata"] = json.dumps(doc.meta)
+    attributes["gen_ai.retrieval.documents"] = json.dumps(
+        [{"id": doc.id, "score": doc.score} for doc in result], ensure_ascii=False)
     return attributes
 
 

@@ -20,6 +20,11 @@ GenAI conventions                 ``gen_ai.operation.name=retrieval``      ``gen
                                                                            ``gen_ai.retrieval.documents`` (JSON)
 ================================  =======================================  ====================================
 
+The k a retrieval asked for (``top_k_of``) is ``gen_ai.retrieval.top_k``; on a retrieval span (by ``role``)
+``gen_ai.request.top_k``, which GenAI instrumentations before the retrieval attribute existed wrote there (newer
+conventions keep that name for decoding, so on any other span it means something else); on a RERANKER span
+``reranker.top_k``. A reranker's model is OpenInference's ``reranker.model_name`` (``reranker_model_of``).
+
 Answers (the reference a retrieval is judged against) come from the nearest span enclosing the retrieval
 in time that carries one: an agent (``AGENT``, ``gen_ai.operation.name=invoke_agent``, ``@cp_observe.agent``),
 an LLM call (``LLM``, ``gen_ai.operation.name=chat|text_completion|generate_content``) or the trace's local
@@ -27,6 +32,9 @@ root (a chain or workflow root). Each is read per convention, first found wins: 
 ``gen_ai.output.messages``, ``llm.output_messages.{i}.message.content`` (last assistant message),
 ``traceloop.entity.output`` (``outputs``), ``output.value`` (JSON results give their ``answer``/``response``/
 ``output``/``text``/``content`` string).
+
+A retrieval whose documents carry ids but no text (``document_ids_of``) is still a retrieval: it is counted, and
+judged when a document resolver gives the text (``_processing/_resolver.py``), else skipped as such.
 
 ``role`` runs on the hot path (``on_end`` of every span): a few dictionary look-ups. Everything else runs on
 the evaluator thread. Every reader is bounded and never raises: a malformed value reads as absent.
@@ -51,14 +59,17 @@ __all__ = [
     "answer_of",
     "convention_name",
     "data_source_reader",
+    "document_ids_of",
     "is_decorated",
     "plain_attributes",
     "query_of",
     "reorders",
     "reranker_input_of",
+    "reranker_model_of",
     "reranks_nothing",
     "retrieved_of",
     "role",
+    "top_k_of",
 ]
 
 #: A user's data-source mapping: a callable of a span's attributes, or attribute names tried in order.
@@ -72,6 +83,7 @@ _MAX_DOCUMENTS: Final = 1000
 _MAX_TEXT: Final = 20_000
 _MAX_ANSWER: Final = 100_000  # characters of an answer read off a span
 _MAX_MESSAGES: Final = 64
+_MAX_MODEL_NAME: Final = 200
 
 _ROLE_OF_KIND: Final[Mapping[object, str]] = {
     n.KIND_RETRIEVER: ROLE_RETRIEVER,
@@ -167,6 +179,39 @@ def retrieved_of(attributes: Mapping[str, Any], events: Sequence[Any] = ()) -> R
     return None
 
 
+def document_ids_of(attributes: Mapping[str, Any]) -> list[str | None] | None:
+    """The ids of a retrieval's documents when they carry no text; ``None`` when it names no such documents.
+
+    Read where ``retrieved_of`` finds nothing to judge: the GenAI convention's ``gen_ai.retrieval.documents`` of
+    ids and scores only (``opentelemetry-util-genai``'s ``RetrievalDocument`` has no other field), else
+    OpenInference ``retrieval.documents.{i}.document.id`` without content. A document without an id is ``None``
+    in the list (it cannot be resolved).
+    """
+    try:
+        parsed = _json(attributes.get(n.GEN_AI_RETRIEVAL_DOCUMENTS))
+        if isinstance(parsed, list) and parsed and all(isinstance(item, dict) for item in parsed):
+            if any(_has_text(item) for item in parsed):
+                return None
+            return [_id_text(item.get("id")) for item in parsed[:_MAX_DOCUMENTS]]
+        ids: list[str | None] = []
+        for i in range(_MAX_DOCUMENTS):
+            base = f"{n.RETRIEVAL_DOCUMENTS}.{i}.document."
+            ident = attributes.get(base + "id")
+            if ident is None or attributes.get(base + "content") is not None:
+                break
+            ids.append(_id_text(ident))
+        return ids or None
+    except Exception:  # noqa: BLE001 - see retrieved_of
+        return None
+
+
+def _id_text(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    text = str(value).strip()[:_MAX_TEXT]
+    return text or None
+
+
 def reranker_input_of(attributes: Mapping[str, Any]) -> Retrieved | None:
     """A RERANKER span's input documents (``reranker.input_documents.{i}.document.*``); ``None`` if it has none."""
     try:
@@ -193,6 +238,32 @@ def reorders(before: Sequence[str] | None, after: Sequence[str] | None) -> bool:
     if before is None or after is None:
         return True
     return list(before[: len(after)]) != list(after)
+
+
+def top_k_of(attributes: Mapping[str, Any]) -> int | None:
+    """The number of documents a retrieval (or reranker) span asked for, by convention; ``None`` if not stated.
+
+    A whole number >= 0 (an integral float, as some exporters send numbers, counts); anything else reads as absent.
+    """
+    try:
+        value = attributes.get(n.GEN_AI_RETRIEVAL_TOP_K)
+        if value is None:
+            kind = attributes.get(n.OPENINFERENCE_SPAN_KIND)
+            if kind == n.KIND_RERANKER:
+                value = attributes.get(n.RERANKER_TOP_K)
+            elif kind == n.KIND_RETRIEVER or attributes.get(n.GEN_AI_OPERATION_NAME) == n.OPERATION_RETRIEVAL:
+                value = attributes.get(n.GEN_AI_REQUEST_TOP_K)
+        return _count(value)
+    except Exception:  # noqa: BLE001 - see retrieved_of
+        return None
+
+
+def reranker_model_of(attributes: Mapping[str, Any]) -> str | None:
+    """The model a RERANKER span names (``reranker.model_name``); ``None`` for other spans or none named."""
+    if attributes.get(n.OPENINFERENCE_SPAN_KIND) != n.KIND_RERANKER:
+        return None
+    value = attributes.get(n.RERANKER_MODEL_NAME)
+    return value.strip()[:_MAX_MODEL_NAME] or None if isinstance(value, str) else None
 
 
 def query_of(attributes: Mapping[str, Any]) -> str | None:
@@ -301,6 +372,14 @@ def _json(value: object) -> Any:
         return json.loads(value)
     except (ValueError, RecursionError):
         return None
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and 0 <= value < 1 << 31 else None
 
 
 def _indexed(attributes: Mapping[str, Any], prefix: str) -> Retrieved | None:

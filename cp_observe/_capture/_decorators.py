@@ -27,6 +27,9 @@ Kind = Literal["retriever", "reranker", "agent"]
 QuerySpec = str | Callable[..., Any] | None
 #: Argument names ``@reranker`` takes its input documents from when ``documents=`` is not given (first found).
 DOCUMENT_ARGUMENTS = ("documents", "docs", "nodes", "contexts", "candidates", "passages", "hits", "results")
+#: Argument names read as the number of documents asked for (first found), recorded as ``gen_ai.retrieval.top_k``
+#: (``reranker.top_k`` on a reranker) when the call passes a whole number >= 0.
+TOP_K_ARGUMENTS = ("k", "top_k", "limit")
 
 
 @overload
@@ -47,6 +50,11 @@ def retriever(
     context_extractor: Callable[[Any], Any] | None = None,
 ) -> F | Callable[[F], F]:
     """Trace a retrieval function: its query and the contexts it returns, in rank order.
+
+    The span follows both OpenInference and the GenAI retrieval convention. When the function has an argument
+    named one of ``TOP_K_ARGUMENTS`` (``k``, ``top_k``, ``limit``; found at decoration time), the number a call
+    passes there is recorded as ``gen_ai.retrieval.top_k``. With content capture on, documents that carry an id
+    and a score are also recorded as ``gen_ai.retrieval.documents`` (ids and scores only).
 
     Args:
         func: the function (when used bare, as ``@retriever``).
@@ -70,6 +78,7 @@ def reranker(
     query: QuerySpec = None,
     documents: QuerySpec = None,
     context_extractor: Callable[[Any], Any] | None = None,
+    model: str | None = None,
 ) -> Callable[[F], F]: ...
 def reranker(
     func: F | None = None,
@@ -79,6 +88,7 @@ def reranker(
     query: QuerySpec = None,
     documents: QuerySpec = None,
     context_extractor: Callable[[Any], Any] | None = None,
+    model: str | None = None,
 ) -> F | Callable[[F], F]:
     """Trace a reranker: its query, the documents it was given and the documents it returns, each in rank order.
 
@@ -98,15 +108,20 @@ def reranker(
             (default: the first argument named one of ``DOCUMENT_ARGUMENTS``, else the second argument other than
             ``self``/``cls``). They are read when the call starts, before the reranker can reorder them in place.
         context_extractor: ``(return value) -> contexts`` for output shapes the default extraction does not know.
+        model: the reranking model, as a litellm-style model string when it is an LLM (``openai/gpt-4o-mini``),
+            recorded as ``reranker.model_name``. When it is the judge's model or of its family, the evaluation
+            says so (``context_precision.rerank.judge_is_reranker``): an LLM judge favours its own kind.
 
     Raises:
         ValueError: ``query`` or ``documents`` names an argument the function does not have, or no argument can
-            hold the input documents.
+            hold the input documents; ``model`` is not a non-empty string.
     """
     if documents is not None and not (isinstance(documents, str) or callable(documents)):
         raise ValueError("documents must be an argument name or a callable")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise ValueError("model must be a non-empty string")
     return _decorate("reranker", func, name=name, query=query, context_extractor=context_extractor, output=None,
-                     documents=documents)
+                     documents=documents, model=model.strip() if model else None)
 
 
 @overload
@@ -154,6 +169,7 @@ def _decorate(
     context_extractor: Callable[[Any], Any] | None,
     output: Callable[[Any], Any] | None,
     documents: QuerySpec = None,
+    model: str | None = None,
 ) -> F | Callable[[F], F]:
     for label, value in (("context_extractor", context_extractor), ("output", output)):
         if value is not None and not callable(value):
@@ -175,6 +191,8 @@ def _decorate(
             context_extractor=context_extractor,
             output=output,
             documents=_documents_getter(target, documents) if kind == "reranker" else None,
+            top_k=_top_k_getter(target) if kind != "agent" else None,
+            model=model,
         )
         return _wrap(target, call)
 
@@ -204,6 +222,19 @@ def _documents_getter(
             "pass documents= (an argument name or a callable)"
         )
     return _query_getter(func, plain[1].name, label="documents")
+
+
+def _top_k_getter(func: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Any] | None:
+    """Resolve, once, which argument says how many documents to return (``TOP_K_ARGUMENTS``); ``None``: none."""
+    try:
+        names = {p.name for p in inspect.signature(func).parameters.values()
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    except (TypeError, ValueError):
+        return None
+    for candidate in TOP_K_ARGUMENTS:
+        if candidate in names:
+            return _query_getter(func, candidate, label="top_k")
+    return None
 
 
 def _query_getter(

@@ -15,6 +15,7 @@ import contextlib
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _json_string  # json.dumps' own string encoder (C), non-ASCII kept
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -73,14 +74,25 @@ class Call:
     scores_contexts: bool = False
     doc_keys: tuple[dict[str, str], ...] = _DOC_KEYS  # where the returned documents are recorded
     recorded: int = len(_DOC_KEYS)  # at most this many of them
+    #: The argument naming how many documents to return (``k``, ``top_k``, ``limit``), a getter like ``query``,
+    #: resolved at decoration time; ``None`` when the function has none.
+    top_k: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None
+    #: A reranker's model (``@reranker(model=...)``), recorded as ``reranker.model_name``.
+    model: str | None = None
+    top_k_key: str = n.GEN_AI_RETRIEVAL_TOP_K  # where the requested k is recorded
+    #: Whether the documents also go out as the GenAI convention's ``gen_ai.retrieval.documents`` (retrievers).
+    convention_documents: bool = False
 
     def __post_init__(self) -> None:
         if self.kind == "reranker":
             # No data source id: the evaluation takes the one of the retrieval it reranks (turn assembly).
             self.span_name = f"{n.RERANK_SPAN_PREFIX} {self.name}"
             self.start_attributes = {n.OPENINFERENCE_SPAN_KIND: n.KIND_RERANKER}
+            if self.model:
+                self.start_attributes[n.RERANKER_MODEL_NAME] = self.model
             self.scores_contexts = True
             self.doc_keys, self.recorded = _OUT_KEYS, _RERANK_RECORDED
+            self.top_k_key = n.RERANKER_TOP_K
         elif self.kind == "retriever":
             self.span_name = f"{n.RETRIEVAL_SPAN_PREFIX} {self.name}"
             self.start_attributes = {
@@ -89,6 +101,7 @@ class Call:
                 n.OPENINFERENCE_SPAN_KIND: n.KIND_RETRIEVER,
             }
             self.scores_contexts = True
+            self.convention_documents = True
         else:
             self.span_name = f"{n.AGENT_SPAN_PREFIX} {self.name}"
             self.start_attributes = {
@@ -160,6 +173,10 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             FORCED.add(trace_id)  # so the processor, which sees only the ended span, agrees
             sampled = True
         attributes: dict[str, Any] = {n.CP_SAMPLED: sampled}
+        if call.top_k is not None:  # not content: recorded whatever the capture settings
+            k = call.top_k(args, kwargs)
+            if type(k) is int and k >= 0:
+                attributes[call.top_k_key] = k
         key = None
         raw_query = call.query(args, kwargs) if sampled or rt.capture_content else None
         user_error = None
@@ -339,7 +356,8 @@ def _record_result(state: State, result: Any, partial: bool, yielded: int | None
                     count += yielded - len(raw)  # items yielded beyond those kept, one context each
                 attributes[n.CP_CONTEXT_COUNT] = count
         if rt.capture_content and items and contexts is not None:
-            _record_documents(rt, items, contexts, attributes, doc_keys=call.doc_keys, recorded=call.recorded)
+            _record_documents(rt, items, contexts, attributes, doc_keys=call.doc_keys, recorded=call.recorded,
+                              convention=call.convention_documents)
     answer: str | None = None
     if call.kind == "agent":
         answer, answer_error = _record_answer(call, rt, result, attributes)
@@ -357,24 +375,62 @@ def _record_result(state: State, result: Any, partial: bool, yielded: int | None
 
 def _record_documents(
     rt: Runtime, items: tuple[Context, ...], contexts: list[str], attributes: dict[str, Any], *,
-    doc_keys: tuple[dict[str, str], ...] = _DOC_KEYS, recorded: int = len(_DOC_KEYS),
+    doc_keys: tuple[dict[str, str], ...] = _DOC_KEYS, recorded: int = len(_DOC_KEYS), convention: bool = False,
 ) -> None:
-    """The first ``max_contexts`` documents' content, id, score and metadata, as span attributes (at ``doc_keys``)."""
+    """The first ``max_contexts`` documents' content, id, score and metadata, as span attributes (at ``doc_keys``).
+
+    With ``convention`` (a retriever's span), the same documents' ids and scores also go out as the GenAI
+    convention's ``gen_ai.retrieval.documents``: a JSON array of ``{"id", "score"}`` in rank order. The
+    convention's schema requires both fields, so the attribute is written only when every recorded document has
+    both; the content is not repeated there (it stays once, in the OpenInference attributes Phoenix shows). Like
+    every recorded text it stays within ``max_value_length``: then it lists the leading documents that fit.
+    Recorded only with content capture on, like the ids: the convention makes the attribute opt-in, and ids
+    (paths, URLs, titles) can say what a document holds.
+    """
     limit, redact = rt.max_value_length, rt.redact
+    documents: list[str] | None = [] if convention else None  # each document's JSON object
     for i in range(min(len(items), rt.max_contexts, recorded)):
         item, text = items[i], contexts[i]
         keys = doc_keys[i]
         attributes[keys["content"]] = _shown(text, limit)
+        ident = score = None
         if item.id is not None:
-            attributes[keys["id"]] = _shown(_redacted(item.id, redact) if redact else item.id, limit)
+            ident = attributes[keys["id"]] = _shown(_redacted(item.id, redact) if redact else item.id, limit)
         if item.score is not None:
             score = finite_float(item.score)
             if score is not None:
                 attributes[keys["score"]] = score
+        if documents is not None:
+            if ident is None or score is None:
+                documents = None  # the schema requires both: no partial list (its ranks would not match)
+            else:  # what json.dumps writes for {"id": ident, "score": score}, at half its cost
+                documents.append('{"id": ' + _json_string(ident) + ', "score": ' + float.__repr__(score) + "}")
         if item.metadata:
             meta = metadata_json(item.metadata, limit)
             if meta is not None:
                 attributes[keys["metadata"]] = _shown(_redacted(meta, redact) if redact else meta, limit + 64)
+    if documents:
+        _record_convention_documents(documents, attributes, limit)
+
+
+def _record_convention_documents(documents: list[str], attributes: dict[str, Any], limit: int) -> None:
+    """``gen_ai.retrieval.documents`` within ``max_value_length``: the leading documents that fit, in rank order.
+
+    ``documents`` are the JSON objects, one per document. A prefix stays valid JSON and keeps the ranks; a text
+    cut in the middle would be neither.
+    """
+    text = "[" + ", ".join(documents) + "]"
+    if len(text) > limit:
+        size, kept = 2, 0  # the brackets
+        for piece in documents:
+            size += len(piece) + (2 if kept else 0)
+            if size > limit:
+                break
+            kept += 1
+        if not kept:
+            return
+        text = "[" + ", ".join(documents[:kept]) + "]"
+    attributes[n.GEN_AI_RETRIEVAL_DOCUMENTS] = text
 
 
 def _record_answer(call: Call, rt: Runtime, result: Any, attributes: dict[str, Any]) -> tuple[str | None, str | None]:

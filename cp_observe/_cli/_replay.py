@@ -55,6 +55,9 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                         help="span attributes whose values label the score series [CP_OBSERVE_SEGMENTS]")
     parser.add_argument("--max-segment-values", type=int, metavar="N",
                         help="distinct values kept per segment; later ones are 'other' [CP_OBSERVE_MAX_SEGMENT_VALUES]")
+    parser.add_argument("--document-resolver", metavar="MODULE:FUNCTION",
+                        help="gives the text of documents a span names by id only: (document_id, data_source) -> "
+                             "text [CP_OBSERVE_DOCUMENT_RESOLVER]")
     parser.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
                         help="seconds between progress lines when stderr is not a terminal (default 10)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress, only the summary")
@@ -86,7 +89,7 @@ def run_replay(args: argparse.Namespace) -> int:
             data_sources=frozenset(args.data_source) if args.data_source else None,
             max_evaluations=args.max_evaluations, budget_usd=args.budget_usd, dry_run=args.dry_run,
             output=args.output, otlp_endpoint=args.otlp_endpoint, segments=args.segments,
-            max_segment_values=args.max_segment_values,
+            max_segment_values=args.max_segment_values, document_resolver=args.document_resolver,
         )
         progress = Progress(interval_s=args.progress_interval, enabled=not args.quiet)
         result = replay(sources, options, progress=progress)

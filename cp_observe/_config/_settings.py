@@ -32,6 +32,11 @@ def _http_url(value: str) -> str | None:
     return None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
 
 
+def _module_function(value: str) -> str | None:
+    module, colon, name = value.partition(":")
+    return None if colon and module.strip() and name.strip() else "must be module:function"
+
+
 def _judge_transport(value: str) -> str | None:
     return None if value in ("auto", "litellm") else "must be 'auto' or 'litellm'"
 
@@ -102,6 +107,14 @@ class Settings:
     )
     max_segment_values: int = setting(50, "Distinct values kept per segment per processor; later ones are 'other'.",
                                       ge=1, le=1000)
+    # Documents without text (the GenAI convention's ids and scores): the user's function that gives their text.
+    document_resolver: str | None = setting(
+        None, "module:function giving a document's text from its id: (document_id, data_source) -> text; for "
+        "retrievals whose documents carry no text. configure() also takes the callable itself.",
+        check=_module_function,
+    )
+    document_resolver_timeout_s: float = setting(5.0, "Longest one retrieval's documents may take to resolve.", gt=0)
+    document_resolver_concurrency: int = setting(4, "Document resolver calls running at once.", ge=1)
 
     def __post_init__(self) -> None:
         """Type and bound every field (``"5"`` becomes 5, a key a ``Secret``); all problems in one error.

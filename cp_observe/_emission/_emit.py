@@ -24,7 +24,7 @@ from cp_observe._emission._segments import SegmentValues
 from cp_observe._emission._sinks import EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._emission._sums import Key, key, sums_for
 from cp_observe._judging._calibration import needs_label
-from cp_observe._judging._identity import JudgeIdentity, judge_identity
+from cp_observe._judging._identity import JudgeIdentity, judge_identity, same_family
 from cp_observe._types import CascadeResult, ScoreResult
 
 __all__ = ["Emitter", "Target"]
@@ -68,6 +68,9 @@ class Target:
     attributes: Any = None  # the scored span's attributes (the sinks read which documents it records)
     segments: tuple[tuple[str, str], ...] = ()  # (label name, value) per configured segment (SegmentValues)
     stage: str = n.STAGE_RETRIEVAL  # the ranking stage scored (a label, and CP_STAGE on span and event)
+    top_k: int | None = None  # the k the retrieval asked for (``_conventions.top_k_of``), when it says
+    returned: int | None = None  # how many documents it returned
+    reranker_model: str | None = None  # the model a reranker names (``reranker.model_name``)
 
 
 class Emitter:
@@ -257,6 +260,7 @@ class Emitter:
             **_rerank_attributes(result),
         }
         attributes.update(_segment_attributes(target))
+        attributes.update(_retrieval_attributes(target, model))
         if result.truncated:
             attributes[n.CP_TRUNCATED_CONTEXTS] = list(result.truncated)
         context = target.span_context
@@ -483,6 +487,18 @@ _SUMMED = (
 def _segment_attributes(target: Target) -> dict[str, str]:
     """The evaluation span's and event's segment attributes (``CP_SEGMENT_PREFIX + label``), whatever capture says."""
     return {n.CP_SEGMENT_PREFIX + label: value for label, value in target.segments}
+
+
+def _retrieval_attributes(target: Target, model: str) -> dict[str, Any]:
+    """The k asked for beside the documents returned, and whether a reranker's model is the judge's kind."""
+    attributes: dict[str, Any] = {}
+    if target.top_k is not None:
+        attributes[n.CP_RETRIEVAL_TOP_K] = target.top_k
+    if target.returned is not None:
+        attributes[n.CP_RETRIEVAL_RETURNED] = target.returned
+    if target.reranker_model is not None and target.stage == n.STAGE_RERANK:
+        attributes[n.CP_RERANK_JUDGE_IS_RERANKER] = same_family(model, target.reranker_model)
+    return attributes
 
 
 def _rerank_attributes(result: ScoreResult) -> dict[str, Any]:

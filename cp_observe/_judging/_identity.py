@@ -12,9 +12,35 @@ from typing import Any
 
 from cp_observe import _names as n
 
-__all__ = ["JudgeIdentity", "judge_identity"]
+__all__ = ["JudgeIdentity", "judge_identity", "model_family", "same_family"]
 
 _NONE = "none"
+
+# --- whether a reranker's model is the judge's own kind ---------------------------------------------------------
+# LLM judges favour LLM rerankers, most of all their own model: in TREC RAG studies an LLM-reranked run ranked far
+# higher under LLM judging than under human judging. The rule is a string rule on litellm-style model strings,
+# documented in model_family; nothing is looked up.
+#: Provider prefixes that serve one vendor's models under another name.
+_PROVIDER_FAMILY = {
+    "azure": "openai", "azure_ai": "openai", "text-completion-openai": "openai", "openai": "openai",
+    "gemini": "google", "vertex_ai": "google", "vertex_ai_beta": "google", "palm": "google",
+    "anthropic": "anthropic", "cohere": "cohere", "cohere_chat": "cohere", "mistral": "mistral",
+    "codestral": "mistral", "deepseek": "deepseek", "xai": "xai", "voyage": "voyage", "jina_ai": "jina",
+}
+#: Providers that host many vendors' models (and cloud marketplaces): the family comes from the model name.
+_HOSTS = frozenset({
+    "bedrock", "bedrock_converse", "sagemaker", "hosted_vllm", "vllm", "ollama", "ollama_chat", "openrouter",
+    "together_ai", "huggingface", "fireworks_ai", "groq", "deepinfra", "lm_studio", "llamafile", "nvidia_nim",
+    "anyscale", "replicate", "perplexity", "cerebras", "sambanova", "watsonx", "databricks", "litellm_proxy",
+})
+#: Leading words of bare model names, by vendor (the name with no provider prefix, or a host's model name).
+_NAME_FAMILY = (
+    ("gpt", "openai"), ("chatgpt", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "openai"),
+    ("text-embedding", "openai"), ("claude", "anthropic"), ("gemini", "google"), ("gemma", "google"),
+    ("command", "cohere"), ("rerank", "cohere"), ("mistral", "mistral"), ("mixtral", "mistral"),
+    ("llama", "meta"), ("meta-llama", "meta"), ("qwen", "qwen"), ("deepseek", "deepseek"), ("grok", "xai"),
+)
+_REGION_PREFIXES = ("us.", "eu.", "apac.", "global.")  # Bedrock's cross-region inference profiles
 
 
 #: Annotator kinds a judge may declare for annotation sinks (Phoenix's ``annotator_kind``).
@@ -76,3 +102,55 @@ def _declared(judge: Any, name: str, default: str) -> str:
     except Exception:  # noqa: BLE001 - a user's property must not stop the evaluation
         return default
     return str(value)[:64] if isinstance(value, str) and value else default
+
+
+def model_family(model: str) -> str:
+    """The vendor family of a litellm-style model string, by a string rule (lower-cased, nothing looked up).
+
+    - ``provider/name`` with a provider serving one vendor: that vendor (``azure/`` is ``openai``, ``gemini/`` and
+      ``vertex_ai/`` are ``google``, ``cohere_chat/`` is ``cohere``).
+    - A host of many vendors' models (``bedrock/``, ``hosted_vllm/``, ``ollama/``, ``openrouter/``, ...): the family
+      of the model name after it (Bedrock's ``anthropic.claude-...`` gives ``anthropic``; ``google/gemma-3`` gives
+      ``google``).
+    - A name with an organisation (``BAAI/bge-reranker``, ``Qwen/Qwen3-Reranker``): the organisation.
+    - A bare name: its vendor by leading word (``gpt``/``o1``/``o3``/``o4`` are ``openai``, ``claude``
+      ``anthropic``, ``gemini``/``gemma`` ``google``, ``command``/``rerank`` ``cohere``, ``llama`` ``meta``, ...),
+      else the name's leading letters (``bge-reranker`` gives ``bge``).
+    """
+    text = model.strip().lower()
+    head, slash, rest = text.partition("/")
+    if slash and head in _PROVIDER_FAMILY:
+        return _PROVIDER_FAMILY[head]
+    if slash and head in _HOSTS:
+        return model_family(rest)
+    if slash and head and rest:
+        return _NAME_ORGS.get(head, head)
+    for prefix in _REGION_PREFIXES:
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    vendor, dot, _ = text.partition(".")
+    if dot and vendor.isalpha():  # Bedrock's vendor.model ids
+        return _NAME_ORGS.get(vendor, vendor)
+    for word, family in _NAME_FAMILY:
+        if text.startswith(word):
+            return family
+    letters = "".join(c for c in text.split("-", 1)[0] if c.isalpha())
+    return letters or text
+
+
+#: Organisations on model hubs (and Bedrock vendors) that go by another family name here.
+_NAME_ORGS = {"meta-llama": "meta", "mistralai": "mistral", "deepseek-ai": "deepseek", "amazon": "amazon",
+              "ai21": "ai21", "cohere": "cohere", "anthropic": "anthropic", "google": "google", "openai": "openai",
+              "qwen": "qwen", "meta": "meta", "mistral": "mistral", "microsoft": "microsoft"}
+
+
+def same_family(judge_model: str | None, reranker_model: str | None) -> bool:
+    """True when the reranker's model is the judge's model, or of the same family (``model_family``).
+
+    Either model unknown (``None`` or blank) is never the same: nothing is said when nothing is known.
+    """
+    if not judge_model or not reranker_model or not judge_model.strip() or not reranker_model.strip():
+        return False
+    if judge_model.strip().lower() == reranker_model.strip().lower():
+        return True
+    return model_family(judge_model) == model_family(reranker_model)

@@ -1,4 +1,10 @@
-"""Lazy access to litellm: importing it costs about 3.6 s and 200 MB, so only a judge's first call pays."""
+"""Lazy access to litellm: importing it costs about 3.6 s and 200 MB, so only a judge's first call pays.
+
+litellm also makes requests of its own that nobody configured: its cost map at import, its Anthropic
+beta-headers config from GitHub on an Anthropic call, and more behind its offline switch. Behind a firewall
+that drops packets each waits for its timeout; everywhere else it is an outbound request the user never asked
+for. So before the import, ``keep_litellm_offline`` turns litellm's switches on unless the user set them.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,13 @@ from types import ModuleType
 from typing import Any
 
 from cp_observe._fork import at_fork
-from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
+from cp_observe._names import (
+    ENV_LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS,
+    ENV_LITELLM_LOCAL_COST_MAP,
+    ENV_LITELLM_OFFLINE_MODE,
+)
 
-__all__ = ["load_litellm"]
+__all__ = ["keep_litellm_offline", "load_litellm"]
 
 _lock = threading.Lock()  # guards the one-time import
 _module: ModuleType | None = None
@@ -49,8 +59,22 @@ def _forget_half_imported() -> None:
     _forked_mid_import = False
 
 
+def keep_litellm_offline() -> None:
+    """Turn on litellm's offline switches, each only where the user left it unset.
+
+    The offline switch also forces the local cost map, so it stays off when the user asked for the remote
+    cost map (``LITELLM_LOCAL_MODEL_COST_MAP`` set to anything but true); the beta-headers switch is set then
+    too, since the user asked for one fetch, not for all of them.
+    """
+    remote_cost_map = os.environ.get(ENV_LITELLM_LOCAL_COST_MAP, "true").strip().lower() != "true"
+    os.environ.setdefault(ENV_LITELLM_LOCAL_COST_MAP, "True")
+    os.environ.setdefault(ENV_LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS, "True")
+    if not remote_cost_map:
+        os.environ.setdefault(ENV_LITELLM_OFFLINE_MODE, "true")
+
+
 def load_litellm() -> ModuleType:
-    """Import litellm once, without letting it fetch its remote cost map unless the user asked for that."""
+    """Import litellm once, offline (``keep_litellm_offline``) unless the user asked otherwise."""
     global _module, _importing  # noqa: PLW0603 - a process-wide lazy singleton, guarded by _lock
     if _module is not None:
         return _module
@@ -58,7 +82,7 @@ def load_litellm() -> ModuleType:
         if _module is None and _forked_mid_import:
             _forget_half_imported()
         if _module is None:
-            os.environ.setdefault(ENV_LITELLM_LOCAL_COST_MAP, "True")
+            keep_litellm_offline()
             _importing = True
             try:
                 import litellm

@@ -10,7 +10,8 @@ One retrieval, one evaluation: spans that describe the same retrieval (an instru
 decorated one, OpenLLMetry's retriever span beside a decorated function's span, an outer span over an inner
 one) are matched by what they carry: the same documents, in the same trace, overlapping in time. The group is
 counted and judged once, under the preferred span (a decorated one, else one naming its data source). A
-retrieval span that carries no documents is not a retrieval to score: it is not counted at all.
+retrieval span that carries no documents is not a retrieval to score: it is not counted at all. One whose documents
+carry ids but no text is a retrieval (counted; judged through a document resolver, else skipped as such).
 
 A reranker (an OpenInference ``RERANKER`` span, ``@cp_observe.reranker`` among them) is a retrieval of its own,
 ``stage=rerank``, when it reorders (``_conventions.reorders``); one that does not is folded like a twin. It is
@@ -35,6 +36,7 @@ from cp_observe import _names as n
 from cp_observe._capture._conventions import (
     answer_of,
     convention_name,
+    document_ids_of,
     is_decorated,
     query_of,
     reorders,
@@ -92,6 +94,7 @@ class Item:
     #: A reranker's second place to look for a segment (after its own span, before ``enclosing``): the segment
     #: attributes of the retrieval whose documents it reranks (only those: a small dict), set with ``_inherited``.
     reranked: Any = None
+    _ids: Any = _UNSET
 
     @property
     def name(self) -> str:
@@ -143,6 +146,15 @@ class Item:
             self._contexts = contexts
         return self._contexts  # type: ignore[no-any-return]
 
+    def document_ids(self) -> list[str | None] | None:
+        """The ids of documents that carry no text (``_conventions.document_ids_of``); ``None`` if it has none."""
+        if self._ids is _UNSET:
+            found = None
+            if self.payload is None and self.contexts() is None and self.attributes:
+                found = document_ids_of(self.attributes)
+            self._ids = found[:_MAX_DOCUMENTS_FROM_ATTRIBUTES] if found else None
+        return self._ids  # type: ignore[no-any-return]
+
     @property
     def stage(self) -> str:
         """``STAGE_RERANK`` for a reranker's span, else ``STAGE_RETRIEVAL`` (an agent scored on its contexts too)."""
@@ -180,7 +192,10 @@ class Item:
     def fingerprint(self) -> tuple[str, ...] | None:
         """What identifies the retrieval across the spans describing it: its documents' leading characters."""
         contexts = self.contexts()
-        return tuple(c[:_FINGERPRINT_CHARS] for c in contexts) if contexts else None
+        if contexts:
+            return tuple(c[:_FINGERPRINT_CHARS] for c in contexts)
+        ids = self.document_ids()  # documents without text: the same ids describe the same retrieval
+        return tuple(f"\0id:{i}" for i in ids) if ids else None
 
     def preference(self) -> int:
         """Which span of a group describing one retrieval names and carries it (higher wins)."""
@@ -293,7 +308,7 @@ class Assembler:
 
     def _folded(self, item: Item, now: float, out: list[Ready | Skip | Fold]) -> bool:
         """True when ``item`` is not a retrieval of its own; twins are merged (the preferred span is kept)."""
-        if item.payload is None and not item.decorated and item.contexts() is None:
+        if item.payload is None and not item.decorated and item.contexts() is None and item.document_ids() is None:
             item.counts = False
             out.append(Fold(item))
             return True

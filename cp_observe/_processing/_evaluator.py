@@ -30,6 +30,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 
 from cp_observe import _names as n
+from cp_observe._capture._conventions import reranker_model_of, top_k_of
 from cp_observe._config._sampling import DailyBudget, RateLimiter
 from cp_observe._emission._emit import Emitter, Target
 from cp_observe._errors import JudgeError, JudgeTransportError
@@ -38,6 +39,7 @@ from cp_observe._judging._evaluate import evaluate, judge_model_name
 from cp_observe._judging._rerank import evaluate_rerank
 from cp_observe._log import logger
 from cp_observe._processing._accounting import Accounting
+from cp_observe._processing._resolver import DocumentResolver
 from cp_observe._processing._assembly import Assembler, Fold, Item, Ready, Skip
 from cp_observe._processing._cascade import Cascade
 from cp_observe._processing._gates import refusal
@@ -71,9 +73,12 @@ class Evaluator:
         on_finished: Callable[[Item, ScoreResult | None], None] | None = None,
         on_tick: Callable[[], None] | None = None,
         cascade: Cascade | None = None,
+        resolver: DocumentResolver | None = None,
     ) -> None:
         self.judge = judge
         self.cascade = cascade
+        self.resolver = resolver
+        self._said_no_text = False  # the missing-text remedy is logged once (evaluator thread only)
         self.on_finished = on_finished
         self.on_tick = on_tick
         self.emitter = emitter
@@ -121,6 +126,8 @@ class Evaluator:
     def after_fork(self) -> None:
         """Called in a forked child: start over with an empty queue and no thread (started on the next submit)."""
         self._reset()
+        if self.resolver is not None:
+            self.resolver.after_fork()
 
     def start(self) -> None:
         """Start the evaluator thread now (at creation), so no request ever waits for it."""
@@ -268,6 +275,8 @@ class Evaluator:
             except (RuntimeError, concurrent.futures.TimeoutError):
                 pass
             thread.join(max(0.1, deadline - time.monotonic()))
+        if self.resolver is not None:
+            self.resolver.shutdown()  # its threads end; a call still running is not waited for
         # Whatever the thread did not take is counted here (the thread has stopped or is abandoned).
         self._emit_refused()
         while self._queue:
@@ -396,8 +405,10 @@ class Evaluator:
             return
         contexts = item.contexts()
         if contexts is None:
-            self._finish_skip(item, "no_content")
-            return
+            contexts = await self._resolved(item, target.data_source)
+            if contexts is None:
+                return  # skipped, and counted, by _resolved
+        target.returned = _returned(item, contexts)
         if self.cascade is not None:  # the gates stand before its LLM calls only
             await self._evaluate_cascade(self.cascade, ready, target, contexts[: self.max_judged_contexts])
             return
@@ -453,6 +464,29 @@ class Evaluator:
                           model=result.judge_model)
         item.outcome = n.OUTCOME_SCORED
         self._finished(item, result)
+
+    async def _resolved(self, item: Item, data_source: str) -> list[str] | None:
+        """The text of documents named by id only, through the resolver; ``None`` once the item is skipped."""
+        ids = item.document_ids()
+        if ids is None:
+            self._finish_skip(item, "no_content")
+            return None
+        if self.resolver is None or any(i is None for i in ids):
+            if not self._said_no_text:
+                self._said_no_text = True
+                logger.warning(
+                    "retrievals carry documents without text, so the judge has nothing to read; they are skipped "
+                    "as no_document_text. Record the text (OpenInference retrieval.documents.{i}.document.content, "
+                    "or cp-observe's decorators), or give a document_resolver: a callable "
+                    "(document_id, data_source) -> text, or module:function for serve and replay",
+                    data_source=data_source, resolver=self.resolver is not None)
+            self._finish_skip(item, n.SKIP_NO_DOCUMENT_TEXT)
+            return None
+        resolved = await self.resolver.texts([i for i in ids if i is not None], data_source)
+        if isinstance(resolved, str):
+            self._finish_skip(item, resolved)
+            return None
+        return resolved
 
     async def _evaluate_cascade(self, cascade: Cascade, ready: Ready, target: Target,
                                 contexts: Sequence[str]) -> None:
@@ -527,7 +561,15 @@ def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | 
         attributes=item.attributes,
         segments=segments,
         stage=item.stage,
+        top_k=top_k_of(item.attributes) if item.kind == "retriever" and item.attributes else None,
+        reranker_model=reranker_model_of(item.attributes) if item.attributes else None,
     )
+
+
+def _returned(item: Item, contexts: Sequence[str]) -> int:
+    """How many documents the retrieval returned: the decorator's count (it may keep fewer), else those read."""
+    counted = item.attributes.get(n.CP_CONTEXT_COUNT) if item.attributes else None
+    return counted if isinstance(counted, int) and not isinstance(counted, bool) else len(contexts)
 
 
 def _failure_reason(exc: BaseException) -> str:

@@ -44,6 +44,7 @@ from cp_observe._processing._cascade import Cascade
 from cp_observe._processing._evaluator import Evaluator
 from cp_observe._processing._exit import watch as finish_at_exit
 from cp_observe._processing._hold import HeldSpans
+from cp_observe._processing._resolver import DocumentResolver
 from cp_observe._types import Judge, ScoreResult
 
 __all__ = ["ContextPrecisionProcessor", "takes_as_target"]
@@ -147,6 +148,11 @@ class ContextPrecisionProcessor(SpanProcessor):
             every sampled retrieval; ``judge`` then also scores a uniform ``llm_share`` of them, and the gates
             (circuit, rate cap, budget) stand before those LLM calls only. ``None``: ``judge`` alone.
         llm_share: with ``cheap_judge``, the share of retrievals (drawn by a hash of their ids) ``judge`` scores.
+        document_resolver: the text of documents a retrieval names by id only (the newest GenAI conventions carry
+            no text): a callable ``(document_id, data_source) -> text`` (plain or async), or ``module:function``.
+            Run on the evaluator thread, never on the request path; see ``_processing/_resolver.py``.
+        document_resolver_timeout_s: the longest one retrieval's documents may take to resolve.
+        document_resolver_concurrency: resolver calls running at once, across all retrievals.
     """
 
     def __init__(
@@ -183,6 +189,9 @@ class ContextPrecisionProcessor(SpanProcessor):
         max_segment_values: int = 50,
         cheap_judge: Judge | str | None = None,
         llm_share: float = 1.0,
+        document_resolver: Callable[[str, str], Any] | str | None = None,
+        document_resolver_timeout_s: float = 5.0,
+        document_resolver_concurrency: int = 4,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
@@ -263,6 +272,9 @@ class ContextPrecisionProcessor(SpanProcessor):
             on_finished=self._release if self._hold is not None else None,
             on_tick=self._hold.expire if self._hold is not None else None,
             cascade=self.cascade,
+            resolver=DocumentResolver(document_resolver, timeout_s=document_resolver_timeout_s,
+                                      concurrency=document_resolver_concurrency)
+            if document_resolver is not None else None,
         )
         self._flushing = threading.local()
         self._shutdown = False

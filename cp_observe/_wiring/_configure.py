@@ -88,6 +88,9 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
     calibration_rate: float | None = None,
     segments: str | None = None,
     max_segment_values: int | None = None,
+    document_resolver: Callable[[str, str], Any] | str | None = None,
+    document_resolver_timeout_s: float | None = None,
+    document_resolver_concurrency: int | None = None,
     **unknown: NoReturn,
 ) -> ContextPrecisionProcessor | None:
     """Set up context-precision scoring for this process; returns the processor (``None`` in capture-only mode).
@@ -109,6 +112,10 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
         data_source: names each retrieval's data source ahead of the conventions: a callable of the span's
             attributes returning a name (``None`` keeps the conventional name), or attribute names tried in
             order (a list, or a comma-separated string; default ``CP_OBSERVE_DATA_SOURCE``).
+        document_resolver: the text of documents a retrieval names by id only: a callable
+            ``(document_id, data_source) -> text`` (plain or async), or ``module:function`` (default
+            ``CP_OBSERVE_DOCUMENT_RESOLVER``). It runs on the evaluator thread, bounded by
+            ``document_resolver_timeout_s`` and ``document_resolver_concurrency``.
         **unknown: nothing; a name that is not a setting raises ``ConfigurationError`` (and fails type
             checking).
 
@@ -156,8 +163,14 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
         "calibration_rate": calibration_rate,
         "segments": segments,
         "max_segment_values": max_segment_values,
+        "document_resolver": document_resolver if isinstance(document_resolver, str) else None,
+        "document_resolver_timeout_s": document_resolver_timeout_s,
+        "document_resolver_concurrency": document_resolver_concurrency,
         **unknown,
     }
+    if document_resolver is not None and not isinstance(document_resolver, str) and not callable(document_resolver):
+        raise ConfigurationError("document_resolver must be a callable (document_id, data_source) -> text, "
+                                 "or module:function")
     if isinstance(judge, str):
         settings["judge"] = judge
     data_source_callable = _data_source_setting(data_source, settings)
@@ -225,6 +238,7 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
         export_processor=export_processor if resolved.hold_spans else None,
         sinks=[*sinks_from_settings(resolved), *(sinks or ())],
         **({"data_source": data_source_callable} if data_source_callable is not None else {}),
+        **({"document_resolver": document_resolver} if callable(document_resolver) else {}),
     )
     tracer_provider.add_span_processor(processor)
     _CURRENT[0] = processor

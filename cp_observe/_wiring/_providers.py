@@ -63,6 +63,9 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
         "max_segment_values": settings.max_segment_values,
         "cheap_judge": cheap_judge_from_settings(settings),
         "llm_share": settings.llm_share,
+        "document_resolver": settings.document_resolver,
+        "document_resolver_timeout_s": settings.document_resolver_timeout_s,
+        "document_resolver_concurrency": settings.document_resolver_concurrency,
     }
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)

@@ -82,6 +82,7 @@ class ReplayOptions:
     service_name: str | None = None
     segments: str | None = None  # span attributes whose values label the score series
     max_segment_values: int | None = None
+    document_resolver: str | None = None  # module:function giving the text of documents named by id only
 
     def settings(self) -> Settings:
         """The library settings this replay runs with (explicit options, then ``CP_OBSERVE_*``, then defaults)."""
@@ -91,7 +92,7 @@ class ReplayOptions:
             "turn_timeout_s": self.turn_timeout_s, "capture_content": self.capture_content,
             "daily_budget_usd": self.budget_usd, "otlp_endpoint": self.otlp_endpoint,
             "service_name": self.service_name, "segments": self.segments,
-            "max_segment_values": self.max_segment_values,
+            "max_segment_values": self.max_segment_values, "document_resolver": self.document_resolver,
         }
         return Settings.resolve(explicit)
 

@@ -77,7 +77,10 @@ def rerank_section(run: Any) -> str:
            f"{rerank.improved} improved, {rerank.worsened} worsened, {rerank.dropped_total} relevant documents "
            "dropped by the reranker."
            + (f" The chart shows the first {len(rerank.points)}." if len(rerank.points) < rerank.count else "")
-           + "</div>",
+           + "</div>"
+           + "".join(f"<div class='meta warn'>{html.escape(name)}: {count} rerank evaluations judged by the "
+                     "reranker's own model family (judge_is_reranker): the lift may be inflated; use a judge from "
+                     "another family.</div>" for name, count in sorted(run.self_judged.items())),
            f"<div class='charts'><div class='chart'><h3>AP before vs after reranking</h3>"
            f"<svg class='chart-svg rerank' width='{_SIZE}' height='{_SIZE}' role='img' "
            "aria-label='average precision before and after reranking'>",

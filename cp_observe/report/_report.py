@@ -167,6 +167,8 @@ class Run:
     segments: Segments = field(default_factory=Segments)
     rerank: Rerank = field(default_factory=Rerank)
     stages: Counter[str] = field(default_factory=Counter)  # evaluations per stage (None counts as retrieval)
+    #: Rerank evaluations whose reranker's model is the judge's kind (``judge_is_reranker``), per report line.
+    self_judged: Counter[str] = field(default_factory=Counter)
 
     def moments(self) -> Moments:
         """Count, sum and sum of squares of every evaluation (the overall MAP)."""
@@ -258,6 +260,8 @@ class _Reader:
             rerank = (float(attributes[n.CP_RERANK_AP_BEFORE]), float(attributes.get(n.CP_RERANK_LIFT, 0.0)),
                       int(attributes.get(n.CP_RERANK_DROPPED_RELEVANT, 0)))
         reasons = tuple(str(r) for r in attributes.get(n.CP_REASONS, ()))
+        if attributes.get(n.CP_RERANK_JUDGE_IS_RERANKER) is True:
+            self.run.self_judged[report_line(source, stage)] += 1
         self.add(Evaluation(
             data_source=source,
             average_precision=float(attributes[n.CP_AVERAGE_PRECISION]),
@@ -386,7 +390,15 @@ def summary_text(run: Run, other: Run | None = None, comparison: Comparison | No
     if run.rerank.count:
         lines.append(f"rerank: {run.rerank.count} reranked, mean lift {run.rerank.lift_total / run.rerank.count:+.3f}, "
                      f"{run.rerank.dropped_total} relevant documents dropped")
+    lines.extend(self_judged_lines(run))
     return "\n".join(lines)
+
+
+def self_judged_lines(run: Run) -> list[str]:
+    """One warning per report line whose reranker is the judge's model or family: its lift may be inflated."""
+    return [f"warning: {line}: {count} rerank evaluations judged by the reranker's own model family "
+            "(context_precision.rerank.judge_is_reranker); LLM judges favour their own kind, so the lift may be "
+            "inflated: use a judge from another family" for line, count in sorted(run.self_judged.items())]
 
 
 def _pairs(run: Run, other: Run) -> list[tuple[str, SourceStats, SourceStats]]:

@@ -133,3 +133,5 @@ SERVE_FIELDS += ("calibration_rate",)
 SERVE_FIELDS += ("segments", "max_segment_values")
 # --- the judge's provider path: --judge-transport litellm forces litellm for every model.
 SERVE_FIELDS += ("judge_transport",)
+# --- documents without text: --document-resolver module:function, its time and concurrency bounds.
+SERVE_FIELDS += ("document_resolver", "document_resolver_timeout_s", "document_resolver_concurrency")

@@ -597,6 +597,7 @@ def test_exported_spans_snapshot(otel: Otel, cp_observe_judge: FakeJudge) -> Non
                 "gen_ai.data_source.id": "kb",
                 "gen_ai.agent.name": "helper",
                 "context_precision.stage": "retrieval",
+                "context_precision.retrieval.returned": 2,
                 "context_precision.reasons": ("fake judge", "fake judge"),
             },
         },
@@ -634,6 +635,7 @@ def test_exported_spans_snapshot(otel: Otel, cp_observe_judge: FakeJudge) -> Non
                 "retrieval.documents.1.document.content": DOCS[1],
                 "retrieval.documents.1.document.id": "d2",
                 "retrieval.documents.1.document.score": 0.4,
+                "gen_ai.retrieval.documents": '[{"id": "d1", "score": 0.9}, {"id": "d2", "score": 0.4}]',
             },
         },
     ]

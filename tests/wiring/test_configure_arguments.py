@@ -47,7 +47,7 @@ def test_each_argument_takes_its_settings_type() -> None:
     """Each settings argument is typed as its field (a secret as plain str), and None means unset."""
     hints = typing.get_type_hints(cp_observe.configure)
     for name, parameter in _keyword_settings().items():
-        if name in {"judge", "data_source"}:
+        if name in {"judge", "data_source", "document_resolver"}:
             continue  # wider on purpose: a Judge object, a callable or a list of attribute names
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
         assert parameter.default is None
