@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import queue
 import signal
@@ -111,6 +112,12 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"cp-observe serve: {exc}", file=sys.stderr)
             service.stop(1.0)
             return 1
+        # Everything built so far (modules, the service) lives as long as the process: out of the collector's
+        # sight, a full collection walks only what came since (connections, requests) — measured: a full
+        # collection of the imported modules alone took ~70 ms on a loaded 2-core box, a stall of every request in
+        # flight (benchmarks/README.md, "serve's door at its defaults under a flood").
+        gc.collect()
+        gc.freeze()
         scheme = "tls" if service.tls is not None else "plaintext"
         print(f"cp-observe serve: grpc {settings.listen_host}:{service.port('grpc')}, http "
               f"{settings.listen_host}:{service.port('http')} ({scheme}), admin {settings.admin_host}:"
