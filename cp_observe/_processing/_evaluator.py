@@ -71,7 +71,9 @@ class Evaluator:
         on_finished: Callable[[Item, ScoreResult | None], None] | None = None,
         on_tick: Callable[[], None] | None = None,
         cascade: Cascade | None = None,
+        received: bool = False,
     ) -> None:
+        self.received = received
         self.judge = judge
         self.cascade = cascade
         self.on_finished = on_finished
@@ -101,7 +103,9 @@ class Evaluator:
         self.accounting = Accounting()
         segments = self.emitter.segments
         self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces,
-                                    segment_attributes=tuple(a for a, _ in segments.labels) if segments else ())
+                                    segment_attributes=tuple(a for a, _ in segments.labels) if segments else (),
+                                    received=self.received)
+        self._assembler.on_split = self.emitter.count_split
         self._ready: deque[Ready] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
         self._load = 0  # written by the evaluator thread only: targets assembled, ready or running
@@ -121,6 +125,11 @@ class Evaluator:
     def after_fork(self) -> None:
         """Called in a forked child: start over with an empty queue and no thread (started on the next submit)."""
         self._reset()
+
+    @property
+    def split_traces(self) -> int:
+        """Traces whose spans arrived more than turn_timeout_s apart (after their retrievals were released)."""
+        return self._assembler.split_traces
 
     def start(self) -> None:
         """Start the evaluator thread now (at creation), so no request ever waits for it."""

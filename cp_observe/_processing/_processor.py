@@ -144,6 +144,9 @@ class ContextPrecisionProcessor(SpanProcessor):
             every sampled retrieval; ``judge`` then also scores a uniform ``llm_share`` of them, and the gates
             (circuit, rate cap, budget) stand before those LLM calls only. ``None``: ``judge`` alone.
         llm_share: with ``cheap_judge``, the share of retrievals (drawn by a hash of their ids) ``judge`` scores.
+        received_spans: the spans come from other processes over OTLP (``cp-observe serve``): a retrieval whose
+            parent span never arrives within ``turn_timeout_s`` is skipped as ``parent_missing`` (its trace was
+            split, most often across replicas not routed by trace id), not judged against its query.
     """
 
     def __init__(
@@ -180,6 +183,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         max_segment_values: int = 50,
         cheap_judge: Judge | str | None = None,
         llm_share: float = 1.0,
+        received_spans: bool = False,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
@@ -260,6 +264,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             on_finished=self._release if self._hold is not None else None,
             on_tick=self._hold.expire if self._hold is not None else None,
             cascade=self.cascade,
+            received=received_spans,
         )
         self._flushing = threading.local()
         self._shutdown = False
@@ -364,6 +369,8 @@ class ContextPrecisionProcessor(SpanProcessor):
                 span.events if role == ROLE_RETRIEVER and (payload is None or payload.contexts is None) else (),
                 self._data_source,  # data_source
             )
+            if parent is not None and not local_root and role == ROLE_RETRIEVER:
+                item.parent_id = parent.span_id  # read only for received spans, whose parent may never arrive
             if drop:
                 self._evaluator.drop(item, drop)  # serve's recovery: counted, never judged
             else:
@@ -429,6 +436,11 @@ class ContextPrecisionProcessor(SpanProcessor):
     def sink_stats(self) -> dict[str, dict[str, int]]:
         """Per sink: evaluations offered, sent, failed, dropped and pending."""
         return {sink.name: sink.stats() for sink in self._sinks}
+
+    @property
+    def split_traces(self) -> int:
+        """Traces whose spans arrived more than ``turn_timeout_s`` apart (after their retrievals were released)."""
+        return self._evaluator.split_traces
 
     @property
     def circuit_state(self) -> str:
