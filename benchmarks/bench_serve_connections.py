@@ -586,6 +586,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"the reopening floods at the defaults, this door and the one before (commit {BASE_COMMIT})")
     parser.add_argument("--flood-seconds", type=float, default=20.0)
     parser.add_argument("--flood-interval", type=float, default=0.05, help="seconds between the sender's pairs")
+    parser.add_argument("--flood-rows", default="this:idle,this:slow,before:idle,before:slow",
+                        help="which flood rows to run (door:flood, comma-separated)")
     parser.add_argument("--json", type=Path, help="write the rows here too")
     parser.add_argument("--quick", action="store_true", help="1,000 connections, 5 requests, new door only")
     parser.add_argument("--flood-worker", action="store_true", help=argparse.SUPPRESS)  # the flood's own process
@@ -631,9 +633,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flooder.stop()
         if args.flood:
             before = base_source(Path(base_dir))
-            for door, source, mode in (("this", ROOT, "idle"), ("this", ROOT, "slow"), ("before", before, "idle"),
-                                       ("before", before, "slow")):
-                row = flood_scenario(door, source, mode=mode, args=args, pauses=pauses)
+            sources = {"this": ROOT, "before": before}
+            for door, mode in (row.split(":") for row in args.flood_rows.split(",")):
+                row = flood_scenario(door, sources[door], mode=mode, args=args, pauses=pauses)
                 floods.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     print(f"\n{machine_line()}")

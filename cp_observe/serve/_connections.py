@@ -21,6 +21,11 @@ Both HTTP ports (OTLP/HTTP and admin) run on aiohttp's low-level server (``aioht
   that takes longer than that is a ``slow_client`` too. Each of the three clocks keeps its connections in an
   insertion-ordered dict, oldest first, so a sweep (a few times a second) reads only the expired ones and one
   more, never every connection, and the eviction's choice is the first key of a dict.
+- **Cheap to hold, free to close.** aiohttp's own set-up of a connection (its task, its keep-alive timer) waits
+  for the connection's first byte, so a connection that never sends one is this module's object, its parser and
+  its transport; and a closed connection leaves no reference cycle (``_unlink``), so it is freed at once instead
+  of waiting in the collector's oldest generation. Both shorten the full collections that stall the loop while a
+  flood turns connections over (``benchmarks/README.md``).
 - **TLS per connection.** The listening socket is plain; each accepted connection is upgraded with
   ``loop.start_tls`` using the context ``ServerTls`` holds at that moment, so a reloaded certificate applies
   to the next connection (as with the old thread-per-connection door), and a failed handshake is counted
@@ -66,15 +71,17 @@ class Connection(web.RequestHandler):
     ``idle_since``: when the connection last became idle.
     """
 
-    __slots__ = ("_door", "closed_reason", "counted", "current", "half_closed", "handling", "idle_since", "lost",
-                 "made", "opened_at", "reading_since")
+    __slots__ = ("_door", "closed_reason", "counted", "current", "early", "half_closed", "handling", "idle_since",
+                 "lost", "made", "opened_at", "reading_since", "wire")
 
     def __init__(self, door: HttpDoor, manager: web.Server, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._door = door
         self.counted = False  # holds one of the door's connection slots
-        self.made = False  # aiohttp's connection_made ran (so its connection_lost must run too)
+        self.made = False  # aiohttp's connection_made ran, at the first byte (so its connection_lost must run too)
         self.lost = False  # connection_lost came (after a TLS handshake it can come before connection_made)
+        self.early = b""  # TLS application data that came before connection_made
+        self.wire: asyncio.BaseTransport | None = None  # the transport, until connection_lost unlinks it
         self.closed_reason: str | None = None  # set when the door closed it (idle, slow, evicted): counted once, there
         self.handling = False
         self.half_closed = False  # the sender shut its side down: answer what it sent, then close
@@ -83,6 +90,12 @@ class Connection(web.RequestHandler):
         self.opened_at = self.idle_since = door.loop.time()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Take a slot (evicting another at the bound) and wait for the first byte; aiohttp starts on it.
+
+        aiohttp's own set-up (a task per connection, its keep-alive timer) waits for the first byte: a connection
+        that never sends one costs this object and its transport only, about a fifth of the objects a full
+        collection would otherwise walk per connection under an idle flood.
+        """
         if self.lost:  # the TLS peer left between its handshake and this call: its slot is already given back
             return
         door = self._door
@@ -92,20 +105,36 @@ class Connection(web.RequestHandler):
         self.counted = True
         self.opened_at = self.idle_since = door.loop.time()
         door.opened(self)
-        super().connection_made(transport)
-        self.made = True
+        self.wire = transport
+        self.transport = transport  # type: ignore[assignment]  # what force_close closes until aiohttp starts
+        if self.early:  # TLS: application data can arrive between the handshake and this call
+            early, self.early = self.early, b""
+            self.data_received(early)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.lost = True
         if self.counted:
             self.counted = False
             self._door.release()
+        self._door.forget(self)
         if self.made:
             self.made = False
-            self._door.forget(self)
             super().connection_lost(exc)
+        else:
+            self.transport = None
+            self._parser = None  # the parser refers back to this object: unlinked, both go by reference count
+        _unlink(self.wire)
+        self.wire = None
 
     def data_received(self, data: bytes) -> None:
+        if not self.made:
+            if not data or self.lost or self.closed_reason is not None:
+                return
+            if self.transport is None:  # before connection_made (TLS, see there): kept for it
+                self.early += data
+                return
+            self.made = True
+            super().connection_made(self.transport)
         if self.reading_since is None and not self.handling and data:
             self.reading_since = self._door.loop.time()
             self._door.reading(self)
@@ -117,7 +146,7 @@ class Connection(web.RequestHandler):
         aiohttp closes at once either way (its ``eof_received`` returns None), so a sender that shuts down its
         side after writing a request (``shutdown(SHUT_WR)``, as http.server served) would never see the answer.
         """
-        if self._waiter is not None and not self._messages:  # waiting for a next request that cannot come
+        if not self.made or (self._waiter is not None and not self._messages):  # no request can come any more
             return None
         self.half_closed = True
         if self.current is not None:
@@ -454,6 +483,17 @@ class HttpDoor:
             self.service.count("http", "invalid")
             self._record(reason, f"{status} {detail}".strip())
         return f"{status} {'internal error' if reason == 'internal' else 'bad request'}\n"
+
+
+def _unlink(transport: asyncio.BaseTransport | None) -> None:
+    """Break a closed transport's reference to its own bound method, so it goes by reference count.
+
+    asyncio's socket transport keeps its read callback as a bound method of itself: a cycle, so every closed
+    connection would wait for a collection, and under a flood of reopened connections those reach the oldest
+    generation and make every full collection longer. Only read after connection_lost: never again.
+    """
+    if transport is not None and getattr(transport, "_read_ready_cb", None) is not None:
+        transport._read_ready_cb = None  # type: ignore[attr-defined]
 
 
 def _expired(clock: dict[Connection, None], before: float, since: str) -> list[Connection]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -299,3 +300,34 @@ def test_a_tls_handshake_that_never_comes_is_closed_as_slow_client(
             assert _response(secure).startswith(b"HTTP/1.1 200")  # others still get through
         stats = service.stats()
     assert stats["refusals"] == {"http:slow_client": 1}
+
+
+def test_a_closed_connection_leaves_no_cycle_for_the_collector(sink: OtlpSink, keyword_judge: KeywordJudge) -> None:
+    """Evicted, timed-out and served connections are freed by reference count: a flood piles up no garbage."""
+    import gc
+
+    from cp_observe.serve._connections import Connection
+
+    body = retrieval_request(1)
+    with start_service(sink, keyword_judge, max_connections=10, http_first_request_timeout_s=0.2,
+                       sample_rate=0.0) as service:
+        port = service.port("http")
+        door = service._servers["http"]._door
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(30)]  # 20 evicted
+            assert post(f"http://127.0.0.1:{port}/v1/traces", body)[0] == 200  # a served one, made and closed
+            assert _until(lambda: door.open_connections == 0)  # the rest closed at the first-request deadline
+            for connection in silent:
+                connection.close()
+            gc.collect()
+            cyclic = [o for o in gc.garbage if isinstance(o, (Connection, asyncio.BaseTransport))]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        stats = service.stats()
+    assert stats["refusals"]["http:evicted_new"] >= 20 and stats["refusals"]["http:first_request_timeout"] >= 1
+    assert cyclic == []
