@@ -476,7 +476,7 @@ def flood_scenario(door: str, source: Path, *, mode: str, args: argparse.Namespa
             assert sender.export(), "the sender's first export failed"
             threads_before, rss_before = proc_status(process.pid)
             worker = subprocess.Popen(
-                [sys.executable, __file__, "--flood-worker", "--port", str(http_port), "--mode", mode,
+                ["nice", "-n", str(args.flood_nice), sys.executable, __file__, "--flood-worker", "--port", str(http_port), "--mode", mode,
                  "--connections", str(args.connections), "--parallel", str(args.parallel), "--seconds",
                  str(args.flood_seconds), "--connect-timeout", str(args.connect_timeout), "--drip", str(args.drip)],
                 stdout=subprocess.PIPE, text=True)
@@ -510,7 +510,7 @@ def flood_scenario(door: str, source: Path, *, mode: str, args: argparse.Namespa
     slow = [(end, ms) for end, ms in timed if ms > 100]
     in_gc = sum(any(wall - pause / 1000 < end and wall > end - ms / 1000 for wall, _, pause in serve_gc)
                 for end, ms in slow)
-    return {"door": door, "mode": mode, **flood, "requests": len(timed), "exporter_failed": failed["exporter"],
+    return {"door": door, "mode": mode, "flood_nice": args.flood_nice, **flood, "requests": len(timed), "exporter_failed": failed["exporter"],
             "fresh_failed": failed["fresh"], "p50": statistics.median(ordered),
             "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], "max": ordered[-1],
             "over_100ms": len(slow), "over_100ms_in_serve_gc": in_gc,
@@ -524,14 +524,14 @@ def print_flood_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> N
     print(f"\nserve at its defaults (token set); a flood process keeps {args.connections:,} connections open for "
           f"{args.flood_seconds:.0f} s, reopening each one serve closes; the sender: one export (kept alive) and one "
           f"new-connection POST every {args.flood_interval * 1000:.0f} ms, both with the token\n")
-    print("| door | flood | flood connections opened | connect failed | closed by serve | held at most | "
+    print("| door | flood | flood process nice | flood connections opened | connect failed | closed by serve | held at most | "
           "sender requests | sender failed (export / new conn) | sender p50 / p99 / max ms | over 100 ms (of them "
           "during a serve GC pause) | serve CPU (cores) | serve threads | serve RSS MiB | refusals counted | "
           "serve GC pauses ≥ 5 ms: count × max ms |")
-    print("|" + " --- |" * 15)
+    print("|" + " --- |" * 16)
     for r in rows:
         counted = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in sorted(r["refusals"].items())) or "none"
-        print(f"| {r['door']} | {r['mode']} | {r['opened']:,} | {r['failed']:,} | {r['closed_by_server']:,} | "
+        print(f"| {r['door']} | {r['mode']} | {r['flood_nice']} | {r['opened']:,} | {r['failed']:,} | {r['closed_by_server']:,} | "
               f"{r['held_max']:,} | {r['requests']} | {r['exporter_failed']} / {r['fresh_failed']} | "
               f"{r['p50']:.1f} / {r['p99']:.1f} / {r['max']:.1f} | {r['over_100ms']} ({r['over_100ms_in_serve_gc']}) | "
               f"{r['serve_cpu_share']:.2f} | "
@@ -586,6 +586,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"the reopening floods at the defaults, this door and the one before (commit {BASE_COMMIT})")
     parser.add_argument("--flood-seconds", type=float, default=20.0)
     parser.add_argument("--flood-interval", type=float, default=0.05, help="seconds between the sender's pairs")
+    parser.add_argument("--flood-nice", type=int, default=0,
+                        help="niceness of the flood process (on a shared box its CPU is otherwise serve's; an "
+                             "attacker runs elsewhere)")
     parser.add_argument("--flood-rows", default="this:idle,this:slow,before:idle,before:slow",
                         help="which flood rows to run (door:flood, comma-separated)")
     parser.add_argument("--json", type=Path, help="write the rows here too")
