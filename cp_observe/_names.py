@@ -199,6 +199,10 @@ METRIC_JUDGE_AGREEMENT_LABELS: Final = "context_precision.judge.agreement.labels
 # Evaluations whose segment value was folded into SEGMENT_OTHER (the segment's distinct values were full).
 #: counter by segment (its label name) -> context_precision_segment_overflow_total
 METRIC_SEGMENT_OVERFLOW: Final = "context_precision.segment.overflow"
+# A trace whose spans arrived more than turn_timeout_s apart: another of its spans came after its retrievals were
+# released at their deadline (in serve: batches far apart, or a trace split across replicas not routed by trace id).
+#: counter of split traces -> context_precision_traces_split_total
+METRIC_TRACES_SPLIT: Final = "context_precision.traces.split"
 # The sums PPI++ needs, per data source, one counter split by ``term`` (f the cheap judge's average
 # precision, y the LLM judge's): TERM_COUNT, TERM_F, TERM_F2 over every cascade evaluation; TERM_N, TERM_Y,
 # TERM_Y2, TERM_F_SUB, TERM_F2_SUB, TERM_FY over the LLM-judged subsample. The recording rules turn them into

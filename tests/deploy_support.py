@@ -64,8 +64,9 @@ ALERT_NAMES = (
     "ContextPrecisionJudgeFailing",
     "ContextPrecisionEvaluationsDropped",
     "ContextPrecisionJudgeAgreementLow",
+    "ContextPrecisionTracesSplit",
 )
-RULE_GROUPS = ("context_precision.recording", "context_precision.alerts")
+RULE_GROUPS = ("context_precision.recording", "context_precision.alerts", "context_precision.routing")
 #: The canary rules' alert (its own file, generated per segment label) and groups.
 CANARY_ALERT_NAMES = ("ContextPrecisionVariantRegression",)
 CANARY_RULE_GROUPS = ("context_precision.canary.recording", "context_precision.canary.alerts")
@@ -147,6 +148,7 @@ def library_instruments() -> tuple[Instrument, ...]:
     emitter.scored(target, result, start_ns=0, end_ns=1_000_000_000, model="judge",
                    cascade=CascadeResult(cheap=result, llm=result, llm_status=names.CASCADE_LLM_JUDGED))
     emitter.failed(target, RuntimeError("boom"), "judge_error", start_ns=0, end_ns=1_000_000_000, model="judge")
+    emitter.count_split()  # a trace whose spans came more than turn_timeout_s apart (serve's replicas)
     # A reranker's evaluation (stage=rerank) also records the lift.
     reranked = dataclasses.replace(target, stage=names.STAGE_RERANK)
     emitter.scored(reranked, dataclasses.replace(result, rerank=RerankLift(0.25, 0.25, 1)), start_ns=0,

@@ -133,6 +133,10 @@ class Emitter:
         self._tokens = meter.create_histogram(
             n.METRIC_TOKEN_USAGE, unit="{token}", description="Tokens used by the judge per evaluation."
         )
+        self._split = meter.create_counter(
+            n.METRIC_TRACES_SPLIT, unit="{trace}",
+            description="Traces whose spans arrived more than turn_timeout_s apart (route replicas by trace id).",
+        )
         self.segments: SegmentValues | None = None
         if segments:
             overflow = meter.create_counter(
@@ -224,6 +228,10 @@ class Emitter:
     def count(self, outcome: str, reason: str, labels: Mapping[str, str]) -> None:
         """Count one target's outcome."""
         self._sums.add(((n.METRIC_EVALUATIONS, key({**labels, n.OUTCOME: outcome, n.REASON: reason}), 1),))
+
+    def count_split(self) -> None:
+        """Count one trace whose spans arrived more than ``turn_timeout_s`` apart."""
+        self._split.add(1)
 
     def count_sampled(self, labels: Mapping[str, str]) -> None:
         """Count one target marked sampled."""

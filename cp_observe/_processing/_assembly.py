@@ -6,6 +6,17 @@ convention, see ``_conventions``). So retrievals wait (per trace, bounded, with 
 A retrieval with none is judged against its own query when its local root span ends or its deadline passes.
 An agent decorated with a ``context_extractor`` is itself a target, judged against its answer.
 
+Received spans (``cp-observe serve``: ``received=True``). A retrieval whose parent span never arrived by its deadline
+is skipped as ``parent_missing`` instead of judged against its query: the rest of its trace (its answer among it)
+went somewhere else, most often another replica behind a load balancer that does not route by trace id, so a score
+against the query would silently mean something else than its neighbours' and cost a judge call. "Arrived" means
+handed to assembly: a retrieval, answer-carrying or local root span of the trace (a parent that is none of these
+counts as missing, which matters only when the local root did not arrive in time either). A trace is counted
+split (``split_traces``) when another of its spans arrives after its retrievals were released at their deadline:
+its spans reached this replica more than ``turn_timeout_s`` apart. In process (``received=False``) a parent
+always ends in the same process, so neither applies there: a turn longer than the deadline is judged against the
+query, as before, and only counted split.
+
 One retrieval, one evaluation: spans that describe the same retrieval (an instrumented retriever inside a
 decorated one, OpenLLMetry's retriever span beside a decorated function's span, an outer span over an inner
 one) are matched by what they carry: the same documents, in the same trace, overlapping in time. The group is
@@ -53,6 +64,7 @@ _MAX_RETRIEVALS_PER_TRACE = 64
 _MAX_DOCUMENTS_FROM_ATTRIBUTES = 1000
 _MAX_REMEMBERED_ANSWER = 4_000
 _FINGERPRINT_CHARS = 256  # documents compared on their first characters (spans may truncate them differently)
+_SPLIT_MEMORY = 10  # a released trace is remembered this many turn timeouts, to recognise its late spans
 _UNSET: Any = object()
 
 
@@ -95,6 +107,8 @@ class Item:
     #: attributes of the retrieval whose documents it reranks (only those: a small dict), set with ``_inherited``.
     reranked: Any = None
     _ids: Any = _UNSET
+    #: The span id of the parent in the same process (0: a root, or a remote parent); read for received spans.
+    parent_id: int = 0
 
     @property
     def name(self) -> str:
@@ -253,9 +267,10 @@ class Assembler:
     """Pairs retrievals with their agent's answer; bounded in traces and retrievals per trace."""
 
     def __init__(self, *, turn_timeout_s: float, max_pending_traces: int,
-                 segment_attributes: tuple[str, ...] = ()) -> None:
+                 segment_attributes: tuple[str, ...] = (), received: bool = False) -> None:
         self.turn_timeout_s = turn_timeout_s
         self.max_pending_traces = max_pending_traces
+        self.received = received  # spans from other processes (serve): a missing parent means a split trace
         # The segments' attribute names: a remembered answer keeps only these of its span's attributes.
         self.segment_attributes = segment_attributes
         self._turns: OrderedDict[int, _Turn] = OrderedDict()
@@ -265,6 +280,14 @@ class Assembler:
         # Retrievals counted per trace, to recognise other spans describing them. Bounded like _answers.
         self._seen: OrderedDict[int, tuple[float, list[_Seen]]] = OrderedDict()
         self.pending = 0  # retrievals waiting for an answer
+        # Received spans only: the span ids handed to assembly per trace, to tell whether a retrieval's parent came.
+        # Bounded like _answers, expired the same way.
+        self._arrived: OrderedDict[int, tuple[float, set[int]]] = OrderedDict()
+        # Traces whose retrievals were released at their deadline, until turn_timeout_s * _SPLIT_MEMORY later: a span
+        # of one of them arriving now means the trace came in pieces far apart. Bounded by max_pending_traces.
+        self._released: OrderedDict[int, float] = OrderedDict()
+        self.split_traces = 0  # traces counted split (read by other threads: an int, written here only)
+        self.on_split: Callable[[], None] | None = None  # told once per split trace (the metric)
 
     def add(self, item: Item, now: float) -> list[Ready | Skip | Fold]:
         """Take one ended span; return what became ready (or skipped, or folded) because of it.
@@ -273,6 +296,12 @@ class Assembler:
         """
         out: list[Ready | Skip | Fold] = []
         trace_id = item.span_context.trace_id
+        if self._released and self._released.pop(trace_id, None) is not None:
+            self.split_traces += 1
+            if self.on_split is not None:
+                self.on_split()
+        if self.received:
+            self._arrive(trace_id, item.span_context.span_id, now)
         if item.kind == "retriever" and item.target and self._folded(item, now, out):
             pass
         elif item.kind == "retriever" and item.target:
@@ -369,19 +398,45 @@ class Assembler:
                     reranker.reranked = {k: attributes[k] for k in self.segment_attributes if k in attributes}
                 return
 
+    def _arrive(self, trace_id: int, span_id: int, now: float) -> None:
+        """Note a span of a received trace; kept until turn_timeout_s after the trace's latest span (so at least as
+        long as any turn of the trace waits), the entries in order of that deadline."""
+        entry = self._arrived.pop(trace_id, None)
+        ids = entry[1] if entry is not None else set()
+        if len(ids) < 4 * _MAX_RETRIEVALS_PER_TRACE:
+            ids.add(span_id)
+        self._arrived[trace_id] = (now + self.turn_timeout_s, ids)
+        while len(self._arrived) > self.max_pending_traces:
+            self._arrived.popitem(last=False)
+
     def expire(self, now: float) -> list[Ready | Skip | Fold]:
-        """Judge against their queries the retrievals whose agent did not answer in time."""
+        """Release the retrievals whose agent did not answer in time: judged against their queries, or (received
+        spans whose parent never arrived) skipped as ``parent_missing``."""
         while self._answers and next(iter(self._answers.values()))[0] <= now:
             self._answers.popitem(last=False)
         while self._seen and next(iter(self._seen.values()))[0] <= now:
             self._seen.popitem(last=False)
+        while self._released and next(iter(self._released.values())) <= now:
+            self._released.popitem(last=False)
         out: list[Ready | Skip | Fold] = []
         while self._turns:
             trace_id, turn = next(iter(self._turns.items()))
             if turn.deadline > now:
                 break
             del self._turns[trace_id]
-            out.extend(self._against_query(turn.retrievals))
+            self._released[trace_id] = now + _SPLIT_MEMORY * self.turn_timeout_s
+            while len(self._released) > self.max_pending_traces:
+                self._released.popitem(last=False)
+            arrived = self._arrived.get(trace_id)
+            for retrieval in turn.retrievals:
+                if self.received and retrieval.parent_id and (arrived is None or retrieval.parent_id not in arrived[1]):
+                    self.pending -= 1
+                    out.append(Skip(retrieval, "parent_missing"))
+                else:
+                    out.extend(self._against_query([retrieval]))
+        # After the turns: a trace's arrivals are kept at least as long as its turn waits (same deadline, set first).
+        while self._arrived and next(iter(self._arrived.values()))[0] <= now:
+            self._arrived.popitem(last=False)
         return out
 
     def flush(self) -> list[Ready | Skip | Fold]:

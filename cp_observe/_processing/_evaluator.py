@@ -74,7 +74,9 @@ class Evaluator:
         on_tick: Callable[[], None] | None = None,
         cascade: Cascade | None = None,
         resolver: DocumentResolver | None = None,
+        received: bool = False,
     ) -> None:
+        self.received = received
         self.judge = judge
         self.cascade = cascade
         self.resolver = resolver
@@ -106,7 +108,9 @@ class Evaluator:
         self.accounting = Accounting()
         segments = self.emitter.segments
         self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces,
-                                    segment_attributes=tuple(a for a, _ in segments.labels) if segments else ())
+                                    segment_attributes=tuple(a for a, _ in segments.labels) if segments else (),
+                                    received=self.received)
+        self._assembler.on_split = self.emitter.count_split
         self._ready: deque[Ready] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
         self._load = 0  # written by the evaluator thread only: targets assembled, ready or running
@@ -128,6 +132,11 @@ class Evaluator:
         self._reset()
         if self.resolver is not None:
             self.resolver.after_fork()
+
+    @property
+    def split_traces(self) -> int:
+        """Traces whose spans arrived more than turn_timeout_s apart (after their retrievals were released)."""
+        return self._assembler.split_traces
 
     def start(self) -> None:
         """Start the evaluator thread now (at creation), so no request ever waits for it."""

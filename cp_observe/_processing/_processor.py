@@ -153,6 +153,9 @@ class ContextPrecisionProcessor(SpanProcessor):
             Run on the evaluator thread, never on the request path; see ``_processing/_resolver.py``.
         document_resolver_timeout_s: the longest one retrieval's documents may take to resolve.
         document_resolver_concurrency: resolver calls running at once, across all retrievals.
+        received_spans: the spans come from other processes over OTLP (``cp-observe serve``): a retrieval whose
+            parent span never arrives within ``turn_timeout_s`` is skipped as ``parent_missing`` (its trace was
+            split, most often across replicas not routed by trace id), not judged against its query.
     """
 
     def __init__(
@@ -192,6 +195,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         document_resolver: Callable[[str, str], Any] | str | None = None,
         document_resolver_timeout_s: float = 5.0,
         document_resolver_concurrency: int = 4,
+        received_spans: bool = False,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be within [0, 1]")
@@ -275,6 +279,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             resolver=DocumentResolver(document_resolver, timeout_s=document_resolver_timeout_s,
                                       concurrency=document_resolver_concurrency)
             if document_resolver is not None else None,
+            received=received_spans,
         )
         self._flushing = threading.local()
         self._shutdown = False
@@ -380,6 +385,8 @@ class ContextPrecisionProcessor(SpanProcessor):
                 span.events if role == ROLE_RETRIEVER and (payload is None or payload.contexts is None) else (),
                 self._data_source,  # data_source
             )
+            if parent is not None and not local_root and role == ROLE_RETRIEVER:
+                item.parent_id = parent.span_id  # read only for received spans, whose parent may never arrive
             if drop:
                 self._evaluator.drop(item, drop)  # serve's recovery: counted, never judged
             else:
@@ -463,6 +470,11 @@ class ContextPrecisionProcessor(SpanProcessor):
     def sink_stats(self) -> dict[str, dict[str, int]]:
         """Per sink: evaluations offered, sent, failed, dropped and pending."""
         return {sink.name: sink.stats() for sink in self._sinks}
+
+    @property
+    def split_traces(self) -> int:
+        """Traces whose spans arrived more than ``turn_timeout_s`` apart (after their retrievals were released)."""
+        return self._evaluator.split_traces
 
     @property
     def circuit_state(self) -> str:

@@ -39,7 +39,7 @@ class AdminServer:
 
     def __init__(self, service: Backend, host: str, port: int) -> None:
         s = service.settings
-        limits = Limits(_MAX_CONNECTIONS, s.http_idle_timeout_s, s.http_read_timeout_s)
+        limits = Limits(_MAX_CONNECTIONS, s.http_idle_timeout_s, s.http_read_timeout_s, s.http_first_request_timeout_s)
         self._service = service
         # One worker: a scrape's collection runs off the loop, so /healthz answers while it runs.
         self._door = HttpDoor(service, host, port, self._handle, admin=True, limits=limits, workers=1,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import queue
 import signal
@@ -75,6 +76,9 @@ def _metavar(kind: type[Any]) -> str:
     return {int: "N", float: "X", str: "TEXT"}.get(kind, "VALUE")
 
 
+_FULL_COLLECTION_AFTER = 100  # collections of the middle generation between full ones (CPython's default: 10)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the service, wait for SIGTERM or SIGINT, drain; returns the exit code."""
     restore = log_to_stderr()  # before resolving: warnings about bad environment values are shown too
@@ -104,6 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
         stop.put(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    thresholds = gc.get_threshold()
     try:
         try:
             service.start()
@@ -111,6 +116,16 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"cp-observe serve: {exc}", file=sys.stderr)
             service.stop(1.0)
             return 1
+        # A full collection stalls every request in flight for as long as it walks the heap (benchmarks/README.md,
+        # "The HTTP door under a flood, at the defaults"). Everything built so far (modules, the service) lives as
+        # long as the process: frozen, out of the collector's sight (the imported modules alone took ~70 ms to walk
+        # on a loaded 2-core box). A closed connection leaves no cycle (serve/_connections.py), so full collections
+        # can be ten times rarer than CPython's default without garbage piling up: under a flood of reopened
+        # connections the default ran one every second or two, over every open connection.
+        gc.collect()
+        gc.freeze()
+        young, middle, _ = gc.get_threshold()
+        gc.set_threshold(young, middle, _FULL_COLLECTION_AFTER)
         scheme = "tls" if service.tls is not None else "plaintext"
         print(f"cp-observe serve: grpc {settings.listen_host}:{service.port('grpc')}, http "
               f"{settings.listen_host}:{service.port('http')} ({scheme}), admin {settings.admin_host}:"
@@ -127,6 +142,8 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         for sig, previous_handler in previous.items():
             signal.signal(sig, previous_handler)
+        gc.set_threshold(*thresholds)  # an in-process caller (a test, an embedding) gets its collector back
+        gc.unfreeze()
 
 
 

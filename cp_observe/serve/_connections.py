@@ -4,13 +4,28 @@ Both HTTP ports (OTLP/HTTP and admin) run on aiohttp's low-level server (``aioht
 ``RequestHandler`` protocol, llhttp parser in C), each port on its own event loop in one daemon thread, so
 ``start()`` and ``stop()`` stay synchronous for the service. What the door adds around aiohttp:
 
-- **A bound on open connections** (``max_connections``). Past it, a new connection is closed as soon as it is
-  accepted, before any parser is built, and counted (``too_many_connections``). The process's soft
-  ``RLIMIT_NOFILE`` is raised towards the bound at start, so the bound, not ``EMFILE``, is what refuses.
-- **Idle and slow clients closed.** One sweep per fraction of a second over the open connections closes a
-  connection that sent nothing for ``http_idle_timeout_s`` (new or kept alive: ``idle_timeout``), and one whose
-  request (headers and body, from its first byte) takes longer than ``http_read_timeout_s`` (slowloris:
-  ``slow_client``). A TLS handshake that takes longer than that is a ``slow_client`` too.
+- **A bound on open connections** (``max_connections``) **that never shuts the door.** At the bound, a new
+  connection is admitted by closing another: the oldest one that has not yet sent its first request's headers
+  (``evicted_new``), else the kept-alive connection idle longest (``evicted_idle``). A connection in the middle
+  of a request (its headers read, its body arriving or its answer being made) is never chosen; only when every
+  connection is (or is a TLS handshake) is the newcomer closed at accept (``too_many_connections``). So a flood
+  of idle or slowloris connections costs each flood connection its slot within milliseconds, and a sender that
+  connects and sends at once is answered; without a completed request a connection holds nothing worth keeping,
+  and with a bearer token set only an authenticated request completes on a kept-alive connection (a refusal
+  closes it). The soft ``RLIMIT_NOFILE`` is raised at start to cover the bound plus one accept burst, so the
+  bound, not ``EMFILE``, is what decides.
+- **Idle and slow clients closed.** A new connection must send its first request's headers within
+  ``http_first_request_timeout_s`` (``first_request_timeout``); a kept-alive connection that sends nothing for
+  ``http_idle_timeout_s`` is closed (``idle_timeout``); a request (headers and body, from its first byte) that
+  takes longer than ``http_read_timeout_s`` to arrive is closed (slowloris: ``slow_client``). A TLS handshake
+  that takes longer than that is a ``slow_client`` too. Each of the three clocks keeps its connections in an
+  insertion-ordered dict, oldest first, so a sweep (a few times a second) reads only the expired ones and one
+  more, never every connection, and the eviction's choice is the first key of a dict.
+- **Cheap to hold, free to close.** aiohttp's own set-up of a connection (its task, its keep-alive timer) waits
+  for the connection's first byte, so a connection that never sends one is this module's object, its parser and
+  its transport; and a closed connection leaves no reference cycle (``_unlink``), so it is freed at once instead
+  of waiting in the collector's oldest generation. Both shorten the full collections that stall the loop while a
+  flood turns connections over (``benchmarks/README.md``).
 - **TLS per connection.** The listening socket is plain; each accepted connection is upgraded with
   ``loop.start_tls`` using the context ``ServerTls`` holds at that moment, so a reloaded certificate applies
   to the next connection (as with the old thread-per-connection door), and a failed handshake is counted
@@ -33,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from cp_observe._log import LOGGER_NAME, logger
-from cp_observe.serve._limits import MAX_HEADERS, MAX_LINE, Limits, classify
+from cp_observe.serve._limits import ACCEPT_BURST, MAX_HEADERS, MAX_LINE, Limits, classify
 from cp_observe.serve._tls import peer_identity
 
 if TYPE_CHECKING:
@@ -51,48 +66,78 @@ Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 class Connection(web.RequestHandler):
     """aiohttp's HTTP/1.1 protocol for one connection, plus the clocks the door's sweep reads.
 
-    ``reading_since``: when the current request's first byte arrived (``None`` between requests and while
-    it is being handled); ``idle_since``: when the connection last became idle.
+    ``opened_at``: when it was admitted (the first-request deadline runs from there); ``reading_since``: when
+    the current request's first byte arrived (``None`` between requests and while it is being handled);
+    ``idle_since``: when the connection last became idle.
     """
 
-    __slots__ = ("_door", "closed_reason", "counted", "current", "half_closed", "handling", "idle_since", "lost",
-                 "reading_since")
+    __slots__ = ("_door", "closed_reason", "counted", "current", "early", "half_closed", "handling", "idle_since",
+                 "lost", "made", "opened_at", "reading_since", "wire")
 
     def __init__(self, door: HttpDoor, manager: web.Server, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._door = door
         self.counted = False  # holds one of the door's connection slots
+        self.made = False  # aiohttp's connection_made ran, at the first byte (so its connection_lost must run too)
         self.lost = False  # connection_lost came (after a TLS handshake it can come before connection_made)
-        self.closed_reason: str | None = None  # set when the door closed it (idle, slow): counted once, there
+        self.early = b""  # TLS application data that came before connection_made
+        self.wire: asyncio.BaseTransport | None = None  # the transport, until connection_lost unlinks it
+        self.closed_reason: str | None = None  # set when the door closed it (idle, slow, evicted): counted once, there
         self.handling = False
         self.half_closed = False  # the sender shut its side down: answer what it sent, then close
         self.current: web.BaseRequest | None = None  # the request being handled (set by the door's dispatch)
         self.reading_since: float | None = None
-        self.idle_since = door.loop.time()
+        self.opened_at = self.idle_since = door.loop.time()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Take a slot (evicting another at the bound) and wait for the first byte; aiohttp starts on it.
+
+        aiohttp's own set-up (a task per connection, its keep-alive timer, TCP options) waits for the first byte: a
+        connection that never sends one costs this object, its parser and its transport only, about 15 objects for
+        a full collection to walk instead of 27 (measured) under an idle flood.
+        """
         if self.lost:  # the TLS peer left between its handshake and this call: its slot is already given back
             return
-        if not self.counted and not self._door.admit():
-            _abort(transport)  # over the bound: counted by admit(); nothing was built for it beyond this object
+        door = self._door
+        if not self.counted and not door.admit():
+            _abort(transport)  # nothing to evict (every connection is mid-request): counted by admit()
             return
         self.counted = True
-        self._door.connections.add(self)
-        self.idle_since = self._door.loop.time()
-        super().connection_made(transport)
+        self.opened_at = self.idle_since = door.loop.time()
+        door.opened(self)
+        self.wire = transport
+        self.transport = transport  # type: ignore[assignment]  # what force_close closes until aiohttp starts
+        if self.early:  # TLS: application data can arrive between the handshake and this call
+            early, self.early = self.early, b""
+            self.data_received(early)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.lost = True
-        if not self.counted:
-            return
-        self.counted = False
-        self._door.connections.discard(self)
-        self._door.release()
-        super().connection_lost(exc)
+        if self.counted:
+            self.counted = False
+            self._door.release()
+        self._door.forget(self)
+        if self.made:
+            self.made = False
+            super().connection_lost(exc)
+        else:
+            self.transport = None
+            self._parser = None  # the parser refers back to this object: unlinked, both go by reference count
+        _unlink(self.wire)
+        self.wire = None
 
     def data_received(self, data: bytes) -> None:
+        if not self.made:
+            if not data or self.lost or self.closed_reason is not None:
+                return
+            if self.transport is None:  # before connection_made (TLS, see there): kept for it
+                self.early += data
+                return
+            self.made = True
+            super().connection_made(self.transport)
         if self.reading_since is None and not self.handling and data:
             self.reading_since = self._door.loop.time()
+            self._door.reading(self)
         super().data_received(data)
 
     def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio.Protocol's contract: True keeps it open
@@ -101,7 +146,7 @@ class Connection(web.RequestHandler):
         aiohttp closes at once either way (its ``eof_received`` returns None), so a sender that shuts down its
         side after writing a request (``shutdown(SHUT_WR)``, as http.server served) would never see the answer.
         """
-        if self._waiter is not None and not self._messages:  # waiting for a next request that cannot come
+        if not self.made or (self._waiter is not None and not self._messages):  # no request can come any more
             return None
         self.half_closed = True
         if self.current is not None:
@@ -112,18 +157,28 @@ class Connection(web.RequestHandler):
         """The handler has the whole request: the read clock stops until the answer is sent."""
         self.reading_since = None
         self.handling = True
+        self._door.read_done(self)
 
     def request_done(self) -> None:
         """The answer is written: the connection is idle (kept alive) from now."""
         self.handling = False
         self.reading_since = None
         self.idle_since = self._door.loop.time()
+        self._door.idle(self)
 
     def close_for(self, reason: str) -> None:
-        """Close this connection on the door's decision (idle or slow), counted once as ``reason``."""
+        """Close this connection on the door's decision (idle, slow, evicted), counted once as ``reason``."""
         self.closed_reason = reason
         self._door.closed(reason, request_in_progress=self.handling or self._request_in_progress)
+        self._door.forget(self)  # no sweep or eviction picks it again; its slot goes back at connection_lost
         self.force_close()
+
+    def evict(self, reason: str) -> None:
+        """Close this connection to admit a new one: its slot is given back now, for the newcomer."""
+        self.close_for(reason)
+        if self.counted:
+            self.counted = False
+            self._door.release()
 
     def handle_error(self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
@@ -220,6 +275,11 @@ class HttpDoor:
         self.limits = limits
         self.tls: ServerTls | None = service.tls if not admin or service.settings.admin_tls else None
         self.connections: set[Connection] = set()  # loop thread only
+        # The clocks (loop thread only), each oldest first: new connections by admission, requests being read by
+        # their first byte, kept-alive idle connections by when they became idle.
+        self._fresh: dict[Connection, None] = {}
+        self._reading: dict[Connection, None] = {}
+        self._idle: dict[Connection, None] = {}
         self.handshakes: set[asyncio.Task[None]] = set()  # loop thread only
         self._open = 0  # connection slots taken: admitted, not yet lost (loop thread only)
         self._handler = handler
@@ -269,7 +329,11 @@ class HttpDoor:
     async def _serve(self) -> None:
         self._manager = web.Server(self._dispatch, loop=self.loop)
         factory = self._accept_tls if self.tls is not None else self._accept
-        self._server = await self.loop.create_server(factory, sock=self._sock, backlog=self._backlog)
+        # asyncio accepts up to ``backlog`` connections per wake-up and listens with that number too: accept in
+        # bursts of ACCEPT_BURST (each one's descriptor is reserved beside the bound), then give the kernel's
+        # queue its full length again, so a flood's SYNs wait there instead of being dropped and retried.
+        self._server = await self.loop.create_server(factory, sock=self._sock, backlog=ACCEPT_BURST)
+        self._sock.listen(self._backlog)
         self._sweeper = self.loop.create_task(self._sweep())
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -277,6 +341,7 @@ class HttpDoor:
         if not isinstance(connection, Connection):  # pragma: no cover - every connection is built by this door
             return await self._handler(request)
         connection.current = request
+        self.headers_in(connection)
         if connection.half_closed:
             cut_short(request)
         try:
@@ -299,18 +364,59 @@ class HttpDoor:
                           auto_decompress=False)
 
     def _accept(self) -> asyncio.Protocol:
-        return _Refused(self) if self._open >= self.limits.max_connections else self.new_connection()
+        return _Refused(self) if self._full_of_requests() else self.new_connection()
 
     def _accept_tls(self) -> asyncio.Protocol:
-        return _Refused(self) if self._open >= self.limits.max_connections else _TlsAcceptor(self)
+        return _Refused(self) if self._full_of_requests() else _TlsAcceptor(self)
+
+    def _full_of_requests(self) -> bool:
+        """At the bound with nothing to evict: every connection is mid-request or a TLS handshake."""
+        return self._open >= self.limits.max_connections and not self._fresh and not self._idle
 
     def admit(self) -> bool:
-        """Take a connection slot; False (and counted) when the door is full."""
+        """Take a connection slot, at the bound by evicting another connection; False (counted) if none can go."""
         if self._open >= self.limits.max_connections:
-            self.refused_connection()
-            return False
+            if self._fresh:  # the oldest connection that has not sent a request's headers yet
+                next(iter(self._fresh)).evict("evicted_new")
+            elif self._idle:  # else the kept-alive connection idle longest
+                next(iter(self._idle)).evict("evicted_idle")
+            else:
+                self.refused_connection()
+                return False
         self._open += 1
         return True
+
+    # --- the clocks: insertion-ordered dicts (oldest first), loop thread only ---------------------------------------
+    def opened(self, connection: Connection) -> None:
+        """A connection was admitted: it waits for its first request's headers."""
+        self.connections.add(connection)
+        self._fresh[connection] = None
+
+    def reading(self, connection: Connection) -> None:
+        """A request's first byte arrived: the read clock starts, the idle one stops."""
+        self._idle.pop(connection, None)
+        self._reading[connection] = None
+
+    def headers_in(self, connection: Connection) -> None:
+        """A request's headers were parsed: the connection is no longer new (nor evictable until it is idle)."""
+        self._fresh.pop(connection, None)
+
+    def read_done(self, connection: Connection) -> None:
+        """The whole request arrived: the read clock stops."""
+        self._reading.pop(connection, None)
+
+    def idle(self, connection: Connection) -> None:
+        """The answer was written: the connection is kept alive, the youngest idle one."""
+        self._reading.pop(connection, None)
+        self._idle.pop(connection, None)
+        self._idle[connection] = None
+
+    def forget(self, connection: Connection) -> None:
+        """The connection is closing or gone: out of every clock."""
+        self.connections.discard(connection)
+        self._fresh.pop(connection, None)
+        self._reading.pop(connection, None)
+        self._idle.pop(connection, None)
 
     def release(self) -> None:
         """Give a connection slot back."""
@@ -322,18 +428,19 @@ class HttpDoor:
         return self._open
 
     async def _sweep(self) -> None:
-        """Close idle and slow connections; a pass over 10,000 connections takes a few milliseconds."""
+        """Close new, idle and slow connections past their deadline: reads only the expired ones of each clock."""
         limits = self.limits
-        interval = min(1.0, max(0.02, min(limits.idle_timeout_s, limits.read_timeout_s) / 4))
+        shortest = min(limits.idle_timeout_s, limits.read_timeout_s, limits.first_request_timeout_s)
+        interval = min(1.0, max(0.02, shortest / 4))
         while True:
             await asyncio.sleep(interval)
             now = self.loop.time()
-            for connection in list(self.connections):
-                if connection.reading_since is not None:
-                    if now - connection.reading_since > limits.read_timeout_s:
-                        connection.close_for("slow_client")
-                elif not connection.handling and now - connection.idle_since > limits.idle_timeout_s:
-                    connection.close_for("idle_timeout")
+            for connection in _expired(self._reading, now - limits.read_timeout_s, "reading_since"):
+                connection.close_for("slow_client")
+            for connection in _expired(self._fresh, now - limits.first_request_timeout_s, "opened_at"):
+                connection.close_for("first_request_timeout")
+            for connection in _expired(self._idle, now - limits.idle_timeout_s, "idle_since"):
+                connection.close_for("idle_timeout")
 
     async def _shutdown(self, grace_s: float) -> None:
         if self._sweeper is not None:
@@ -357,7 +464,7 @@ class HttpDoor:
             self.service.refusals.record("http", reason, detail)
 
     def refused_connection(self) -> None:
-        """A connection closed at accept: the door holds ``max_connections`` already."""
+        """A connection closed at accept: the door holds ``max_connections``, every one of them mid-request."""
         self._record("too_many_connections", str(self.limits.max_connections))
 
     def handshake_failed(self, reason: str, detail: str) -> None:
@@ -365,7 +472,7 @@ class HttpDoor:
         self._record(reason, detail)
 
     def closed(self, reason: str, *, request_in_progress: bool) -> None:
-        """The sweep closed a connection; a request it was sending counts as invalid."""
+        """The sweep or an eviction closed a connection; a request it was sending counts as invalid."""
         if request_in_progress and not self.admin:
             self.service.count("http", "invalid")
         self._record(reason, "")
@@ -376,6 +483,30 @@ class HttpDoor:
             self.service.count("http", "invalid")
             self._record(reason, f"{status} {detail}".strip())
         return f"{status} {'internal error' if reason == 'internal' else 'bad request'}\n"
+
+
+def _unlink(transport: asyncio.BaseTransport | None) -> None:
+    """Break a closed transport's reference to its own bound method, so it goes by reference count.
+
+    asyncio's socket transport keeps its read callback as a bound method of itself: a cycle, so every closed
+    connection would wait for a collection, and under a flood of reopened connections those reach the oldest
+    generation and make every full collection longer. Only read after connection_lost: never again.
+    """
+    if transport is not None and getattr(transport, "_read_ready_cb", None) is not None:
+        transport._read_ready_cb = None  # type: ignore[attr-defined]
+
+
+def _expired(clock: dict[Connection, None], before: float, since: str) -> list[Connection]:
+    """The connections of ``clock`` (oldest first) whose ``since`` time is before ``before``."""
+    out = []
+    for connection in clock:
+        started = getattr(connection, since)
+        if started is None:  # not on this clock any more (never the case: each change leaves the dict first)
+            continue
+        if started >= before:
+            break
+        out.append(connection)
+    return out
 
 
 def _abort(transport: asyncio.BaseTransport) -> None:

@@ -77,7 +77,8 @@ class OtlpHttpServer:
 
     def __init__(self, service: Backend, host: str, port: int) -> None:
         s = service.settings
-        limits = effective_limits(s.max_connections, s.http_idle_timeout_s, s.http_read_timeout_s)
+        limits = effective_limits(s.max_connections, s.http_idle_timeout_s, s.http_read_timeout_s,
+                                  s.http_first_request_timeout_s)
         self._service = service
         self._door = HttpDoor(service, host, port, self._handle, admin=False, limits=limits, workers=_WORKERS,
                               name=self.name)

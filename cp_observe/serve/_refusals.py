@@ -37,9 +37,13 @@ REASONS = (
     "receive_failed",  # gRPC: grpcio ended the call before its message arrived (over the size limit, cancelled)
     "internal",  # a bug: the handler failed (500 / INTERNAL); the service keeps serving
     # Connections the HTTP door closes: counted per connection, not per request.
-    "too_many_connections",  # accepted past max_connections: closed at once (HTTP)
-    "idle_timeout",  # sent nothing for http_idle_timeout_s, new or kept alive (HTTP)
+    "too_many_connections",  # accepted at max_connections with every connection mid-request: closed at once (HTTP)
+    "idle_timeout",  # a kept-alive connection sent nothing for http_idle_timeout_s (HTTP)
     "slow_client",  # a request or TLS handshake took longer than http_read_timeout_s to arrive (HTTP)
+    # At max_connections a new connection is admitted by closing another (HTTP), never refused while one can go.
+    "first_request_timeout",  # a new connection sent no request headers within http_first_request_timeout_s
+    "evicted_new",  # closed at the bound: the oldest connection that had not sent a request's headers yet
+    "evicted_idle",  # closed at the bound: the kept-alive connection idle longest (no new connection to close)
     # Durable intake: admitted, then refused by the store (429 / RESOURCE_EXHAUSTED, like a full queue).
     "store_full",  # the stored spans would pass durable_max_bytes
     "store_age",  # the oldest stored target is older than durable_max_age_s (the judge is not keeping up)

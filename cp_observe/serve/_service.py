@@ -149,6 +149,7 @@ class ScorerService:
             queue_size=evaluator_queue_size(s.queue_size),
             evaluation_timeout_s=s.evaluation_timeout_s,
             shutdown_timeout_s=s.drain_timeout_s,
+            received_spans=True,  # from other processes: a parent that never arrives means a split trace
             **({"data_source": data_source} if data_source is not None else {}),
         )
         self.admission = Admission(self.processor, s.queue_size)
@@ -300,13 +301,13 @@ class ScorerService:
         return True, "ready"
 
     def stats(self) -> dict[str, Any]:
-        """The processor's accounting, plus occupancy, queue size, request counts and state."""
+        """The processor's accounting, plus occupancy, queue size, request counts, split traces and state."""
         out = self.processor.stats()
         with self._lock:
             requests = dict(sorted(self._counts.items()))
         out.update(occupancy=self.admission.occupancy(), queue_size=self.settings.queue_size,
                    requests=requests, draining=self.admission.draining, refusals=self.refusals.counts(),
-                   sinks=self.processor.sink_stats(),
+                   sinks=self.processor.sink_stats(), split_traces=self.processor.split_traces,
                    recovered=self.intake.recovered if self.intake is not None else 0,
                    durable=self.intake.stats() if self.intake is not None else None)
         return out

@@ -60,11 +60,14 @@ class ServeSettings(Settings):
                              pattern=r"(?i)^(debug|info|warning|error|critical)$")
     # --- The HTTP door: bounded connections, idle and slow clients closed ---------------------------------------------
     max_connections: int = setting(
-        4096, "Open OTLP/HTTP connections at most; more are closed at accept and counted.", ge=1, le=1_000_000)
+        4096, "Open OTLP/HTTP connections at most; at the bound a new one evicts a new or the longest-idle one.",
+        ge=1, le=1_000_000)
     http_idle_timeout_s: float = setting(
-        60.0, "HTTP connections (new or kept alive) that send nothing this long are closed.", gt=0)
+        60.0, "Kept-alive HTTP connections that send nothing this long are closed.", gt=0)
     http_read_timeout_s: float = setting(
         30.0, "Longest one HTTP request (or TLS handshake) may take to arrive; slower senders are closed.", gt=0)
+    http_first_request_timeout_s: float = setting(
+        5.0, "New HTTP connections that send no request headers this long are closed.", gt=0)
     # --- Durable intake: what serve answered 200 for survives a crash until its outcome is counted --------------------
     durable: bool = setting(True, "Write accepted sampled spans to the store in data_dir before answering 200.")
     data_dir: str | None = setting(
@@ -125,6 +128,8 @@ SERVE_FIELDS += ("phoenix_url", "sink_queue_size", "sink_batch_size", "sink_max_
 
 # --- the HTTP door: connection bound and timeouts.
 SERVE_FIELDS += ("max_connections", "http_idle_timeout_s", "http_read_timeout_s")
+# --- the HTTP door under a flood: a new connection's deadline for its first request's headers.
+SERVE_FIELDS += ("http_first_request_timeout_s",)
 # --- durable intake: --durable / --no-durable, the store's directory and its bounds.
 SERVE_FIELDS += ("durable", "data_dir", "durable_max_bytes", "durable_max_age_s")
 # --- calibration: the share of scored retrievals marked needs_label.

@@ -76,3 +76,57 @@ def test_failed_retrieval_is_skipped() -> None:
     """A retrieval whose call raised is skipped with call_error."""
     assembler = Assembler(turn_timeout_s=60, max_pending_traces=10)
     assert _refs(assembler.add(_item("retriever", 2, 1, 2, error=True), 0.0)) == [(2, "call_error")]
+
+
+def _child(span_id: int, parent_id: int, start: int, end: int, **kwargs: Any) -> Item:
+    item = _item("retriever", span_id, start, end, **kwargs)
+    item.parent_id = parent_id
+    return item
+
+
+def test_received_retrieval_whose_parent_never_arrived_is_skipped_as_parent_missing() -> None:
+    """Received spans: at the deadline, a retrieval whose parent never came is skipped, not judged on its query."""
+    assembler = Assembler(turn_timeout_s=5, max_pending_traces=10, received=True)
+    assembler.add(_child(2, 1, 10, 20), 0.0)
+    assert _refs(assembler.expire(6.0)) == [(2, "parent_missing")]
+    assert assembler.pending == 0
+
+
+def test_received_retrieval_whose_parent_arrived_without_an_answer_is_judged_on_its_query() -> None:
+    """Received spans: the parent came (no answer, no root in time), so the retrieval is judged on its query."""
+    assembler = Assembler(turn_timeout_s=5, max_pending_traces=10, received=True)
+    assembler.add(_child(2, 1, 10, 20), 0.0)
+    assert assembler.add(_item("agent", 1, 5, 30), 1.0) == []  # an agent span that carries no answer
+    assert _refs(assembler.expire(6.0)) == [(2, "query 2")]
+
+
+def test_in_process_a_long_turn_is_still_judged_on_its_query() -> None:
+    """In process a parent always ends later in the same process: past the deadline the query is the reference."""
+    assembler = Assembler(turn_timeout_s=5, max_pending_traces=10)
+    assembler.add(_child(2, 1, 10, 20), 0.0)
+    assert _refs(assembler.expire(6.0)) == [(2, "query 2")]
+
+
+def test_a_span_arriving_after_its_trace_was_released_counts_the_trace_split_once() -> None:
+    """A trace whose spans come more than turn_timeout_s apart is counted split, once, and told to on_split."""
+    assembler = Assembler(turn_timeout_s=5, max_pending_traces=10, received=True)
+    told: list[int] = []
+    assembler.on_split = lambda: told.append(1)
+    assembler.add(_child(2, 1, 10, 20), 0.0)
+    assembler.add(_child(3, 1, 10, 20, trace_id=8), 0.0)
+    assembler.expire(6.0)
+    assembler.add(_item("agent", 1, 5, 30, answer="late"), 30.0)  # the rest of trace 1, 30 s later
+    assembler.add(_item("root", 9, 0, 40, root=True), 30.0)
+    assert assembler.split_traces == 1 and told == [1]
+    assembler.expire(100.0)  # trace 8's memory ends after ten turn timeouts: a span now is a new trace
+    assembler.add(_item("agent", 4, 5, 30, trace_id=8, answer="much later"), 100.0)
+    assert assembler.split_traces == 1
+
+
+def test_a_trace_arriving_in_one_piece_is_not_split() -> None:
+    """Spans of a trace within turn_timeout_s of each other: nothing is skipped or counted split."""
+    assembler = Assembler(turn_timeout_s=5, max_pending_traces=10, received=True)
+    assembler.add(_child(2, 1, 10, 20), 0.0)
+    out = assembler.add(_item("agent", 1, 5, 30, root=True, answer="the answer"), 4.0)
+    assert _refs(out) == [(2, "the answer")] and assembler.split_traces == 0
+    assert assembler.expire(100.0) == []

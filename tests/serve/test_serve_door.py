@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
 import threading
+import time
+from collections.abc import Callable
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,16 @@ def _first_line(connection: socket.socket) -> bytes:
             break
         data += chunk
     return data.split(b"\r\n", 1)[0]
+
+
+def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll the door's loop-thread state (read only) until ``predicate`` holds; False at the timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)  # the door's loop thread changes it: nothing to await from here
+    return False
 
 
 def _response(connection: socket.socket) -> bytes:
@@ -89,41 +102,70 @@ def test_a_declared_length_over_the_limit_gets_413_before_any_continue(
         assert service.stats()["refusals"] == {"http:too_large": 1}
 
 
-def test_connections_past_the_bound_are_closed_at_once_and_counted(
+def test_at_the_bound_a_new_connection_evicts_one_that_sent_nothing(
     sink: OtlpSink, cp_observe_judge: FakeJudge
 ) -> None:
-    """With max_connections open, the next connection is closed unanswered and counted; those held keep working."""
+    """With max_connections open, a newcomer is admitted: the oldest silent connection is closed, then the idlest."""
     body = retrieval_request(1)
     request = f"{HEAD}Content-Length: {len(body)}\r\n\r\n".encode() + body
     with start_service(sink, cp_observe_judge, max_connections=3, sample_rate=0.0) as service:
         port = service.port("http")
-        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        kept = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
         try:
-            for connection in held:  # answered: each holds a slot
+            for connection in kept:  # answered, then idle: kept alive
                 connection.sendall(request)
                 assert _response(connection).startswith(b"HTTP/1.1 200")
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as newcomer:
+                newcomer.sendall(request)
+                assert _response(newcomer).startswith(b"HTTP/1.1 200")  # admitted: the silent one made room
+                assert silent.recv(100) == b""
+                # Now every slot has served a request: the next newcomer evicts the one idle longest (kept[0]).
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as second:
+                    second.sendall(request)
+                    assert _response(second).startswith(b"HTTP/1.1 200")
+                    assert kept[0].recv(100) == b""
+                    kept[1].sendall(request)  # the younger kept-alive connection is still served
+                    assert _response(kept[1]).startswith(b"HTTP/1.1 200")
+                    stats = service.stats()
+        finally:
+            for connection in (*kept, silent):
+                connection.close()
+    assert stats["refusals"] == {"http:evicted_new": 1, "http:evicted_idle": 1}
+    assert stats["requests"] == {"http:accepted": 5}
+
+
+def test_at_the_bound_with_every_connection_mid_request_the_newcomer_is_refused(
+    sink: OtlpSink, cp_observe_judge: FakeJudge
+) -> None:
+    """Only when every connection is in the middle of a request is a newcomer closed at accept, and counted."""
+    with start_service(sink, cp_observe_judge, max_connections=2, sample_rate=0.0) as service:
+        port = service.port("http")
+        busy = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        try:
+            for connection in busy:  # headers in, the body never ends: mid-request
+                connection.sendall(f"{HEAD}Content-Length: 1000\r\n\r\nabc".encode())
+            door = service._servers["http"]._door
+            assert _until(lambda: not door._fresh and door.open_connections == 2)  # both past their headers
             with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
-                extra.sendall(request)
+                extra.sendall(HEAD.encode())
                 try:
                     answer = extra.recv(100)
                 except ConnectionResetError:
                     answer = b""
             assert answer == b""
-            held[0].sendall(request)  # a kept-alive connection is still served
-            assert _response(held[0]).startswith(b"HTTP/1.1 200")
             stats = service.stats()
         finally:
-            for connection in held:
+            for connection in busy:
                 connection.close()
     assert stats["refusals"] == {"http:too_many_connections": 1}
-    assert stats["requests"] == {"http:accepted": 4}
 
 
 def test_idle_and_slow_connections_are_closed_and_counted(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
     """Silent, kept-alive and slowloris connections are closed after their timeout, each counted by why."""
     body = retrieval_request(1)
     with start_service(sink, cp_observe_judge, http_idle_timeout_s=0.3, http_read_timeout_s=0.5,
-                       sample_rate=0.0) as service:
+                       http_first_request_timeout_s=0.4, sample_rate=0.0) as service:
         port = service.port("http")
         silent = socket.create_connection(("127.0.0.1", port), timeout=10)
         kept = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -136,7 +178,20 @@ def test_idle_and_slow_connections_are_closed_and_counted(sink: OtlpSink, cp_obs
                 assert connection.recv(100) == b""  # closed by the server (the timeout bounds the wait)
         assert post(f"http://127.0.0.1:{port}/v1/traces", body)[0] == 200  # others are still served
         stats = service.stats()
-    assert stats["refusals"] == {"http:idle_timeout": 2, "http:slow_client": 1}
+    assert stats["refusals"] == {"http:first_request_timeout": 2, "http:idle_timeout": 1}
+
+
+def test_a_slow_request_after_the_first_is_closed_as_slow_client(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
+    """A kept-alive sender whose next request's headers never end is closed at http_read_timeout_s (slowloris)."""
+    body = retrieval_request(1)
+    with start_service(sink, cp_observe_judge, http_read_timeout_s=0.3, sample_rate=0.0) as service, \
+            socket.create_connection(("127.0.0.1", service.port("http")), timeout=10) as connection:
+        connection.sendall(f"{HEAD}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert _response(connection).startswith(b"HTTP/1.1 200")
+        connection.sendall(HEAD.encode())
+        assert connection.recv(100) == b""
+        stats = service.stats()
+    assert stats["refusals"] == {"http:slow_client": 1}
 
 
 def test_a_slow_body_is_closed_as_slow_client_and_counted_once(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
@@ -216,9 +271,10 @@ def test_the_bound_is_lowered_to_what_the_open_file_limit_allows(monkeypatch: py
 
     monkeypatch.setattr(_limits.resource, "getrlimit", lambda which: limits["now"])
     monkeypatch.setattr(_limits.resource, "setrlimit", setrlimit)
-    assert _limits.effective_limits(1000, 60.0, 30.0).max_connections == 1000  # 1000 + the reserve fit in 2048
-    assert limits["now"] == (1256, 2048)
-    assert _limits.effective_limits(4096, 60.0, 30.0).max_connections == 2048 - 256
+    reserve = 256 + _limits.ACCEPT_BURST  # the other descriptors, and one accept burst past the bound
+    assert _limits.effective_limits(1000, 60.0, 30.0, 5.0).max_connections == 1000  # 1000 + the reserve fit in 2048
+    assert limits["now"] == (1000 + reserve, 2048)
+    assert _limits.effective_limits(4096, 60.0, 30.0, 5.0).max_connections == 2048 - reserve
     assert limits["now"] == (2048, 2048)
 
 
@@ -244,3 +300,34 @@ def test_a_tls_handshake_that_never_comes_is_closed_as_slow_client(
             assert _response(secure).startswith(b"HTTP/1.1 200")  # others still get through
         stats = service.stats()
     assert stats["refusals"] == {"http:slow_client": 1}
+
+
+def test_a_closed_connection_leaves_no_cycle_for_the_collector(sink: OtlpSink, cp_observe_judge: FakeJudge) -> None:
+    """Evicted, timed-out and served connections are freed by reference count: a flood piles up no garbage."""
+    import gc
+
+    from cp_observe.serve._connections import Connection
+
+    body = retrieval_request(1)
+    with start_service(sink, cp_observe_judge, max_connections=10, http_first_request_timeout_s=0.2,
+                       sample_rate=0.0) as service:
+        port = service.port("http")
+        door = service._servers["http"]._door
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(30)]  # 20 evicted
+            assert post(f"http://127.0.0.1:{port}/v1/traces", body)[0] == 200  # a served one, made and closed
+            assert _until(lambda: door.open_connections == 0)  # the rest closed at the first-request deadline
+            for connection in silent:
+                connection.close()
+            gc.collect()
+            cyclic = [o for o in gc.garbage if isinstance(o, (Connection, asyncio.BaseTransport))]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        stats = service.stats()
+    assert stats["refusals"]["http:evicted_new"] >= 20 and stats["refusals"]["http:first_request_timeout"] >= 1
+    assert cyclic == []
