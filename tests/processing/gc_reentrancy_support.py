@@ -287,7 +287,7 @@ def async_generators() -> dict[str, Any]:
 
 def payload_eviction() -> dict[str, Any]:
     """The payload store, full, evicts while finalizers store more payloads."""
-    from cp_observe._config._runtime import PAYLOADS
+    from cp_observe._capture._payloads import PAYLOADS
     from cp_observe.testing import IsolatedRuntime
 
     # A store of 10,000 would need 10,000 untaken payloads to evict.
