@@ -29,6 +29,7 @@ from cp_observe._capture._conventions import (
     plain_attributes,
     role,
 )
+from cp_observe._capture._payloads import PAYLOADS
 from cp_observe._config import _runtime
 from cp_observe._config._sampling import TraceIdRatio, sampling_reason
 from cp_observe._config._settings import Settings
