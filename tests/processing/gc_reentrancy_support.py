@@ -297,7 +297,7 @@ def payload_eviction() -> dict[str, Any]:
         # on_end ever takes them (as when the processor serves another provider), so the store fills and evicts.
         ContextPrecisionProcessor(SlowJudge(), tracer_provider=tracer_provider, meter_provider=_meters(),
                                   shutdown_timeout_s=1.0)
-        with CollectInside(abandoned_generator, files=("_config/_runtime.py",), limit=1500,
+        with CollectInside(abandoned_generator, files=("_capture/_payloads.py",), limit=1500,
                            every=3) as inside:
             _calls(40)
     assert PAYLOADS.evicted > 0, "nothing was evicted: the scenario did not reach eviction"
