@@ -111,11 +111,18 @@ def settings_page() -> str:
         "## The library: `configure()` and `CP_OBSERVE_*`",
         "",
         "Every setting below is a keyword argument of `cp_observe.configure()` and a `CP_OBSERVE_*` variable.",
+        "Those whose meaning starts with *(processor)* are also keyword arguments of",
+        "`ContextPrecisionProcessor`, with the same name, default and bounds (there, `capture_content` left unset",
+        "follows the runtime's, and `data_source`, `segments` and `cheap_judge` also take a callable, a list or a",
+        "`Judge`); the processor reads no variable.",
         "",
         "| setting | variable | type | default | bounds | meaning |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [_row(name, field, ENV_PREFIX) for name, field in Settings.model_fields.items()]
+    lines += [_row(name, field, ENV_PREFIX).replace(" | " + _cell(field.description) + " |",
+                                                     " | *(processor)* " + _cell(field.description) + " |")
+              if field.processor else _row(name, field, ENV_PREFIX)
+              for name, field in Settings.model_fields.items()]
     flags = set(serve.SERVE_FIELDS)
     own = [(name, field) for name, field in serve.ServeSettings.model_fields.items()
            if name not in Settings.model_fields

@@ -104,6 +104,7 @@ def library_instruments() -> tuple[Instrument, ...]:
     from opentelemetry.trace import SpanContext, TraceFlags
 
     from cp_observe import _internal
+    from cp_observe._config._settings import Settings
     from cp_observe._emission._emit import Emitter, Target
     from cp_observe._types import RerankLift, ScoreResult, Usage, Verdict
 
@@ -113,12 +114,11 @@ def library_instruments() -> tuple[Instrument, ...]:
         tracer_provider=TracerProvider(),
         meter_provider=meter_provider,
         logger_provider=LoggerProvider(),
-        threshold=0.5,
-        capture_content=False,
         queue_depth=lambda: 1,
-        segments=((CANARY_SEGMENT, prometheus_label(CANARY_SEGMENT)),),  # the shipped canary rules' label
-        max_segment_values=1,
+        options=Settings(capture_content=False, segments=CANARY_SEGMENT, max_segment_values=1),
     )
+    # The shipped canary rules' label.
+    assert emitter.segments is not None and emitter.segments.labels[0][1] == prometheus_label(CANARY_SEGMENT)
     assert emitter.segments is not None
     emitter.segments.resolve({CANARY_SEGMENT: "v1"}, None)
     segments = emitter.segments.resolve({CANARY_SEGMENT: "v2"}, None)  # over the bound: 'other', and counted

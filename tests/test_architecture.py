@@ -331,7 +331,7 @@ def test_the_shared_fixtures_keep_no_private_judge() -> None:
 # ``monkeypatch`` (undone by pytest) on anything but the process-wide state. cp_observe/testing, the kit that does
 # this for tests, is library code and not scanned.
 PROCESS_STATE = frozenset({
-    "_runtime", "RUNTIME_HOLDER", "RUNTIME", "PAYLOADS", "FORCED", "_sampling", "_CURRENT", "_configure",
+    "_runtime", "_payloads", "RUNTIME_HOLDER", "RUNTIME", "PAYLOADS", "FORCED", "_sampling", "_CURRENT", "_configure",
     "_LIVE_SAMPLERS", "_SAMPLER_CHANGES",
 })
 MUTATORS = frozenset({
@@ -409,7 +409,7 @@ def test_no_test_writes_process_wide_state_or_private_attributes() -> None:
     "from cp_observe._config import _runtime\n_runtime.RUNTIME_HOLDER[0] = saved\n",
     "from cp_observe._config import _runtime\n_runtime.install(capture_content=False)\n",
     "from cp_observe._config._sampling import FORCED\nFORCED._ids.clear()\n",
-    "from cp_observe._config._runtime import PAYLOADS\nPAYLOADS.clear()\n",
+    "from cp_observe._capture._payloads import PAYLOADS\nPAYLOADS.clear()\n",
     "from cp_observe._wiring import _configure\n_configure._CURRENT[0] = None\n",
     "processor._evaluator.rate = limiter\n",
     "del processor._sinks\n",

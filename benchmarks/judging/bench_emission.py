@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import subprocess
 import sys
 import time
@@ -71,6 +72,25 @@ def _baseline_module(ref: str) -> Any:
     return module
 
 
+_OPTION_KEYWORDS = {"threshold", "capture_content", "calibration_rate", "segments", "max_segment_values"}
+
+
+def make_emitter(module: Any, **kwargs: Any) -> Any:
+    """``module.Emitter(**kwargs)`` for an ``_emit.py`` of any version.
+
+    The current one takes its settings as the processor's options object; older ones took them as keywords
+    (``segments`` as label pairs). The same keywords build either.
+    """
+    if "options" not in inspect.signature(module.Emitter).parameters:
+        return module.Emitter(**kwargs)
+    from cp_observe._config._settings import Settings
+
+    settings = {name: kwargs.pop(name) for name in list(kwargs) if name in _OPTION_KEYWORDS}
+    if "segments" in settings:
+        settings["segments"] = ",".join(attribute for attribute, _ in settings["segments"]) or None
+    return module.Emitter(options=Settings(**settings), **kwargs)
+
+
 def _emitter(module: Any, exported: bool) -> tuple[Any, list[Any]]:
     from cp_observe._judging._llm_judge import LLMJudge
 
@@ -88,8 +108,8 @@ def _emitter(module: Any, exported: bool) -> tuple[Any, list[Any]]:
 
         logs, meter = NoOpLoggerProvider(), NoOpMeterProvider()
     judge = LLMJudge("openai/judge-test", api_base="http://127.0.0.1:9/v1", api_key="sk-bench")
-    emitter = module.Emitter(tracer_provider=tracer, meter_provider=meter, logger_provider=logs, threshold=0.5,
-                             capture_content=True, queue_depth=lambda: 0, judge=judge)
+    emitter = make_emitter(module, tracer_provider=tracer, meter_provider=meter, logger_provider=logs, threshold=0.5,
+                           capture_content=True, queue_depth=lambda: 0, judge=judge)
     return emitter, closers
 
 

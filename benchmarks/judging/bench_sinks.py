@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from cp_observe import _names as n
+from cp_observe._config._settings import Settings
 from cp_observe._emission._emit import Emitter, Target
 from cp_observe._emission._phoenix import PhoenixSink
 from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner
@@ -78,16 +79,17 @@ def emission_cost(evaluations: int, rounds: int) -> list[list[str]]:
     variants: dict[str, Any] = {
         "no sink (baseline)": (),
         "Phoenix sink, Phoenix down": (SinkRunner(PhoenixSink(f"http://127.0.0.1:{_closed_port()}", timeout_s=1),
-                                                  meter_provider=MeterProvider(), queue_size=evaluations * rounds),),
-        "stuck sink, queue full (drops)": (SinkRunner(stuck, meter_provider=MeterProvider(), queue_size=10),),
+                                                  meter_provider=MeterProvider(),
+                                                  options=Settings(sink_queue_size=evaluations * rounds)),),
+        "stuck sink, queue full (drops)": (SinkRunner(stuck, meter_provider=MeterProvider(),
+                                                       options=Settings(sink_queue_size=10)),),
     }
     emitters: dict[str, Emitter] = {}
     for label, sinks in variants.items():
         provider = TracerProvider()
         provider.add_span_processor(c.ListSink())
         emitters[label] = Emitter(tracer_provider=provider, meter_provider=MeterProvider(),
-                                  logger_provider=LoggerProvider(), threshold=0.5, capture_content=True,
-                                  queue_depth=lambda: 0, sinks=sinks)
+                                  logger_provider=LoggerProvider(), queue_depth=lambda: 0, sinks=sinks)
     samples: dict[str, list[float]] = {label: [] for label in variants}
     for r in range(rounds):  # variants interleaved round by round, so machine noise spreads evenly
         for label, emitter in emitters.items():
@@ -125,12 +127,12 @@ def hook_cost(calls: int) -> list[list[str]]:
     stuck = StuckSink()
     rows: list[list[str]] = []
     for label, runner in (("accepted (queue has room)", SinkRunner(StuckSink(), meter_provider=MeterProvider(),
-                                                                    queue_size=100 * calls, linger_s=3600)),
+                                                                    options=Settings(sink_queue_size=100 * calls),
+                                                                    linger_s=3600)),
                           ("dropped (queue full, counted)", SinkRunner(stuck, meter_provider=MeterProvider(),
-                                                                        queue_size=1))):
+                                                                        options=Settings(sink_queue_size=1)))):
         emitter = Emitter(tracer_provider=TracerProvider(), meter_provider=MeterProvider(),
-                          logger_provider=LoggerProvider(), threshold=0.5, capture_content=True,
-                          queue_depth=lambda: 0, sinks=(runner,))
+                          logger_provider=LoggerProvider(), queue_depth=lambda: 0, sinks=(runner,))
         timer = timeit.Timer(lambda e=emitter: e._to_sinks(target, span, "pass", result, "lexical"))
         best = min(timer.repeat(repeat=5, number=calls)) / calls * 1e6
         rows.append([label, f"{best:.1f}"])
@@ -174,8 +176,8 @@ def delivery(count: int) -> list[list[str]]:
                                         judge_model="m", annotator_kind="LLM", prompt_version="cp-2",
                                         data_source="kb", agent_name=None, reference="output")
                        for t, s in chunk]
-            runner = SinkRunner(PhoenixSink(phoenix.url), meter_provider=MeterProvider(), batch_size=batch,
-                                queue_size=len(records))
+            runner = SinkRunner(PhoenixSink(phoenix.url), meter_provider=MeterProvider(),
+                                options=Settings(sink_batch_size=batch, sink_queue_size=len(records)))
             start = time.perf_counter()
             for record in records:
                 runner.offer(record)

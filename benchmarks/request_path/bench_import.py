@@ -14,7 +14,11 @@ exporter created), against ``import opentelemetry.sdk.trace`` plus that same pro
 creates the providers and OTLP exporters itself (``otlp_endpoint=``), the exporters' own import cost is
 reported on its own row. The children run without any ``OTEL_*`` or ``CP_OBSERVE_*`` variable.
 
-    .venv-bench/bin/python benchmarks/request_path/bench_import.py [--quick] [--main-only]
+``--baseline-tree DIR`` also measures the import bound's two rows with ``cp_observe`` imported from another
+checkout ``DIR`` (e.g. ``git worktree add`` or ``git archive`` of the commit before a change), interleaved in the
+same rounds, so a before/after pair shares the machine's load.
+
+    .venv-bench/bin/python benchmarks/request_path/bench_import.py [--quick] [--main-only] [--baseline-tree DIR]
 """
 
 from __future__ import annotations
@@ -42,6 +46,13 @@ _ALL_SIGNALS = "import opentelemetry.sdk.trace, opentelemetry.sdk.metrics, opent
 _APP = "from opentelemetry.sdk.trace import TracerProvider; provider = TracerProvider()"
 #: ... and cp-observe attaches to it: no exporter is created, the judge is an LLM named by its model string.
 _ATTACH = _APP + "; import cp_observe; cp_observe.configure('openai/gpt-4o-mini', tracer_provider=provider)"
+#: The import bound: what a service pays for ``import cp_observe`` + ``configure()`` over the two SDKs it already
+#: loads (traces and metrics), the application's TracerProvider made in both, median of fresh interpreters.
+_APP_METRICS = ("from opentelemetry.sdk.trace import TracerProvider; import opentelemetry.sdk.metrics; "
+                "provider = TracerProvider()")
+_ATTACH_METRICS = (_APP_METRICS + "; import cp_observe; "
+                   "cp_observe.configure('openai/gpt-4o-mini', tracer_provider=provider)")
+_BOUND_MS = 60
 #: No provider in the application: configure() creates the providers and the OTLP/HTTP exporters itself.
 _CREATE = ("import opentelemetry.sdk.trace; import cp_observe; "
            "cp_observe.configure('openai/gpt-4o-mini', otlp_endpoint='http://127.0.0.1:4318')")
@@ -58,6 +69,8 @@ CASES: tuple[tuple[str, str, str], ...] = (
     ("cp_observe full set-up", _FULL_SETUP, "main"),
     ("app: sdk.trace + its TracerProvider (attach baseline)", _APP, "main"),
     ("app + import cp_observe + configure(tracer_provider=)", _ATTACH, "main"),
+    ("app: sdk.trace + sdk.metrics + its TracerProvider (bound baseline)", _APP_METRICS, "main"),
+    ("app + sdk.metrics + import cp_observe + configure(tracer_provider=)", _ATTACH_METRICS, "main"),
     ("OTLP/HTTP exporters alone (their own cost)", _EXPORTERS, "main"),
     ("import cp_observe + configure(otlp_endpoint=)", _CREATE, "main"),
     ("opentelemetry.sdk.trace (baseline)", _BASELINE, "bench"),
@@ -71,7 +84,11 @@ CASES: tuple[tuple[str, str, str], ...] = (
 )
 _NOTES = {
     ("app + import cp_observe + configure(tracer_provider=)", "main"): "vs OTel SDK columns: vs the app row above",
+    ("app + sdk.metrics + import cp_observe + configure(tracer_provider=)", "main"):
+        "vs OTel SDK columns: vs the bound baseline row above",
 }
+#: A case compared with another case than the OTel SDK baseline of its venv.
+_COMPARED_WITH = {_ATTACH: _APP, _ATTACH_METRICS: _APP_METRICS}
 
 _CHILD = r"""
 import os, sys, time
@@ -107,6 +124,7 @@ class Case:
     statement: str
     venv: str
     python: str
+    pythonpath: str | None = None  # a checkout whose cp_observe the child imports instead (--baseline-tree)
     seconds: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     rss: list[float] = field(default_factory=list)
@@ -133,8 +151,11 @@ def _existing(python: str) -> str:
 
 def run_once(case: Case) -> None:
     """Import ``case.statement`` in a fresh interpreter and record what it cost."""
+    env = _env()
+    if case.pythonpath is not None:
+        env["PYTHONPATH"] = case.pythonpath
     done = subprocess.run([case.python, "-c", _CHILD, case.statement], capture_output=True, text=True,
-                          env=_env(), timeout=300, check=False)
+                          env=env, timeout=300, check=False, cwd=case.pythonpath)
     try:
         result = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -156,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 runs per case instead of 9")
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--main-only", action="store_true", help="only the rows measured in the project venv")
+    parser.add_argument("--baseline-tree", default=None,
+                        help="another checkout: the bound's rows again with its cp_observe, interleaved")
     parser.add_argument("--main-python", default=str(_ROOT / ".venv" / "bin" / "python"),
                         help="the lean project venv's interpreter (cp_observe rows)")
     parser.add_argument("--bench-python", default=str(_ROOT / ".venv-bench" / "bin" / "python"),
@@ -165,8 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     pythons = {"main": _existing(args.main_python), "bench": _existing(args.bench_python)}
     cases = [Case(label, statement, venv, pythons[venv]) for label, statement, venv in CASES
              if venv == "main" or not args.main_only]
-    for python in {case.python for case in cases}:  # bytecode for every module, or edited ones compile each run
-        subprocess.run([python, "-c", _COMPILE], env=_env(), capture_output=True, timeout=600, check=False)
+    if args.baseline_tree:
+        tree = str(Path(args.baseline_tree).resolve())
+        cases += [Case(f"{label} [baseline tree]", statement, "main", pythons["main"], tree)
+                  for label, statement, venv in CASES if statement in (_APP_METRICS, _ATTACH_METRICS)]
+    for python, pythonpath in {(case.python, case.pythonpath) for case in cases}:  # bytecode for every module
+        env = _env() if pythonpath is None else {**_env(), "PYTHONPATH": pythonpath}
+        subprocess.run([python, "-c", _COMPILE], env=env, capture_output=True, timeout=600, check=False,
+                       cwd=pythonpath)
     for case in cases:  # warm the page cache (and any first-run work) once, unrecorded
         run_once(case)
         for runs_of in (case.seconds, case.cpu, case.rss, case.modules, case.litellm, case.pydantic):
@@ -185,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         if case.error is not None or not case.seconds:
             rows.append([case.label, case.venv, *["n/a"] * 8, case.error or "no result"])
             continue
-        base = bases[case.venv] if case.statement != _ATTACH else next(b for b in cases if b.statement == _APP)
+        compared = _COMPARED_WITH.get(case.statement)
+        base = bases[case.venv] if compared is None else next(
+            b for b in cases if b.statement == compared and b.pythonpath == case.pythonpath)
         base_s, base_rss = c.median(base.seconds), c.median(base.rss)
         seconds, rss = c.median(case.seconds), c.median(case.rss)
         rows.append([
@@ -231,13 +262,24 @@ def main(argv: list[str] | None = None) -> int:
 
 def _issue_14_targets(cases: list[Case]) -> None:
     """The attach target (≤ +100 ms over the app's own SDK set-up) and the exporters' cost, apart."""
-    found = {case.statement: case for case in cases if case.seconds}
+    found = {case.statement: case for case in cases if case.seconds and case.pythonpath is None}
+    tree = {case.statement: case for case in cases if case.seconds and case.pythonpath is not None}
     if _APP in found and _ATTACH in found:
         attach_ms = (c.median(found[_ATTACH].seconds) - c.median(found[_APP].seconds)) * 1000
         attach_cpu = (c.median(found[_ATTACH].cpu) - c.median(found[_APP].cpu)) * 1000
         print(f"- {'MET ' if attach_ms <= 100 else 'MISSED'} `import cp_observe` + `configure(tracer_provider=)` "
               f"adds {attach_ms:.0f} ms ({attach_cpu:.0f} ms CPU) over `import opentelemetry.sdk.trace` + the app's "
               "TracerProvider (target ≤ 100 ms)")
+    if _APP_METRICS in found and _ATTACH_METRICS in found:
+        bound_ms = (c.median(found[_ATTACH_METRICS].seconds) - c.median(found[_APP_METRICS].seconds)) * 1000
+        bound_cpu = (c.median(found[_ATTACH_METRICS].cpu) - c.median(found[_APP_METRICS].cpu)) * 1000
+        print(f"- {'MET ' if bound_ms <= _BOUND_MS else 'MISSED'} `import cp_observe` + `configure(tracer_provider=)` "
+              f"adds {bound_ms:.0f} ms ({bound_cpu:.0f} ms CPU) over `opentelemetry.sdk.trace` + "
+              f"`opentelemetry.sdk.metrics` + the app's TracerProvider (bound ≤ {_BOUND_MS} ms)")
+    if _APP_METRICS in tree and _ATTACH_METRICS in tree:
+        bound_ms = (c.median(tree[_ATTACH_METRICS].seconds) - c.median(tree[_APP_METRICS].seconds)) * 1000
+        bound_cpu = (c.median(tree[_ATTACH_METRICS].cpu) - c.median(tree[_APP_METRICS].cpu)) * 1000
+        print(f"- (the baseline tree, same rounds) the same bound row adds {bound_ms:.0f} ms ({bound_cpu:.0f} ms CPU)")
     if _BASELINE in found and _CREATE in found and _EXPORTERS in found:
         base = c.median(found[_BASELINE].seconds)
         create_ms = (c.median(found[_CREATE].seconds) - base) * 1000

@@ -298,14 +298,14 @@ def _report(args: argparse.Namespace, *, seconds: float, baseline: Phase, loaded
 def _bounds(judge: LLMJudge, processor: ContextPrecisionProcessor, args: argparse.Namespace) -> list[list[Any]]:
     """Each bounded structure's fill at the end of the load, next to its bound."""
     from cp_observe._capture import _extract
-    from cp_observe._config import _runtime
+    from cp_observe._capture import _payloads
     from cp_observe._config._sampling import FORCED
 
     cache = judge.cache
     evaluator = processor._evaluator
     return [
         ["verdict cache (LRU)", f"{len(cache)} / {args.cache_size}", f"evictions {cache.evictions}"],
-        ["payload store", f"{len(_runtime.PAYLOADS)} / 10000", f"evicted {_runtime.PAYLOADS.evicted}"],
+        ["payload store", f"{len(_payloads.PAYLOADS)} / 10000", f"evicted {_payloads.PAYLOADS.evicted}"],
         ["evaluator queue + load", f"{evaluator.depth()} / {args.queue_size}", "refusals counted dropped"],
         ["assembler traces", f"{evaluator._assembler.pending} pending", "max_pending_traces 1000"],
         ["extraction plans", f"{len(_extract._PLANS)} / {_extract._PLAN_CACHE_MAX}", ""],

@@ -38,7 +38,7 @@ from cp_observe import _names as n
 from cp_observe._capture._answer import answer_text
 from cp_observe._capture._extract import extract_contexts
 from cp_observe._capture._serialize import metadata_json
-from cp_observe._config._runtime import PAYLOADS, Payload
+from cp_observe._capture._payloads import PAYLOADS, Payload
 
 _ROOT = str(Path(__file__).resolve().parents[2]) + "/"  # the checkout: cProfile rows show paths below it
 _PAYLOADS = (*c.RETRIEVE_SHAPES, *(f"agent:{shape}" for shape in c.AGENT_SHAPES))

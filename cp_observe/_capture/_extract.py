@@ -328,22 +328,26 @@ def _context(item: object, max_chars: int, cut: list[int], score: Score = None, 
         return _make(_text(f"<unrepresentable {type_name(item)}>", max_chars, cut))
 
 
-@dataclass(frozen=True, slots=True)
 class _Keys:
     """Which keys a dict of one key set is read by: the first present name of each role, and whether more follow.
 
     ``_from_mapping`` reads each role's names in order and takes the first that is not ``None``; with the key
     set known, the names absent from it read ``None``, so reading only the first present one gives the same
-    answer whenever it is not ``None`` or no other name of the role is present.
+    answer whenever it is not ``None`` or no other name of the role is present. A plain class with slots (read
+    only once made), not a dataclass: building a dataclass costs about a millisecond at import.
     """
 
-    text: str
-    meta: str | None
-    meta_more: bool
-    score: str | None
-    score_more: bool  # another score key, or "distance" (read when there is no score)
-    ident: str | None
-    ident_more: bool
+    __slots__ = ("ident", "ident_more", "meta", "meta_more", "score", "score_more", "text")
+
+    def __init__(self, text: str, meta: str | None, meta_more: bool, score: str | None, score_more: bool,
+                 ident: str | None, ident_more: bool) -> None:
+        self.text = text
+        self.meta = meta
+        self.meta_more = meta_more
+        self.score = score
+        self.score_more = score_more  # another score key, or "distance" (read when there is no score)
+        self.ident = ident
+        self.ident_more = ident_more
 
 
 _KEY_PLANS: dict[tuple[Any, ...], _Keys | None] = {}  # bounded like _PLANS; dict stores are atomic
@@ -488,7 +492,6 @@ def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, sc
     return _make(_text(text, max_chars, cut), _ident(_first_attr(obj, attrs, plan, plan.ids)), score, meta)
 
 
-@dataclass(frozen=True, slots=True)
 class _Fields:
     """How to read a document class whose text is a plain field: one ``attrgetter`` for every role.
 
@@ -496,16 +499,21 @@ class _Fields:
     plain field; ``*_at`` is that role's position in the tuple, 0 when its first name is not a plain field
     or it has none, and ``*_more`` whether the role has further names, which only the general reader tries
     (it does when the first is ``None``). Reading plain fields runs no code of the host's, so reading them
-    all at once gives exactly what the general reader's name-by-name reads give.
+    all at once gives exactly what the general reader's name-by-name reads give. A plain class with slots
+    (read only once made), as ``_Keys``.
     """
 
-    read: Callable[[object], Any]
-    id_at: int
-    score_at: int
-    meta_at: int
-    id_more: bool
-    score_more: bool
-    meta_more: bool
+    __slots__ = ("id_at", "id_more", "meta_at", "meta_more", "read", "score_at", "score_more")
+
+    def __init__(self, read: Callable[[object], Any], id_at: int, score_at: int, meta_at: int, id_more: bool,
+                 score_more: bool, meta_more: bool) -> None:
+        self.read = read
+        self.id_at = id_at
+        self.score_at = score_at
+        self.meta_at = meta_at
+        self.id_more = id_more
+        self.score_more = score_more
+        self.meta_more = meta_more
 
 
 def _from_fields(obj: object, f: _Fields, max_chars: int, cut: list[int], score: Score) -> Context | None:

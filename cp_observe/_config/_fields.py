@@ -73,12 +73,16 @@ def setting(
     le: float | None = None,
     pattern: str | None = None,
     check: Callable[[Any], str | None] | None = None,
+    processor: bool = False,
 ) -> _T:
     """Declare one setting: its default, the one-line description, bounds, a regex or a check.
 
     ``check(value)`` returns an error message, or ``None`` when the (already typed) value is fine.
+    ``processor=True``: ``ContextPrecisionProcessor`` takes it too, as a keyword of the same name and default
+    (its options object, ``Settings``, carries it to the code that reads it).
     """
-    declared = {"description": description, "gt": gt, "ge": ge, "le": le, "pattern": pattern, "check": check}
+    declared = {"description": description, "gt": gt, "ge": ge, "le": le, "pattern": pattern, "check": check,
+                "processor": processor}
     return dataclasses.field(default=default, metadata={_SPEC: declared})
 
 
@@ -89,7 +93,7 @@ class SettingField:
     """
 
     __slots__ = ("annotation", "check", "default", "description", "ge", "gt", "kind", "le", "name", "optional",
-                 "pattern")
+                 "pattern", "processor")
 
     def __init__(
         self,
@@ -105,6 +109,7 @@ class SettingField:
         le: float | None = None,
         pattern: str | None = None,
         check: Callable[[Any], str | None] | None = None,
+        processor: bool = False,
     ) -> None:
         self.name = name
         self.annotation = annotation  # the declared type: str, int, float, bool or Secret, or one of them | None
@@ -113,6 +118,7 @@ class SettingField:
         self.kind = kind  # the annotation without its None
         self.optional = optional
         self.gt, self.ge, self.le, self.pattern, self.check = gt, ge, le, pattern, check
+        self.processor = processor  # also a ContextPrecisionProcessor keyword
 
     def __repr__(self) -> str:
         bounds = "".join(f", {key}={getattr(self, key)!r}" for key in ("gt", "ge", "le", "pattern")

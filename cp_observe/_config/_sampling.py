@@ -1,4 +1,7 @@
-"""Which calls get scored: a trace-id hash ratio, forced traces, a rate cap and a daily cost budget.
+"""Which calls get scored: a trace-id hash ratio and forced traces.
+
+The decorators read these at span start, so they sit below capture; the gates a ready evaluation passes
+before the judge (rate cap, daily budget, circuit breaker) are in ``_processing/_gates.py``.
 
 The ratio decision uses the low 56 bits of the trace id, the randomness that W3C Trace Context level 2
 guarantees. Every process and every span of a trace therefore agrees, and a lower rate selects a subset
@@ -8,16 +11,13 @@ of a higher rate's traces (decisions nest), unlike ``random()`` sampling.
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-__all__ = ["DailyBudget", "ForcedTraces", "RateLimiter", "TraceIdRatio", "force_evaluation", "sampling_reason"]
+__all__ = ["ForcedTraces", "TraceIdRatio", "force_evaluation", "sampling_reason"]
 
 _RANDOM_BITS = 56
 _MASK = (1 << _RANDOM_BITS) - 1
@@ -110,69 +110,3 @@ def force_evaluation() -> Iterator[None]:
         yield
     finally:
         otel_context.detach(token)
-
-
-class RateLimiter:
-    """A token bucket allowing ``per_minute`` evaluations a minute, with a burst of the same size."""
-
-    def __init__(self, per_minute: float | None, *, clock: object = time.monotonic) -> None:
-        if per_minute is not None and per_minute <= 0:
-            raise ValueError("max_evaluations_per_minute must be > 0 or None")
-        self.per_minute = per_minute
-        self._clock = clock
-        self._tokens = float(per_minute or 0)
-        self._last = self._now()
-        self._lock = threading.Lock()  # guards _tokens and _last
-
-    def _now(self) -> float:
-        return float(self._clock())  # type: ignore[operator]
-
-    def allow(self) -> bool:
-        """Take one token if there is one."""
-        if self.per_minute is None:
-            return True
-        with self._lock:
-            now = self._now()
-            self._tokens = min(self.per_minute, self._tokens + (now - self._last) * self.per_minute / 60.0)
-            self._last = now
-            if self._tokens >= 1.0:
-                self._tokens -= 1.0
-                return True
-            return False
-
-
-class DailyBudget:
-    """Stops scoring once the judge's known cost for the current UTC day reaches ``limit_usd``."""
-
-    def __init__(self, limit_usd: float | None) -> None:
-        if limit_usd is not None and limit_usd < 0:
-            raise ValueError("daily_budget_usd must be >= 0 or None")
-        self.limit_usd = limit_usd
-        self._day = self._today()
-        self.spent_usd = 0.0
-        self._lock = threading.Lock()  # guards _day and spent_usd
-
-    @staticmethod
-    def _today() -> str:
-        return datetime.now(timezone.utc).date().isoformat()
-
-    def _roll(self) -> None:
-        today = self._today()
-        if today != self._day:
-            self._day, self.spent_usd = today, 0.0
-
-    def allow(self) -> bool:
-        """True while today's spend is under the limit."""
-        if self.limit_usd is None:
-            return True
-        with self._lock:
-            self._roll()
-            return self.spent_usd < self.limit_usd
-
-    def spend(self, usd: float | None) -> None:
-        """Add a judgement's cost (unknown costs add nothing)."""
-        if usd is None:
-            return
-        with self._lock:
-            self._roll()
-            self.spent_usd += usd

@@ -6,6 +6,12 @@ logged as a warning and fall back to the default: a typo in a deployment must no
 The table below is the one home of each setting's name, type, default, bounds and description. It is a
 frozen dataclass read by ``_fields`` rather than a pydantic model: ``configure()`` runs while the host starts,
 and pydantic cost it about 90 ms (``benchmarks/HISTORY.md``, "Import").
+
+Fields declared ``processor=True`` are ``ContextPrecisionProcessor``'s keywords too: the processor validates
+what it is given into a ``Settings`` (its options object, frozen; fields it does not take keep their defaults)
+and hands that one object to the evaluator, the emitter, the hold and the sinks, which read the fields they
+use. Adding a processor setting is one field here plus the code that reads it (ARCHITECTURE.md, "Adding a
+setting").
 """
 
 from __future__ import annotations
@@ -54,34 +60,40 @@ class Settings:
     judge_timeout_s: float = setting(30.0, "Seconds allowed for one judge HTTP call.", gt=0)
     judge_max_retries: int = setting(3, "Transport retries per judge call.", ge=0)
     cheap_judge: str | None = setting(None, "A cheap judge ('lexical' or a litellm model string) that scores "
-                                      "every sampled retrieval; `judge` then also scores a uniform llm_share of them.")
-    llm_share: float = setting(1.0, "With cheap_judge: the share of retrievals also judged by `judge`.", ge=0, le=1)
+                                      "every sampled retrieval; `judge` then also scores a uniform llm_share of them.",
+                                      processor=True)
+    llm_share: float = setting(1.0, "With cheap_judge: the share of retrievals also judged by `judge`.", ge=0, le=1,
+                               processor=True)
     judge_transport: str = setting("auto", "'auto': OpenAI-compatible providers skip litellm's call path; "
                                    "'litellm': every call through litellm.", check=_judge_transport)
     sample_rate: float = setting(1.0, "Share of traces whose retrievals are scored.",
-                                 ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1])
-    max_evaluations_per_minute: float | None = setting(None, "Rate cap on evaluations.", gt=0)
-    daily_budget_usd: float | None = setting(None, "Stop scoring once today's judge cost reaches it.", ge=0)
-    threshold: float = setting(0.5, "Scores below it are labelled 'fail'.", ge=0, le=1)
-    capture_content: bool = setting(True, "Record query, contexts and answer on spans.")
+                                 ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1], processor=True)
+    max_evaluations_per_minute: float | None = setting(None, "Rate cap on evaluations.", gt=0, processor=True)
+    daily_budget_usd: float | None = setting(None, "Stop scoring once today's judge cost reaches it.", ge=0,
+                                             processor=True)
+    threshold: float = setting(0.5, "Scores below it are labelled 'fail'.", ge=0, le=1, processor=True)
+    capture_content: bool = setting(True, "Record query, contexts and answer on spans.", processor=True)
     capture_only: bool = setting(False, "Mark and capture spans, but judge nothing in process.")
     max_value_length: int = setting(4096, "Characters kept per recorded value.",
                                     ge=MAX_VALUE_LENGTH[0], le=MAX_VALUE_LENGTH[1])
     max_contexts: int = setting(20, "Retrieved documents recorded per span.", ge=MAX_CONTEXTS[0], le=MAX_CONTEXTS[1])
     max_judged_contexts: int = setting(50, "Contexts sent to the judge per retrieval.",
-                                       ge=MAX_JUDGED_CONTEXTS[0], le=MAX_JUDGED_CONTEXTS[1])
-    queue_size: int = setting(1000, "Evaluations waiting before new ones are dropped.", ge=1)
-    concurrency: int = setting(4, "Judge calls in flight at once.", ge=1)
-    turn_timeout_s: float = setting(60.0, "How long a retrieval waits for its agent's answer.", gt=0)
-    max_pending_traces: int = setting(1000, "Traces held for turn assembly at once.", ge=1)
+                                       ge=MAX_JUDGED_CONTEXTS[0], le=MAX_JUDGED_CONTEXTS[1], processor=True)
+    queue_size: int = setting(1000, "Targets waiting or being judged before new ones are dropped (counted).", ge=1,
+                              processor=True)
+    concurrency: int = setting(4, "Judge calls in flight at once.", ge=1, processor=True)
+    turn_timeout_s: float = setting(60.0, "How long a retrieval waits for its agent's answer.", gt=0, processor=True)
+    max_pending_traces: int = setting(1000, "Traces held for turn assembly at once.", ge=1, processor=True)
     hold_spans: bool = setting(False, "Hold sampled spans back from export until scored.")
-    hold_timeout_s: float = setting(30.0, "Longest hold before a span is released unscored.", gt=0)
-    max_held_spans: int = setting(2000, "Most spans held at once; more are released unscored.", ge=1)
-    circuit_failures: int = setting(5, "Consecutive judge failures that open the circuit.", ge=1)
-    circuit_cooldown_s: float = setting(30.0, "Seconds before an open circuit probes again.", gt=0)
+    hold_timeout_s: float = setting(30.0, "Longest hold before a span is released unscored.", gt=0, processor=True)
+    max_held_spans: int = setting(2000, "Most spans held at once; more are released unscored.", ge=1, processor=True)
+    circuit_failures: int = setting(5, "Consecutive judge failures that open the circuit.", ge=1, processor=True)
+    circuit_cooldown_s: float = setting(30.0, "Seconds before an open circuit probes again.", gt=0, processor=True)
+    evaluation_timeout_s: float = setting(300.0, "Longest one evaluation (all judge calls) may take.", gt=0,
+                                          processor=True)
     shutdown_timeout_s: float = setting(
         5.0, "At shutdown or interpreter exit: how long queued and in-flight evaluations may finish; the rest "
-        "are counted dropped (shutdown).", gt=0)
+        "are counted dropped (shutdown).", gt=0, processor=True)
     service_name: str | None = setting(None, "service.name when cp-observe sets up the providers.")
     otlp_endpoint: str | None = setting(None, "OTLP endpoint when cp-observe sets up the providers.")
     metrics_port: int | None = setting(None, "Serve Prometheus metrics on this port.", ge=0, le=65535)
@@ -89,32 +101,36 @@ class Settings:
     phoenix_url: str | None = setting(None, "Arize Phoenix base URL: post each evaluation as annotations.",
                                       check=_http_url)
     phoenix_api_key: Secret | None = setting(None, "Phoenix API key (else PHOENIX_API_KEY).")  # noqa: RUF009 - a field()
-    sink_queue_size: int = setting(1000, "Evaluations a sink holds before new ones are dropped.", ge=1)
-    sink_batch_size: int = setting(100, "Most evaluations a sink sends in one request.", ge=1)
-    sink_max_retries: int = setting(5, "Retries (with backoff) of an evaluation a sink failed to send.", ge=0)
+    sink_queue_size: int = setting(1000, "Evaluations a sink holds before new ones are dropped.", ge=1,
+                                   processor=True)
+    sink_batch_size: int = setting(100, "Most evaluations a sink sends in one request.", ge=1, processor=True)
+    sink_max_retries: int = setting(5, "Retries (with backoff) of an evaluation a sink failed to send.", ge=0,
+                                    processor=True)
     sink_timeout_s: float = setting(10.0, "Seconds allowed for one sink HTTP request.", gt=0)
     # The uniform share of scored retrievals marked needs_label, for people to label (calibrate).
     calibration_rate: float = setting(0.0, "Share of scored retrievals marked needs_label for people to label.",
-                                      ge=0, le=1)
+                                      ge=0, le=1, processor=True)
     data_source: str | None = setting(
         None, "Span attributes naming a retrieval's data source, comma-separated, tried in order "
-        "before the conventions (gen_ai.data_source.id, decorator name, retriever name)."
+        "before the conventions (gen_ai.data_source.id, decorator name, retriever name).", processor=True,
     )
     # Segments, the user's own span attributes copied as labels onto the score series.
     segments: str | None = setting(
         None, "Span attributes whose values label the score series (canary variants, tenants), comma-separated.",
-        check=segments_problem,
+        check=segments_problem, processor=True,
     )
     max_segment_values: int = setting(50, "Distinct values kept per segment per processor; later ones are 'other'.",
-                                      ge=1, le=1000)
+                                      ge=1, le=1000, processor=True)
     # Documents without text (the GenAI convention's ids and scores): the user's function that gives their text.
     document_resolver: str | None = setting(
         None, "module:function giving a document's text from its id: (document_id, data_source) -> text; for "
         "retrievals whose documents carry no text. configure() also takes the callable itself.",
-        check=_module_function,
+        check=_module_function, processor=True,
     )
-    document_resolver_timeout_s: float = setting(5.0, "Longest one retrieval's documents may take to resolve.", gt=0)
-    document_resolver_concurrency: int = setting(4, "Document resolver calls running at once.", ge=1)
+    document_resolver_timeout_s: float = setting(5.0, "Longest one retrieval's documents may take to resolve.", gt=0,
+                                                       processor=True)
+    document_resolver_concurrency: int = setting(4, "Document resolver calls running at once.", ge=1,
+                                                    processor=True)
 
     def __post_init__(self) -> None:
         """Type and bound every field (``"5"`` becomes 5, a key a ``Secret``); all problems in one error.
@@ -135,6 +151,18 @@ class Settings:
     def model_copy(self: _S, *, update: Mapping[str, Any]) -> _S:
         """A copy with ``update``'s fields replaced (validated like the rest), named as pydantic named it."""
         return dataclasses.replace(self, **update)
+
+    @staticmethod
+    def processor_fields() -> tuple[str, ...]:
+        """The names ``ContextPrecisionProcessor`` takes as keywords, in declaration order.
+
+        Read from this table, not a subclass's: ``ServeSettings`` redeclares some of them with its own wording.
+        """
+        return tuple(name for name, field in Settings.model_fields.items() if field.processor)
+
+    def processor_options(self) -> dict[str, Any]:
+        """This object's processor settings as keywords (what ``processor_from_settings`` passes on)."""
+        return {name: getattr(self, name) for name in Settings.processor_fields()}
 
     def data_source_attributes(self) -> tuple[str, ...] | None:
         """``data_source`` as attribute names (``None`` when unset or empty)."""

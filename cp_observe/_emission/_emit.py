@@ -20,6 +20,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, Sta
 
 from cp_observe import _internal
 from cp_observe import _names as n
+from cp_observe._config._settings import Settings
 from cp_observe._emission._segments import SegmentValues
 from cp_observe._emission._sinks import EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._emission._sums import Key, key, sums_for
@@ -35,25 +36,31 @@ _MAX_SERIES = 1024  # label sets whose metric attributes are kept built; past it
 _LINK_ATTRIBUTES = MappingProxyType({"link.type": "scored_span"})
 
 
-@dataclass(frozen=True, slots=True)
 class _Series:
     """The metric attribute dicts of one label set and judge model, built once and reused for every evaluation.
 
     The SDK copies nothing it is given here (it hashes the items), so one dict per series serves every call.
+    A plain class with slots, not a dataclass: building a dataclass costs about a millisecond at import.
     """
 
-    score: Mapping[str, str]  # labels + the judge's identity: score and squares
-    scored: Mapping[str, str]  # labels + outcome scored, reason ok
-    relevant: Mapping[str, str]
-    irrelevant: Mapping[str, str]
-    judge: Mapping[str, str]  # model, prompt version, kind (span and log attributes)
-    # The same sets as the counters' keys in the observable sums (_sums.py): score (squares), scored, relevant,
-    # irrelevant, and the base labels (cascade sums add the term).
-    score_key: Key
-    scored_key: Key
-    relevant_key: Key
-    irrelevant_key: Key
-    labels_key: Key
+    __slots__ = ("irrelevant", "irrelevant_key", "judge", "labels_key", "relevant", "relevant_key", "score",
+                 "score_key", "scored", "scored_key")
+
+    def __init__(self, *, score: Mapping[str, str], scored: Mapping[str, str], relevant: Mapping[str, str],
+                 irrelevant: Mapping[str, str], judge: Mapping[str, str], score_key: Key, scored_key: Key,
+                 relevant_key: Key, irrelevant_key: Key, labels_key: Key) -> None:
+        self.score = score  # labels + the judge's identity: score and squares
+        self.scored = scored  # labels + outcome scored, reason ok
+        self.relevant = relevant
+        self.irrelevant = irrelevant
+        self.judge = judge  # model, prompt version, kind (span and log attributes)
+        # The same sets as the counters' keys in the observable sums (_sums.py): score (squares), scored,
+        # relevant, irrelevant, and the base labels (cascade sums add the term).
+        self.score_key = score_key
+        self.scored_key = scored_key
+        self.relevant_key = relevant_key
+        self.irrelevant_key = irrelevant_key
+        self.labels_key = labels_key
 
 
 @dataclass(slots=True)
@@ -74,7 +81,11 @@ class Target:
 
 
 class Emitter:
-    """Creates the instruments once and emits each evaluation's span, log record and metrics."""
+    """Creates the instruments once and emits each evaluation's span, log record and metrics.
+
+    Of the processor's options it reads ``threshold``, ``capture_content``, ``calibration_rate``, ``segments`` and
+    ``max_segment_values`` (default: the field table's defaults).
+    """
 
     def __init__(
         self,
@@ -82,24 +93,22 @@ class Emitter:
         tracer_provider: TracerProvider | None,
         meter_provider: MeterProvider | None,
         logger_provider: Any | None,
-        threshold: float,
-        capture_content: bool,
         queue_depth: Any,
+        options: Settings | None = None,
         judge: Any = None,
         sinks: Sequence[SinkRunner] = (),
-        calibration_rate: float = 0.0,
-        segments: Sequence[tuple[str, str]] = (),
-        max_segment_values: int = 50,
         cheap_judge: Any = None,
     ) -> None:
+        options = options if options is not None else Settings()
+        segments = options.segment_labels()
         self._tracer_provider = tracer_provider
         self.sinks = tuple(sinks)
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
         self._logger = (logger_provider or global_logger_provider()).get_logger(_SCOPE)
         meter = (meter_provider or global_meter_provider()).get_meter(_SCOPE)
-        self.threshold = threshold
-        self.capture_content = capture_content
-        self.calibration_rate = calibration_rate
+        self.threshold = options.threshold
+        self.capture_content = options.capture_content
+        self.calibration_rate = options.calibration_rate
         self.identity = judge_identity(judge) if judge is not None else JudgeIdentity(n.JUDGE_KIND_CUSTOM, "none")
         # The cascade's cheap judge, when there is one: its scores carry its own identity.
         self.cheap_identity = judge_identity(cheap_judge) if cheap_judge is not None else self.identity
@@ -143,7 +152,7 @@ class Emitter:
                 n.METRIC_SEGMENT_OVERFLOW, unit="{evaluation}",
                 description="Evaluations whose segment value became 'other' (too many distinct values), by segment.",
             )
-            self.segments = SegmentValues(segments, max_segment_values,
+            self.segments = SegmentValues(segments, options.max_segment_values,
                                           on_overflow=lambda label: overflow.add(1, {n.SEGMENT: label}))
         self._lift = meter.create_histogram(
             n.METRIC_RERANK_LIFT,

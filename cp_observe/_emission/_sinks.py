@@ -33,6 +33,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.metrics import get_meter_provider as global_meter_provider
 
 from cp_observe import _names as n
+from cp_observe._config._settings import Settings
 from cp_observe._fork import at_fork_method
 from cp_observe._log import logger
 
@@ -120,9 +121,10 @@ class SinkRunner:
     Args:
         sink: the destination.
         meter_provider: where the ``context_precision.sink.*`` counters go (default: the global provider).
-        queue_size: records queued, waiting to retry or in flight before new ones are dropped (counted).
-        batch_size: most records handed to one ``send``.
-        max_retries: retries of one record after its first attempt; then it is counted failed.
+        options: the processor's options; this reads ``sink_queue_size`` (records queued, waiting to retry or in
+            flight before new ones are dropped, counted), ``sink_batch_size`` (most records handed to one
+            ``send``) and ``sink_max_retries`` (retries of one record after its first attempt; then it is counted
+            failed). Default: the field table's defaults.
         backoff_s: first retry delay; doubled per retry (with jitter), at most ``max_backoff_s``.
         linger_s: how long a record may wait for its batch to fill before it is sent anyway (``flush`` and
             ``shutdown`` send at once). The thread is woken only when a batch is full or this passes, so a
@@ -134,23 +136,19 @@ class SinkRunner:
         sink: Sink,
         *,
         meter_provider: MeterProvider | None = None,
-        queue_size: int = 1000,
-        batch_size: int = 100,
-        max_retries: int = 5,
+        options: Settings | None = None,
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         linger_s: float = 0.2,
     ) -> None:
-        for label, value in (("queue_size", queue_size), ("batch_size", batch_size)):
-            if int(value) < 1:
-                raise ValueError(f"{label} must be >= 1")
-        if max_retries < 0 or backoff_s <= 0 or max_backoff_s < backoff_s:
-            raise ValueError("max_retries must be >= 0 and 0 < backoff_s <= max_backoff_s")
+        if backoff_s <= 0 or max_backoff_s < backoff_s:
+            raise ValueError("0 < backoff_s <= max_backoff_s is required")
+        options = options if options is not None else Settings()
         self.sink = sink
         self.name = str(sink.name)
-        self.queue_size = queue_size
-        self.batch_size = batch_size
-        self.max_retries = max_retries
+        self.queue_size = options.sink_queue_size
+        self.batch_size = options.sink_batch_size
+        self.max_retries = options.sink_max_retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.linger_s = max(0.0, linger_s)

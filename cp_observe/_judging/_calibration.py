@@ -9,8 +9,6 @@ traces: still unbiased for the mean, but the retrievals of one conversation woul
 
 from __future__ import annotations
 
-import hashlib
-
 __all__ = ["needs_label"]
 
 _SALT = b"cp-observe calibration v1"
@@ -23,6 +21,8 @@ def needs_label(trace_id: int, span_id: int, rate: float) -> bool:
         return False
     if rate >= 1.0:
         return True
+    import hashlib  # on first use: loading OpenSSL's hashes costs the host's start-up milliseconds
+
     digest = hashlib.blake2b(trace_id.to_bytes(16, "big") + span_id.to_bytes(8, "big"), digest_size=8,
                              key=_SALT).digest()
     return int.from_bytes(digest, "big") / _SCALE < rate

@@ -6,7 +6,6 @@ The scorer API and the span processor both go through ``evaluate``; there is one
 from __future__ import annotations
 
 from collections.abc import Sequence
-from fractions import Fraction
 
 from cp_observe._errors import JudgeError
 from cp_observe._judging._map import exact_average_precision, round_half_up
@@ -26,6 +25,8 @@ def score_verdicts(
     judgement: Judgement | None = None,
 ) -> ScoreResult:
     """Turn aligned verdicts into a ``ScoreResult`` (exact AP, half-up rounding, reason from the verdicts)."""
+    from fractions import Fraction  # loaded by exact_average_precision already; not at import (see _map)
+
     ap = exact_average_precision(v.relevant for v in verdicts)
     score = round_half_up(ap * Fraction(repr(float(scale))))
     reason = build_reason(verdicts, score, scale)

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 __all__ = ["average_precision", "context_precision_score", "exact_average_precision", "round_half_up"]
 
 
 def exact_average_precision(verdicts: Iterable[bool]) -> Fraction:
     """Return AP as an exact fraction; 0 when there is no verdict or no relevant one."""
+    from fractions import Fraction  # here, not at import: fractions loads decimal, milliseconds of start-up
+
     relevant = 0
     total = Fraction(0)
     for k, verdict in enumerate(verdicts, start=1):
@@ -47,6 +52,8 @@ def average_precision(verdicts: Iterable[bool]) -> float:
 
 def round_half_up(value: Fraction | float, digits: int = 2) -> float:
     """Round ``value`` to ``digits`` decimals with ties going up, computed exactly."""
+    from fractions import Fraction
+
     exact = value if isinstance(value, Fraction) else Fraction(repr(float(value)))
     factor = 10**digits
     return float(math.floor(exact * factor + Fraction(1, 2)) / factor)
@@ -62,6 +69,8 @@ def context_precision_score(verdicts: Iterable[bool], scale: float = 1.0) -> flo
     Raises:
         ValueError: when ``scale`` is negative, NaN or infinite.
     """
+    from fractions import Fraction
+
     checked_scale = validate_scale(scale)
     # repr() gives the shortest decimal that round-trips, so a scale of 0.1 means 1/10, not its binary twin.
     return round_half_up(exact_average_precision(_as_bools(verdicts)) * Fraction(repr(checked_scale)))
@@ -69,6 +78,8 @@ def context_precision_score(verdicts: Iterable[bool], scale: float = 1.0) -> flo
 
 def validate_scale(scale: float) -> float:
     """Return ``scale`` as a float, or raise ``ValueError`` when it cannot scale a score."""
+    from fractions import Fraction
+
     if isinstance(scale, bool) or not isinstance(scale, (int, float, Fraction)):
         raise ValueError(f"scale must be a number, got {type(scale).__name__}")
     value = float(scale)

@@ -15,7 +15,6 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
@@ -72,6 +71,8 @@ def _table() -> dict[str, Any]:
     spec = importlib.util.find_spec("litellm")  # a top-level package: found, not imported
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     for location in locations:
+        from pathlib import Path  # read once per process, on the first judge call
+
         path = Path(location) / _TABLE_FILE
         if path.is_file():
             table: dict[str, Any] = json.loads(path.read_bytes())

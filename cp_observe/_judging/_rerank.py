@@ -20,11 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from cp_observe._judging._evaluate import judge_aligned, judge_model_name, score_verdicts
 from cp_observe._judging._map import exact_average_precision
 from cp_observe._types import Judge, Reference, RerankLift, ScoreResult, Verdict
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 __all__ = ["RerankUnion", "evaluate_rerank", "rerank_union"]
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.trace import SpanContext
@@ -56,7 +56,7 @@ from cp_observe._capture._conventions import (
     retrieved_of,
 )
 from cp_observe._capture._spans import redact_foreign
-from cp_observe._config._runtime import Payload
+from cp_observe._capture._payloads import Payload
 
 __all__ = ["Assembler", "Fold", "Item", "Ready", "Skip"]
 
@@ -217,50 +217,79 @@ class Item:
         return 2 if self.decorated else 1 if attributes.get(n.GEN_AI_DATA_SOURCE_ID) is not None else 0
 
 
-@dataclass(slots=True)
+# The outcomes and the assembler's own records are plain classes with slots, not dataclasses: building a
+# dataclass costs about a millisecond at import, and these are made at every ``import cp_observe`` set-up.
 class Ready:
     """A target ready to judge against ``reference_text`` (``reference`` says whether answer or query)."""
 
-    item: Item
-    reference_text: str
-    reference: str
-    agent_name: str | None = None
+    __slots__ = ("agent_name", "item", "reference", "reference_text")
+
+    def __init__(self, item: Item, reference_text: str, reference: str, agent_name: str | None = None) -> None:
+        self.item = item
+        self.reference_text = reference_text
+        self.reference = reference
+        self.agent_name = agent_name
+
+    def __repr__(self) -> str:
+        return f"Ready({self.item.span_name!r}, reference={self.reference!r})"
 
 
-@dataclass(slots=True)
 class Skip:
     """A sampled target that will not be judged, and why."""
 
-    item: Item
-    reason: str
+    __slots__ = ("item", "reason")
+
+    def __init__(self, item: Item, reason: str) -> None:
+        self.item = item
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Skip({self.item.span_name!r}, {self.reason!r})"
 
 
-@dataclass(slots=True)
 class Fold:
     """A span that is not judged on its own: it describes a retrieval counted under another span, or none."""
 
-    item: Item
+    __slots__ = ("item",)
+
+    def __init__(self, item: Item) -> None:
+        self.item = item
+
+    def __repr__(self) -> str:
+        return f"Fold({self.item.span_name!r})"
 
 
-@dataclass(frozen=True, slots=True)
 class _Answer:
-    start_ns: int
-    end_ns: int
-    text: str
-    agent_name: str | None
-    attributes: Any = None  # the answering span's segment attributes only (a small dict), or None
+    """An answer remembered for the retrievals of its trace that end later (read only once made)."""
+
+    __slots__ = ("agent_name", "attributes", "end_ns", "start_ns", "text")
+
+    def __init__(self, start_ns: int, end_ns: int, text: str, agent_name: str | None, attributes: Any = None) -> None:
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.text = text
+        self.agent_name = agent_name
+        self.attributes = attributes  # the answering span's segment attributes only (a small dict), or None
 
 
-@dataclass(slots=True)
 class _Seen:
-    fingerprint: tuple[str, ...]
-    item: Item
+    """A retrieval's document fingerprint, to find the spans that describe the same retrieval."""
+
+    __slots__ = ("fingerprint", "item")
+
+    def __init__(self, fingerprint: tuple[str, ...], item: Item) -> None:
+        self.fingerprint = fingerprint
+        self.item = item
 
 
-@dataclass(slots=True)
 class _Turn:
-    deadline: float
-    retrievals: list[Item] = field(default_factory=list)
+    """The retrievals of one trace waiting for its answer, until ``deadline``."""
+
+    __slots__ = ("deadline", "retrievals")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.retrievals: list[Item] = []
 
 
 class Assembler:

@@ -21,16 +21,13 @@ Runs on the evaluator thread only.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cp_observe import _names as n
-from cp_observe._config._sampling import DailyBudget, RateLimiter
-from cp_observe._judging._circuit import CircuitBreaker
 from cp_observe._judging._evaluate import evaluate
-from cp_observe._processing._gates import refusal
+from cp_observe._processing._gates import Gates
 from cp_observe._types import CascadeResult, Judge, Reference
 
 __all__ = ["Cascade", "llm_drawn"]
@@ -45,6 +42,8 @@ def llm_drawn(trace_id: int, span_id: int, share: float) -> bool:
         return True
     if share <= 0.0:
         return False
+    import hashlib  # on first use, on the evaluator thread (see _judging/_calibration.py)
+
     digest = hashlib.blake2b(trace_id.to_bytes(16, "big") + span_id.to_bytes(8, "big"), digest_size=8,
                              key=_SALT).digest()
     return int.from_bytes(digest, "big") / _SCALE < share
@@ -63,9 +62,7 @@ class Cascade:
         *,
         trace_id: int,
         span_id: int,
-        circuit: CircuitBreaker,
-        rate: RateLimiter,
-        budget: DailyBudget,
+        gates: Gates,
         failure_reason: Callable[[BaseException], str],
         query: str,
         reference_text: str,
@@ -83,7 +80,7 @@ class Cascade:
         cheap_seconds = time.perf_counter() - started
         if not llm_drawn(trace_id, span_id, self.llm_share):
             return CascadeResult(cheap, None, n.CASCADE_LLM_NOT_DRAWN, cheap_seconds, 0.0)
-        refused = refusal(circuit, rate, budget)
+        refused = gates.refusal()
         if refused is not None:
             return CascadeResult(cheap, None, refused, cheap_seconds, 0.0)
         started = time.perf_counter()
@@ -93,9 +90,8 @@ class Cascade:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the LLM failing loses one subsample point, never the evaluation
-            circuit.failure()
+            gates.failed()
             return CascadeResult(cheap, None, f"{n.OUTCOME_FAILED}:{failure_reason(exc)}", cheap_seconds,
                                  time.perf_counter() - started)
-        circuit.success()
-        budget.spend(result.cost_usd)
+        gates.judged(result.cost_usd)
         return CascadeResult(cheap, result, n.CASCADE_LLM_JUDGED, cheap_seconds, time.perf_counter() - started)

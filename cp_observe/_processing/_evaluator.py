@@ -8,8 +8,8 @@ deque of tokens (reserve, then check), a refusal is counted in a ``Tally``, and 
 on the next submit) is started under a lock that submit only tries. The metrics of a refused target and
 the release of its held span are done by the evaluator thread on its next tick, never on the caller's.
 Everything else happens on the thread named ``cp-observe-evaluator``: turn assembly, the rate cap, the
-budget, the circuit breaker, at most ``concurrency`` judge calls at once (with instrumentation suppressed, so
-the judge's own HTTP calls are not traced or scored), and emission.
+budget, the circuit breaker, at most ``concurrency`` judge calls at once (each made by ``_judgement.call_judge``,
+with instrumentation suppressed, so the judge's own HTTP calls are not traced or scored), and emission.
 
 Accounting: each target is counted sampled exactly once and ends in exactly one of scored, failed,
 dropped or skipped, so ``sampled == scored + failed + dropped + skipped`` once nothing is pending.
@@ -26,23 +26,17 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
-
 from cp_observe import _names as n
 from cp_observe._capture._conventions import reranker_model_of, top_k_of
-from cp_observe._config._sampling import DailyBudget, RateLimiter
+from cp_observe._config._settings import Settings
 from cp_observe._emission._emit import Emitter, Target
-from cp_observe._errors import JudgeError, JudgeTransportError
-from cp_observe._judging._circuit import CircuitBreaker
-from cp_observe._judging._evaluate import evaluate, judge_model_name
-from cp_observe._judging._rerank import evaluate_rerank
 from cp_observe._log import logger
 from cp_observe._processing._accounting import Accounting
-from cp_observe._processing._resolver import DocumentResolver
 from cp_observe._processing._assembly import Assembler, Fold, Item, Ready, Skip
 from cp_observe._processing._cascade import Cascade
-from cp_observe._processing._gates import refusal
+from cp_observe._processing._gates import CircuitBreaker, Gates
+from cp_observe._processing._judgement import call_judge
+from cp_observe._processing._resolver import DocumentResolver
 from cp_observe._tally import Tally
 from cp_observe._types import Judge, ScoreResult
 
@@ -61,15 +55,7 @@ class Evaluator:
         *,
         judge: Judge,
         emitter: Emitter,
-        queue_size: int,
-        concurrency: int,
-        turn_timeout_s: float,
-        max_pending_traces: int,
-        rate: RateLimiter,
-        budget: DailyBudget,
-        circuit: CircuitBreaker,
-        max_judged_contexts: int,
-        evaluation_timeout_s: float,
+        options: Settings,
         on_finished: Callable[[Item, ScoreResult | None], None] | None = None,
         on_tick: Callable[[], None] | None = None,
         cascade: Cascade | None = None,
@@ -84,17 +70,19 @@ class Evaluator:
         self.on_finished = on_finished
         self.on_tick = on_tick
         self.emitter = emitter
-        self.queue_size = queue_size
-        self.concurrency = concurrency
-        self.rate = rate
-        self.budget = budget
-        self.circuit = circuit
-        self.max_judged_contexts = max_judged_contexts
-        self.evaluation_timeout_s = evaluation_timeout_s
-        self._turn_timeout_s = turn_timeout_s
-        self._max_pending_traces = max_pending_traces
-        self._wake_at = max(_WAKE_BATCH, queue_size // 2)
+        # Of the options it reads queue_size, concurrency, turn_timeout_s, max_pending_traces, max_judged_contexts,
+        # evaluation_timeout_s, and the gates' (_gates.Gates).
+        self.options = options
+        self.queue_size = options.queue_size
+        self.concurrency = options.concurrency
+        self.gates = Gates(options)
+        self._wake_at = max(_WAKE_BATCH, self.queue_size // 2)
         self._reset()
+
+    @property
+    def circuit(self) -> CircuitBreaker:
+        """The circuit breaker before the judge."""
+        return self.gates.circuit
 
     def _reset(self) -> None:
         """Fresh state: at construction and in a forked child (the parent's thread does not exist there)."""
@@ -107,7 +95,8 @@ class Evaluator:
         self._thread_lock = threading.Lock()  # serialises starting the thread; submit only tries it
         self.accounting = Accounting()
         segments = self.emitter.segments
-        self._assembler = Assembler(turn_timeout_s=self._turn_timeout_s, max_pending_traces=self._max_pending_traces,
+        self._assembler = Assembler(turn_timeout_s=self.options.turn_timeout_s,
+                                    max_pending_traces=self.options.max_pending_traces,
                                     segment_attributes=tuple(a for a, _ in segments.labels) if segments else (),
                                     received=self.received)
         self._assembler.on_split = self.emitter.count_split
@@ -418,61 +407,31 @@ class Evaluator:
             if contexts is None:
                 return  # skipped, and counted, by _resolved
         target.returned = _returned(item, contexts)
-        if self.cascade is not None:  # the gates stand before its LLM calls only
-            await self._evaluate_cascade(self.cascade, ready, target, contexts[: self.max_judged_contexts])
-            return
-        refused = refusal(self.circuit, self.rate, self.budget)
-        if refused is not None:
-            self._finish_skip(item, refused)
-            return
-        model = judge_model_name(self.judge)
-        start_ns = time.time_ns()
-        token = otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
-        before = item.before() if target.stage == n.STAGE_RERANK else None
+        options = self.options
         try:
-            if before is not None:  # a reranker: one judgement of both orders' documents (_judging/_rerank.py)
-                judging = evaluate_rerank(
-                    self.judge,
-                    query=item.query() or "",
-                    reference_text=ready.reference_text,
-                    reference=ready.reference,  # type: ignore[arg-type]
-                    before=before,
-                    after=contexts,
-                    limit=self.max_judged_contexts,
-                )
-            else:
-                judging = evaluate(
-                    self.judge,
-                    query=item.query() or "",
-                    reference_text=ready.reference_text,
-                    reference=ready.reference,  # type: ignore[arg-type]
-                    contexts=contexts[: self.max_judged_contexts],
-                )
-            result = await asyncio.wait_for(judging, timeout=self.evaluation_timeout_s)
+            outcome = await call_judge(ready, contexts, llm=self.judge, cascade=self.cascade, gates=self.gates,
+                                  rerank=target.stage == n.STAGE_RERANK, limit=options.max_judged_contexts,
+                                  timeout_s=options.evaluation_timeout_s)
         except asyncio.CancelledError:
-            otel_context.detach(token)
             self._finish_drop(item, "shutdown")
             raise
-        except Exception as exc:  # noqa: BLE001 - a failing judge is an outcome, never an exception in the host
-            otel_context.detach(token)
-            self.circuit.failure()
-            reason = _failure_reason(exc)
-            self.accounting.outcome(n.OUTCOME_FAILED, reason)
-            logger.info("evaluation failed", reason=reason, error_type=type(exc).__name__,
-                        data_source=target.data_source)
-            self._emit_safely(self.emitter.failed, target, exc, reason, start_ns=start_ns, end_ns=time.time_ns(),
-                              model=model)
-            item.outcome = n.OUTCOME_FAILED
-            self._finished(item, None)
+        if outcome.kind == n.OUTCOME_SKIPPED:
+            self._finish_skip(item, outcome.reason)
             return
-        otel_context.detach(token)
-        self.circuit.success()
-        self.budget.spend(result.cost_usd)
-        self.accounting.outcome(n.OUTCOME_SCORED, "ok")
-        self._emit_safely(self.emitter.scored, target, result, start_ns=start_ns, end_ns=time.time_ns(),
-                          model=result.judge_model)
-        item.outcome = n.OUTCOME_SCORED
-        self._finished(item, result)
+        self.accounting.outcome(outcome.kind, outcome.reason)
+        if outcome.result is None:
+            error = outcome.error
+            logger.info("evaluation failed", reason=outcome.reason, error_type=type(error).__name__,
+                        data_source=target.data_source)
+            self._emit_safely(self.emitter.failed, target, error, outcome.reason, start_ns=outcome.start_ns,
+                              end_ns=outcome.end_ns, model=outcome.model,
+                              **({"cheap": True} if outcome.cheap else {}))
+        else:
+            self._emit_safely(self.emitter.scored, target, outcome.result, start_ns=outcome.start_ns,
+                              end_ns=outcome.end_ns, model=outcome.model,
+                              **({"cascade": outcome.cascade} if outcome.cascade is not None else {}))
+        item.outcome = outcome.kind
+        self._finished(item, outcome.result)
 
     async def _resolved(self, item: Item, data_source: str) -> list[str] | None:
         """The text of documents named by id only, through the resolver; ``None`` once the item is skipped."""
@@ -496,43 +455,6 @@ class Evaluator:
             self._finish_skip(item, resolved)
             return None
         return resolved
-
-    async def _evaluate_cascade(self, cascade: Cascade, ready: Ready, target: Target,
-                                contexts: Sequence[str]) -> None:
-        """The cheap judge, then the LLM when drawn (``_cascade``); scored unless the cheap judge fails."""
-        item = ready.item
-        start_ns = time.time_ns()
-        token = otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
-        try:
-            both = await asyncio.wait_for(
-                cascade.judge(self.judge, trace_id=item.span_context.trace_id, span_id=item.span_context.span_id,
-                              circuit=self.circuit, rate=self.rate, budget=self.budget,
-                              failure_reason=_failure_reason, query=item.query() or "",
-                              reference_text=ready.reference_text, reference=ready.reference,  # type: ignore[arg-type]
-                              contexts=contexts),
-                timeout=self.evaluation_timeout_s,
-            )
-        except asyncio.CancelledError:
-            otel_context.detach(token)
-            self._finish_drop(item, "shutdown")
-            raise
-        except Exception as exc:  # noqa: BLE001 - the cheap judge failing is an outcome, as in _evaluate
-            otel_context.detach(token)
-            reason = _failure_reason(exc)
-            self.accounting.outcome(n.OUTCOME_FAILED, reason)
-            logger.info("evaluation failed", reason=reason, error_type=type(exc).__name__,
-                        data_source=target.data_source)
-            self._emit_safely(self.emitter.failed, target, exc, reason, start_ns=start_ns, end_ns=time.time_ns(),
-                              model=judge_model_name(cascade.cheap), cheap=True)
-            item.outcome = n.OUTCOME_FAILED
-            self._finished(item, None)
-            return
-        otel_context.detach(token)
-        self.accounting.outcome(n.OUTCOME_SCORED, "ok")
-        self._emit_safely(self.emitter.scored, target, both.reported, start_ns=start_ns, end_ns=time.time_ns(),
-                          model=both.reported.judge_model, cascade=both)
-        item.outcome = n.OUTCOME_SCORED
-        self._finished(item, both.reported)
 
     @staticmethod
     def _emit_safely(emit: Any, *args: Any, **kwargs: Any) -> None:
@@ -579,13 +501,3 @@ def _returned(item: Item, contexts: Sequence[str]) -> int:
     """How many documents the retrieval returned: the decorator's count (it may keep fewer), else those read."""
     counted = item.attributes.get(n.CP_CONTEXT_COUNT) if item.attributes else None
     return counted if isinstance(counted, int) and not isinstance(counted, bool) else len(contexts)
-
-
-def _failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timeout"
-    if isinstance(exc, JudgeTransportError):
-        return "judge_unavailable"
-    if isinstance(exc, JudgeError):
-        return "judge_error"
-    return "judge_exception"

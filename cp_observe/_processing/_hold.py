@@ -16,6 +16,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from cp_observe import _names as n
+from cp_observe._config._settings import Settings
 from cp_observe._tally import Tally
 from cp_observe._types import ScoreResult
 
@@ -32,11 +33,11 @@ class HeldSpans:
     nothing means another thread exported that span already. Each span is exported exactly once.
     """
 
-    def __init__(self, downstream: SpanProcessor, *, timeout_s: float, max_spans: int, threshold: float) -> None:
+    def __init__(self, downstream: SpanProcessor, *, options: Settings) -> None:
         self.downstream = downstream
-        self.timeout_s = timeout_s
-        self.max_spans = max_spans
-        self.threshold = threshold
+        self.timeout_s = options.hold_timeout_s
+        self.max_spans = options.max_held_spans
+        self.threshold = options.threshold
         self._held: OrderedDict[tuple[int, int], tuple[float, ReadableSpan]] = OrderedDict()
         self._counts: Tally[str] = Tally()  # enriched, expired, overflowed
 

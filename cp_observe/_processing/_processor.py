@@ -8,6 +8,7 @@ raises. Everything else runs on the evaluator thread (see ``_evaluator``).
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import weakref
@@ -28,15 +29,14 @@ from cp_observe._capture._conventions import (
     plain_attributes,
     role,
 )
+from cp_observe._capture._payloads import PAYLOADS
 from cp_observe._config import _runtime
-from cp_observe._config._runtime import PAYLOADS
-from cp_observe._config._sampling import DailyBudget, RateLimiter, TraceIdRatio, sampling_reason
-from cp_observe._config._segments import segment_labels
+from cp_observe._config._sampling import TraceIdRatio, sampling_reason
+from cp_observe._config._settings import Settings
 from cp_observe._emission._emit import Emitter
 from cp_observe._emission._sinks import Sink, SinkRunner
 from cp_observe._fork import at_fork_method
 from cp_observe._internal import report_internal_error
-from cp_observe._judging._circuit import CircuitBreaker
 from cp_observe._judging._judges import resolve_judge
 from cp_observe._log import logger
 from cp_observe._processing._assembly import Item
@@ -47,7 +47,7 @@ from cp_observe._processing._hold import HeldSpans
 from cp_observe._processing._resolver import DocumentResolver
 from cp_observe._types import Judge, ScoreResult
 
-__all__ = ["ContextPrecisionProcessor", "takes_as_target"]
+__all__ = ["ContextPrecisionProcessor", "processor_options", "takes_as_target"]
 
 _SINK_SHUTDOWN_S = 5.0
 _role = role
@@ -100,185 +100,156 @@ def _millis_left(deadline: float) -> int:
     return max(0, int((deadline - time.monotonic()) * 1000))
 
 
+class _Signature:
+    """``inspect.signature(ContextPrecisionProcessor)``: its own keywords, then each processor setting of the table.
+
+    The settings are not spelled in ``__init__``: they arrive as ``**options`` and are validated by the field table
+    (``_config/_settings.py``). This gives ``help()``, IDEs and ``inspect`` the full keyword list with each
+    setting's default and type, built from that table on first use.
+    """
+
+    def __get__(self, instance: object, owner: type[Any]) -> inspect.Signature:
+        own = list(inspect.signature(owner.__init__).parameters.values())[1:]  # without self
+        params = [p for p in own if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        taken = {p.name for p in params}
+        fields = Settings.model_fields
+        params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=fields[name].default,
+                                     annotation=fields[name].annotation)
+                   for name in Settings.processor_fields() if name not in taken]
+        return inspect.Signature(params)
+
+
+def processor_options(given: Mapping[str, Any], *, data_source: DataSource, segments: Sequence[str] | str | None,
+                      cheap_judge: Judge | str | None, capture_content: bool | None) -> Settings:
+    """The processor's keywords as its one options object: named, typed and bounded by the field table.
+
+    The keywords the table types more narrowly are narrowed first: attribute names given as a list become the
+    comma-separated string the table holds (a callable ``data_source`` and a ``Judge`` object are kept apart by
+    the caller), and an unset ``capture_content`` follows the runtime (``configure()`` or the environment).
+
+    Raises:
+        TypeError: a keyword that is not a processor setting (as for any unknown keyword argument).
+        ConfigurationError: a value out of its field's type or bounds (a ``ValueError``); names each one.
+    """
+    fields = Settings.model_fields
+    unknown = [name for name in given if name not in fields or not fields[name].processor]
+    if unknown:
+        raise TypeError(f"ContextPrecisionProcessor() got an unexpected keyword argument {unknown[0]!r}")
+    values = dict(given)
+    if data_source is not None and not callable(data_source):
+        if isinstance(data_source, Mapping) or not all(isinstance(key, str) for key in data_source):
+            raise ValueError("data_source must be a callable (attributes) -> name or a list of attribute names")
+        values["data_source"] = data_source if isinstance(data_source, str) else ",".join(data_source)
+    if segments is not None:
+        values["segments"] = segments if isinstance(segments, str) else ",".join(segments)
+    if isinstance(cheap_judge, str):
+        values["cheap_judge"] = cheap_judge
+    values["capture_content"] = _runtime.runtime().capture_content if capture_content is None else capture_content
+    return Settings(**values)
+
+
 class ContextPrecisionProcessor(SpanProcessor):
     """Scores a sampled share of retrievals in the background and emits spans, events and metrics.
 
     Add it to your tracer provider: ``provider.add_span_processor(ContextPrecisionProcessor(judge))``.
 
+    Every setting marked for the processor in the settings reference (``sample_rate``, ``queue_size``,
+    ``threshold``, ...) is a keyword argument of the same name, default and bounds; they are documented once, in
+    that reference, which the documentation site generates from the field table. A value out of bounds raises
+    ``ConfigurationError`` (a ``ValueError``) naming it; an unknown keyword raises ``TypeError``.
+
     Args:
         judge: a ``Judge`` (``LLMJudge``, ``LexicalJudge`` or your own) or a model string for ``LLMJudge``
             (``"lexical"`` for the offline judge).
-        sample_rate: share of traces scored, decided by trace id (consistent across processes).
-        max_evaluations_per_minute: rate cap; beyond it targets are skipped (``rate_limited``).
-        daily_budget_usd: stop judging once today's known judge cost reaches it (``budget_exhausted``).
-        threshold: scores below it get ``gen_ai.evaluation.score.label = fail``.
         tracer_provider: where evaluation spans go (default: the global provider).
         meter_provider: where metrics go (default: the global provider).
         logger_provider: where ``gen_ai.evaluation.result`` events go (default: the global provider).
-        capture_content: export the judge's per-context reasons (they may quote content).
-        queue_size: targets waiting or being judged before new ones are dropped (counted).
-        concurrency: judge calls in flight at once.
-        turn_timeout_s: how long a retrieval waits for its agent's answer before it is judged on its query.
-        max_pending_traces: traces held for turn assembly at once (the oldest is judged on its query).
-        max_judged_contexts: contexts sent to the judge per target.
-        evaluation_timeout_s: the longest one evaluation (all its judge calls) may take.
-        circuit_failures: consecutive judge failures that stop judge calls for ``circuit_cooldown_s``.
-        circuit_cooldown_s: seconds before a stopped judge is probed again.
-        shutdown_timeout_s: how long ``shutdown`` (and the interpreter's exit, see ``_exit``) lets queued and
-            in-flight evaluations finish before counting the rest as dropped (``shutdown``).
         export_processor: opt-in enrichment: give the processor that exports your spans (e.g. a
             ``BatchSpanProcessor``) here *instead of* adding it to the provider. Every span then passes through
             this processor; sampled target spans are held back until judged and exported with
             ``context_precision.score`` on them, or unenriched after ``hold_timeout_s``. Never lost.
-        hold_timeout_s: the longest a span is held for its score.
-        max_held_spans: the most spans held at once; beyond it spans are exported at once, unenriched.
         sinks: evaluation sinks (e.g. ``PhoenixSink``) each scored evaluation is also sent to, beside
-            OpenTelemetry; each gets its own bounded queue and thread (``sink_queue_size``, ``sink_batch_size``,
-            ``sink_max_retries``) and is counted as ``context_precision.sink.{sent,failed,dropped}``.
-        data_source: names the data source of a retrieval, overriding the conventions: a callable of the span's
-            attributes returning a name (``None`` keeps the conventional name), or attribute names tried in order.
-        segments: span attribute names (a list, or one comma-separated string) whose values label the score,
-            squares, evaluations and verdicts series and go onto the evaluation span and event
-            (``context_precision.segment.<label>``); read on the retrieval span (a reranker's: its own, then the
-            retrieval it reranks), then the span it was assembled with. Refused (``ValueError``) when a label
-            name collides with the library's own.
-        max_segment_values: distinct values kept per segment; later ones are ``other``, counted in
-            ``context_precision.segment.overflow``.
-        cheap_judge: the cheap-plus-LLM cascade: a ``Judge`` or model string (``"lexical"``) that scores
-            every sampled retrieval; ``judge`` then also scores a uniform ``llm_share`` of them, and the gates
-            (circuit, rate cap, budget) stand before those LLM calls only. ``None``: ``judge`` alone.
-        llm_share: with ``cheap_judge``, the share of retrievals (drawn by a hash of their ids) ``judge`` scores.
-        document_resolver: the text of documents a retrieval names by id only (the newest GenAI conventions carry
-            no text): a callable ``(document_id, data_source) -> text`` (plain or async), or ``module:function``.
-            Run on the evaluator thread, never on the request path; see ``_processing/_resolver.py``.
-        document_resolver_timeout_s: the longest one retrieval's documents may take to resolve.
-        document_resolver_concurrency: resolver calls running at once, across all retrievals.
+            OpenTelemetry; each gets its own bounded queue and thread (the ``sink_*`` settings) and is counted as
+            ``context_precision.sink.{sent,failed,dropped}``.
+        data_source: the setting, or a callable of the span's attributes returning a name (``None`` keeps the
+            conventional name), or attribute names as a list.
+        segments: the setting, or its attribute names as a list. Refused when a label name collides with the
+            library's own.
+        cheap_judge: the setting (a model string or ``"lexical"``), or a ``Judge``.
+        capture_content: the setting; unset, the runtime's (``configure()``'s, else the environment's).
+        document_resolver: the setting (``module:function``), or the callable itself: ``(document_id, data_source)
+            -> text`` (plain or async), for documents a retrieval names by id only. Run on the evaluator thread,
+            never on the request path; see ``_processing/_resolver.py``.
         received_spans: the spans come from other processes over OTLP (``cp-observe serve``): a retrieval whose
             parent span never arrives within ``turn_timeout_s`` is skipped as ``parent_missing`` (its trace was
             split, most often across replicas not routed by trace id), not judged against its query.
+        **options: the other processor settings.
     """
+
+    __signature__ = _Signature()
 
     def __init__(
         self,
         judge: Judge | str,
         *,
-        sample_rate: float = 1.0,
-        max_evaluations_per_minute: float | None = None,
-        daily_budget_usd: float | None = None,
-        threshold: float = 0.5,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         logger_provider: Any | None = None,
-        capture_content: bool | None = None,
-        queue_size: int = 1000,
-        concurrency: int = 4,
-        turn_timeout_s: float = 60.0,
-        max_pending_traces: int = 1000,
-        max_judged_contexts: int = 50,
-        evaluation_timeout_s: float = 300.0,
-        circuit_failures: int = 5,
-        circuit_cooldown_s: float = 30.0,
-        shutdown_timeout_s: float = 5.0,
         export_processor: SpanProcessor | None = None,
-        hold_timeout_s: float = 30.0,
-        max_held_spans: int = 2000,
         sinks: Sequence[Sink] = (),
-        sink_queue_size: int = 1000,
-        sink_batch_size: int = 100,
-        sink_max_retries: int = 5,
         data_source: DataSource = None,
-        calibration_rate: float = 0.0,
         segments: Sequence[str] | str | None = None,
-        max_segment_values: int = 50,
         cheap_judge: Judge | str | None = None,
-        llm_share: float = 1.0,
+        capture_content: bool | None = None,
         document_resolver: Callable[[str, str], Any] | str | None = None,
-        document_resolver_timeout_s: float = 5.0,
-        document_resolver_concurrency: int = 4,
         received_spans: bool = False,
+        **options: Any,
     ) -> None:
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError("threshold must be within [0, 1]")
-        if not 0.0 <= calibration_rate <= 1.0:
-            raise ValueError("calibration_rate must be within [0, 1]")
-        if not 0.0 <= llm_share <= 1.0:
-            raise ValueError("llm_share must be within [0, 1]")
-        for label, value in (("queue_size", queue_size), ("concurrency", concurrency),
-                             ("max_pending_traces", max_pending_traces), ("max_judged_contexts", max_judged_contexts),
-                             ("circuit_failures", circuit_failures)):
-            if int(value) < 1:
-                raise ValueError(f"{label} must be >= 1")
-        for label, seconds in (("turn_timeout_s", turn_timeout_s), ("evaluation_timeout_s", evaluation_timeout_s),
-                               ("circuit_cooldown_s", circuit_cooldown_s), ("shutdown_timeout_s", shutdown_timeout_s)):
-            if seconds <= 0:
-                raise ValueError(f"{label} must be > 0")
-        if data_source is not None and not callable(data_source) and (
-            isinstance(data_source, (str, Mapping)) or not all(isinstance(key, str) for key in data_source)
-        ):
-            raise ValueError("data_source must be a callable (attributes) -> name or a list of attribute names")
-        self._data_source = data_source_reader(data_source)
-        segment_pairs = segment_labels(segments)  # ValueError (a ConfigurationError from the settings) names it
-        if int(max_segment_values) < 1:
-            raise ValueError("max_segment_values must be >= 1")
+        if isinstance(document_resolver, str):
+            options["document_resolver"] = document_resolver  # checked by the field; a callable is kept apart
+        self.options = o = processor_options(options, data_source=data_source, segments=segments,
+                                             cheap_judge=cheap_judge, capture_content=capture_content)
+        self._data_source = data_source_reader(data_source if callable(data_source) else o.data_source_attributes())
         self.judge = resolve_judge(judge) if isinstance(judge, str) else judge
         if not hasattr(self.judge, "judge"):
             raise ValueError("judge must implement the Judge protocol (an async judge(query, reference, contexts))")
-        cheap = resolve_judge(cheap_judge) if isinstance(cheap_judge, str) else cheap_judge
+        if cheap_judge is not None and not isinstance(cheap_judge, str):
+            cheap: Judge | None = cheap_judge
+        else:
+            cheap = resolve_judge(o.cheap_judge) if o.cheap_judge else None
         if cheap is not None and not hasattr(cheap, "judge"):
             raise ValueError("cheap_judge must implement the Judge protocol, or be a model string")
-        self.cascade = Cascade(cheap, float(llm_share)) if cheap is not None else None
-        self.sampler = TraceIdRatio(sample_rate)
+        self.cascade = Cascade(cheap, o.llm_share) if cheap is not None else None
+        self.sampler = TraceIdRatio(o.sample_rate)
         runtime = _runtime.runtime()
-        if capture_content is None:
-            capture_content = runtime.capture_content
         _runtime.register_sampler(id(self), self.sampler)
         if tracer_provider is not None and _decorators_have_no_provider(runtime):
             # Nothing else tells the decorators where to record: follow the provider this processor serves.
             _runtime.install(tracer_provider=tracer_provider)
         weakref.finalize(self, _runtime.register_sampler, id(self), None)
-        self.shutdown_timeout_s = shutdown_timeout_s
-        self._sinks = tuple(
-            SinkRunner(sink, meter_provider=meter_provider, queue_size=sink_queue_size, batch_size=sink_batch_size,
-                       max_retries=sink_max_retries)
-            for sink in sinks
-        )
+        self.shutdown_timeout_s = o.shutdown_timeout_s
+        self._sinks = tuple(SinkRunner(sink, meter_provider=meter_provider, options=o) for sink in sinks)
         self._emitter = Emitter(
+            options=o,
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             logger_provider=logger_provider,
-            threshold=threshold,
-            capture_content=capture_content,
             queue_depth=_weak_depth(self),
             judge=self.judge,
             sinks=self._sinks,
-            calibration_rate=calibration_rate,
-            segments=segment_pairs,
-            max_segment_values=max_segment_values,
             cheap_judge=cheap,
         )
-        self._hold = (
-            HeldSpans(export_processor, timeout_s=hold_timeout_s, max_spans=max_held_spans, threshold=threshold)
-            if export_processor is not None
-            else None
-        )
+        self._hold = HeldSpans(export_processor, options=o) if export_processor is not None else None
         self._evaluator = Evaluator(
             judge=self.judge,
             emitter=self._emitter,
-            queue_size=queue_size,
-            concurrency=concurrency,
-            turn_timeout_s=turn_timeout_s,
-            max_pending_traces=max_pending_traces,
-            rate=RateLimiter(max_evaluations_per_minute),
-            budget=DailyBudget(daily_budget_usd),
-            circuit=CircuitBreaker(circuit_failures, circuit_cooldown_s),
-            max_judged_contexts=max_judged_contexts,
-            evaluation_timeout_s=evaluation_timeout_s,
+            options=o,
             on_finished=self._release if self._hold is not None else None,
             on_tick=self._hold.expire if self._hold is not None else None,
             cascade=self.cascade,
-            resolver=DocumentResolver(document_resolver, timeout_s=document_resolver_timeout_s,
-                                      concurrency=document_resolver_concurrency)
-            if document_resolver is not None else None,
+            resolver=DocumentResolver(resolver, timeout_s=o.document_resolver_timeout_s,
+                                      concurrency=o.document_resolver_concurrency)
+            if (resolver := document_resolver if callable(document_resolver) else o.document_resolver) else None,
             received=received_spans,
         )
         self._flushing = threading.local()

@@ -7,8 +7,9 @@ providers are created with OTLP exporters configured from the standard ``OTEL_*`
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import _logs, metrics, trace
 from opentelemetry.sdk._logs import LoggerProvider
@@ -41,7 +42,7 @@ __all__ = ["configure"]
 _CURRENT: list[ContextPrecisionProcessor | None] = [None]
 
 
-def configure(  # noqa: D417  # the settings are documented once, in the generated settings reference
+def configure(
     judge: Judge | str | None = None,
     *,
     redact: Callable[[str], str] | None = None,
@@ -50,54 +51,15 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
     logger_provider: LoggerProvider | None = None,
     sinks: Sequence[Sink] | None = None,
     data_source: Callable[[Mapping[str, Any]], Any] | Sequence[str] | str | None = None,
-    judge_api_base: str | None = None,
-    judge_api_key: str | None = None,
-    judge_timeout_s: float | None = None,
-    judge_max_retries: int | None = None,
-    cheap_judge: str | None = None,
-    llm_share: float | None = None,
-    judge_transport: str | None = None,
-    sample_rate: float | None = None,
-    max_evaluations_per_minute: float | None = None,
-    daily_budget_usd: float | None = None,
-    threshold: float | None = None,
-    capture_content: bool | None = None,
-    capture_only: bool | None = None,
-    max_value_length: int | None = None,
-    max_contexts: int | None = None,
-    max_judged_contexts: int | None = None,
-    queue_size: int | None = None,
-    concurrency: int | None = None,
-    turn_timeout_s: float | None = None,
-    max_pending_traces: int | None = None,
-    hold_spans: bool | None = None,
-    hold_timeout_s: float | None = None,
-    max_held_spans: int | None = None,
-    circuit_failures: int | None = None,
-    circuit_cooldown_s: float | None = None,
-    shutdown_timeout_s: float | None = None,
-    service_name: str | None = None,
-    otlp_endpoint: str | None = None,
-    metrics_port: int | None = None,
-    phoenix_url: str | None = None,
-    phoenix_api_key: str | None = None,
-    sink_queue_size: int | None = None,
-    sink_batch_size: int | None = None,
-    sink_max_retries: int | None = None,
-    sink_timeout_s: float | None = None,
-    calibration_rate: float | None = None,
-    segments: str | None = None,
-    max_segment_values: int | None = None,
     document_resolver: Callable[[str, str], Any] | str | None = None,
-    document_resolver_timeout_s: float | None = None,
-    document_resolver_concurrency: int | None = None,
-    **unknown: NoReturn,
+    **settings: Any,
 ) -> ContextPrecisionProcessor | None:
     """Set up context-precision scoring for this process; returns the processor (``None`` in capture-only mode).
 
-    Every other keyword argument (``judge_api_base`` ... ``sink_timeout_s``) is a setting, documented once in
-    the settings reference that the documentation site generates from ``Settings`` (which holds their types
-    and bounds); each one left ``None`` falls back to ``CP_OBSERVE_<NAME>``, then the default.
+    Every other keyword argument is a setting of the field table (``sample_rate``, ``queue_size``,
+    ``judge_api_base``, ...), documented once in the settings reference that the documentation site generates
+    from ``Settings`` (which holds their types and bounds); ``inspect.signature(configure)`` lists them all. Each
+    one left ``None`` falls back to ``CP_OBSERVE_<NAME>``, then the default.
 
     Args:
         judge: a ``Judge``, a litellm model string, or ``"lexical"``; default ``CP_OBSERVE_JUDGE`` or
@@ -116,61 +78,19 @@ def configure(  # noqa: D417  # the settings are documented once, in the generat
             ``(document_id, data_source) -> text`` (plain or async), or ``module:function`` (default
             ``CP_OBSERVE_DOCUMENT_RESOLVER``). It runs on the evaluator thread, bounded by
             ``document_resolver_timeout_s`` and ``document_resolver_concurrency``.
-        **unknown: nothing; a name that is not a setting raises ``ConfigurationError`` (and fails type
-            checking).
+        **settings: the settings; a name that is not one raises ``ConfigurationError``.
 
     Raises:
         ConfigurationError: an argument is invalid.
     """
     if redact is not None and not callable(redact):
         raise ConfigurationError("redact must be a callable (text) -> text")
-    settings: dict[str, Any] = {
-        "judge_api_base": judge_api_base,
-        "judge_api_key": judge_api_key,
-        "judge_timeout_s": judge_timeout_s,
-        "judge_max_retries": judge_max_retries,
-        "cheap_judge": cheap_judge,
-        "llm_share": llm_share,
-        "judge_transport": judge_transport,
-        "sample_rate": sample_rate,
-        "max_evaluations_per_minute": max_evaluations_per_minute,
-        "daily_budget_usd": daily_budget_usd,
-        "threshold": threshold,
-        "capture_content": capture_content,
-        "capture_only": capture_only,
-        "max_value_length": max_value_length,
-        "max_contexts": max_contexts,
-        "max_judged_contexts": max_judged_contexts,
-        "queue_size": queue_size,
-        "concurrency": concurrency,
-        "turn_timeout_s": turn_timeout_s,
-        "max_pending_traces": max_pending_traces,
-        "hold_spans": hold_spans,
-        "hold_timeout_s": hold_timeout_s,
-        "max_held_spans": max_held_spans,
-        "circuit_failures": circuit_failures,
-        "circuit_cooldown_s": circuit_cooldown_s,
-        "shutdown_timeout_s": shutdown_timeout_s,
-        "service_name": service_name,
-        "otlp_endpoint": otlp_endpoint,
-        "metrics_port": metrics_port,
-        "phoenix_url": phoenix_url,
-        "phoenix_api_key": phoenix_api_key,
-        "sink_queue_size": sink_queue_size,
-        "sink_batch_size": sink_batch_size,
-        "sink_max_retries": sink_max_retries,
-        "sink_timeout_s": sink_timeout_s,
-        "calibration_rate": calibration_rate,
-        "segments": segments,
-        "max_segment_values": max_segment_values,
-        "document_resolver": document_resolver if isinstance(document_resolver, str) else None,
-        "document_resolver_timeout_s": document_resolver_timeout_s,
-        "document_resolver_concurrency": document_resolver_concurrency,
-        **unknown,
-    }
+    settings = dict(settings)
     if document_resolver is not None and not isinstance(document_resolver, str) and not callable(document_resolver):
         raise ConfigurationError("document_resolver must be a callable (document_id, data_source) -> text, "
                                  "or module:function")
+    if isinstance(document_resolver, str):
+        settings["document_resolver"] = document_resolver
     if isinstance(judge, str):
         settings["judge"] = judge
     data_source_callable = _data_source_setting(data_source, settings)
@@ -266,6 +186,19 @@ class _ScorersFirst(SynchronousMultiSpanProcessor):
                 processor.shutdown()
 
 
+def _signature() -> inspect.Signature:
+    """``configure``'s own keywords, then every other setting of the field table (``None``: unset)."""
+    own = [p for p in inspect.signature(configure).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    taken = {p.name for p in own}
+    fields = Settings.model_fields
+    return inspect.Signature(
+        [*own, *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                   annotation=field.annotation if field.optional else f"{field.annotation.__name__} | None")
+                 for name, field in fields.items() if name not in taken)],
+        return_annotation=inspect.signature(configure).return_annotation,
+    )
+
+
 def _data_source_setting(data_source: Any, settings: dict[str, Any]) -> Callable[[Mapping[str, Any]], Any] | None:
     """A callable ``data_source`` is returned; attribute names go into ``settings`` (as the variable would)."""
     if callable(data_source):
@@ -281,3 +214,6 @@ def _data_source_setting(data_source: Any, settings: dict[str, Any]) -> Callable
 
 def _global_sdk(provider: Any, sdk_type: type[Any]) -> Any:
     return provider if isinstance(provider, sdk_type) else None
+
+
+configure.__signature__ = _signature()  # type: ignore[attr-defined]

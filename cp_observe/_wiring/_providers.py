@@ -37,36 +37,13 @@ __all__ = [
 
 
 def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) -> ContextPrecisionProcessor:
-    """The processor for ``settings`` (shared by ``configure()`` and ``cp-observe serve``); ``overrides`` win."""
-    options: dict[str, Any] = {
-        "sample_rate": settings.sample_rate,
-        "max_evaluations_per_minute": settings.max_evaluations_per_minute,
-        "daily_budget_usd": settings.daily_budget_usd,
-        "threshold": settings.threshold,
-        "capture_content": settings.capture_content,
-        "queue_size": settings.queue_size,
-        "concurrency": settings.concurrency,
-        "turn_timeout_s": settings.turn_timeout_s,
-        "max_pending_traces": settings.max_pending_traces,
-        "max_judged_contexts": settings.max_judged_contexts,
-        "circuit_failures": settings.circuit_failures,
-        "circuit_cooldown_s": settings.circuit_cooldown_s,
-        "shutdown_timeout_s": settings.shutdown_timeout_s,
-        "hold_timeout_s": settings.hold_timeout_s,
-        "max_held_spans": settings.max_held_spans,
-        "sink_queue_size": settings.sink_queue_size,
-        "sink_batch_size": settings.sink_batch_size,
-        "sink_max_retries": settings.sink_max_retries,
-        "data_source": settings.data_source_attributes(),
-        "calibration_rate": settings.calibration_rate,
-        "segments": settings.segments,
-        "max_segment_values": settings.max_segment_values,
-        "cheap_judge": cheap_judge_from_settings(settings),
-        "llm_share": settings.llm_share,
-        "document_resolver": settings.document_resolver,
-        "document_resolver_timeout_s": settings.document_resolver_timeout_s,
-        "document_resolver_concurrency": settings.document_resolver_concurrency,
-    }
+    """The processor for ``settings`` (shared by ``configure()`` and ``cp-observe serve``); ``overrides`` win.
+
+    Every processor setting of the field table is passed on as it is, so a new one needs nothing here; only
+    what is built from settings (the cheap judge, the sinks) is made here.
+    """
+    options: dict[str, Any] = settings.processor_options()
+    options["cheap_judge"] = cheap_judge_from_settings(settings)
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)
     options.update(overrides)

@@ -56,7 +56,8 @@ class IsolatedRuntime:
 
     def open(self) -> IsolatedRuntime:
         """Save the state, then apply the settings given at construction."""
-        from cp_observe._config._runtime import PAYLOADS, runtime
+        from cp_observe._capture._payloads import PAYLOADS
+        from cp_observe._config._runtime import runtime
         from cp_observe._wiring._configure import _CURRENT
 
         if self._saved is not None:
@@ -82,6 +83,7 @@ class IsolatedRuntime:
             TypeError: a name that is not a runtime setting.
             RuntimeError: the isolation is not open.
         """
+        from cp_observe._capture import _payloads
         from cp_observe._config import _runtime
         from cp_observe._config._sampling import TraceIdRatio
 
@@ -94,7 +96,7 @@ class IsolatedRuntime:
         if "sample_rate" in changes:
             changes["sampler"] = TraceIdRatio(float(changes.pop("sample_rate")))
         if "payload_capacity" in changes:
-            _runtime.PAYLOADS._max = int(changes.pop("payload_capacity"))
+            _payloads.PAYLOADS._max = int(changes.pop("payload_capacity"))
         if changes:
             _runtime.install(**changes)
 
@@ -108,12 +110,13 @@ class IsolatedRuntime:
     @property
     def payloads_held(self) -> int:
         """How many sampled calls' payloads wait in the process-wide store for a processor to take them."""
-        from cp_observe._config._runtime import PAYLOADS
+        from cp_observe._capture._payloads import PAYLOADS
 
         return len(PAYLOADS)
 
     def close(self) -> None:
         """Shut down what ``configure()`` installed meanwhile and put back what was there when it opened."""
+        from cp_observe._capture import _payloads
         from cp_observe._config import _runtime
         from cp_observe._config._sampling import FORCED
         from cp_observe._wiring._configure import _CURRENT
@@ -125,8 +128,8 @@ class IsolatedRuntime:
             current.shutdown()
         _CURRENT[0] = self._saved_current
         _runtime.RUNTIME_HOLDER[0] = self._saved
-        _runtime.PAYLOADS.clear()
-        _runtime.PAYLOADS._max = self._saved_capacity
+        _payloads.PAYLOADS.clear()
+        _payloads.PAYLOADS._max = self._saved_capacity
         FORCED.clear()
         self._saved = None
 

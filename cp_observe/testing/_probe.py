@@ -57,7 +57,7 @@ class ProcessorProbe:
 
         Its bucket starts full at the clock's current reading, as a new processor's does.
         """
-        from cp_observe._config._sampling import RateLimiter
+        from cp_observe._processing._gates import RateLimiter
 
         evaluator = self._processor._evaluator
-        evaluator.rate = RateLimiter(evaluator.rate.per_minute, clock=clock)
+        evaluator.gates.rate = RateLimiter(evaluator.gates.rate.per_minute, clock=clock)

@@ -54,8 +54,8 @@ def _emit(module: Any, bench: ModuleType) -> tuple[list[dict[str, Any]], list[di
     tracer.add_span_processor(SimpleSpanProcessor(spans))
     logger = LoggerProvider()
     logger.add_log_record_processor(SimpleLogRecordProcessor(logs))
-    emitter = module.Emitter(tracer_provider=tracer, meter_provider=MeterProvider(metric_readers=[reader]),
-                             logger_provider=logger, threshold=0.5, capture_content=True, queue_depth=lambda: 0)
+    emitter = bench.make_emitter(module, tracer_provider=tracer, meter_provider=MeterProvider(metric_readers=[reader]),
+                                 logger_provider=logger, threshold=0.5, capture_content=True, queue_depth=lambda: 0)
     for target, result in bench._inputs(module, 12):
         emitter.scored(target, result, start_ns=1_000, end_ns=2_000_000, model="openai/judge-test")
     points: set[Any] = set()

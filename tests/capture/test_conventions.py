@@ -244,9 +244,9 @@ def test_retriever_span_without_documents_is_not_counted(otel: Otel, cp_observe_
     assert (stats["sampled"], stats["skipped"], stats["scored"]) == (0, 0, 0)
 
 
-@pytest.mark.parametrize("spec", [["kb.name"], lambda attributes: attributes.get("kb.name")])
+@pytest.mark.parametrize("spec", [["kb.name"], "kb.name", lambda attributes: attributes.get("kb.name")])
 def test_data_source_override(otel: Otel, cp_observe_judge: FakeJudge, spec: Any) -> None:
-    """A user's data_source mapping (attribute names or a callable) names the retrieval ahead of the conventions."""
+    """A user's data_source (attribute names, a list or a comma-separated string, or a callable) names it first."""
     processor = otel.processor(cp_observe_judge, data_source=spec)
     tracer = otel.tracer_provider.get_tracer("app")
     for name in ("products", None):
@@ -277,7 +277,7 @@ def test_data_source_override_that_raises_keeps_the_conventional_name(
     assert [e[n.GEN_AI_DATA_SOURCE_ID] for e in _evaluations(otel)] == ["VectorIndexRetriever"]
 
 
-@pytest.mark.parametrize("bad", ["kb.name", [1, 2], {"a": "b"}])
+@pytest.mark.parametrize("bad", [[1, 2], {"a": "b"}])
 def test_bad_data_source_raises(otel: Otel, cp_observe_judge: FakeJudge, bad: Any) -> None:
     """A data_source that is neither a callable nor attribute names raises at construction."""
     with pytest.raises(ValueError, match="data_source"):

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from cp_observe import _names as n
+from cp_observe._config._settings import Settings
 from cp_observe._emission._emit import _MAX_SERIES, Emitter, Target
 from cp_observe._types import ScoreResult, Usage, Verdict
 
@@ -29,8 +30,8 @@ def _emitter(logger_provider: Any = None) -> tuple[Emitter, InMemoryMetricReader
     tracer = TracerProvider()
     tracer.add_span_processor(SimpleSpanProcessor(spans))
     emitter = Emitter(tracer_provider=tracer, meter_provider=MeterProvider(metric_readers=[reader]),
-                      logger_provider=logger_provider or LoggerProvider(), threshold=0.5, capture_content=True,
-                      queue_depth=lambda: 0)
+                      logger_provider=logger_provider or LoggerProvider(), queue_depth=lambda: 0,
+                      options=Settings(capture_content=True))
     return emitter, reader, spans
 
 

@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from cp_observe import _names as n
+from cp_observe._config._settings import Settings
 from cp_observe._emission import _emit as current
 from cp_observe._types import CascadeResult, RerankLift, ScoreResult, Usage, Verdict
 
@@ -137,9 +138,9 @@ def _run(module: Any) -> tuple[list[set[Any]], list[set[Any]]]:
     cumulative, delta = InMemoryMetricReader(), InMemoryMetricReader(preferred_temporality=_DELTA)
     meter = MeterProvider(metric_readers=[cumulative, delta])
     tracer = TracerProvider()
-    emitter = module.Emitter(tracer_provider=tracer, meter_provider=meter, logger_provider=None, threshold=0.5,
-                             capture_content=False, queue_depth=lambda: 0, segments=(("tenant", "tenant"),),
-                             judge=None, cheap_judge=None)
+    emitter = sys.modules["bench_emission_sums"].make_emitter(  # loaded by the baseline fixture
+        module, tracer_provider=tracer, meter_provider=meter, logger_provider=None, threshold=0.5,
+        capture_content=False, queue_depth=lambda: 0, segments=(("tenant", "tenant"),), judge=None, cheap_judge=None)
     cumulative_points: list[set[Any]] = []
     delta_points: list[set[Any]] = []
 
@@ -175,7 +176,7 @@ def test_a_second_emitter_on_the_same_meter_adds_into_the_same_counters() -> Non
     meter = MeterProvider(metric_readers=[reader])
     try:
         emitters = [current.Emitter(tracer_provider=TracerProvider(), meter_provider=meter, logger_provider=None,
-                                    threshold=0.5, capture_content=False, queue_depth=lambda: 0) for _ in range(2)]
+                                    queue_depth=lambda: 0, options=Settings(capture_content=False)) for _ in range(2)]
         labels = {n.GEN_AI_DATA_SOURCE_ID: "kb", n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME, n.STAGE: "retrieval"}
         for emitter in emitters:
             emitter.count(n.OUTCOME_DROPPED, "queue_full", labels)
@@ -190,7 +191,7 @@ def test_a_forked_child_starts_its_own_sums() -> None:
     reader = InMemoryMetricReader()
     meter = MeterProvider(metric_readers=[reader])
     emitter = current.Emitter(tracer_provider=TracerProvider(), meter_provider=meter, logger_provider=None,
-                              threshold=0.5, capture_content=False, queue_depth=lambda: 0)
+                              queue_depth=lambda: 0, options=Settings(capture_content=False))
     labels = {n.GEN_AI_DATA_SOURCE_ID: "kb", n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME, n.STAGE: "retrieval"}
     emitter.count(n.OUTCOME_DROPPED, "queue_full", labels)
     read, write = os.pipe()
@@ -226,7 +227,7 @@ def test_past_the_bound_further_attribute_sets_add_into_the_overflow_set() -> No
     meter = MeterProvider(metric_readers=[reader])
     try:
         emitter = current.Emitter(tracer_provider=TracerProvider(), meter_provider=meter, logger_provider=None,
-                                  threshold=0.5, capture_content=False, queue_depth=lambda: 0)
+                                  queue_depth=lambda: 0, options=Settings(capture_content=False))
         for i in range(MAX_SERIES + 10):
             labels = {n.GEN_AI_DATA_SOURCE_ID: f"kb{i}", n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
                       n.STAGE: "retrieval"}

@@ -19,6 +19,7 @@ from prometheus_client.exposition import generate_latest as generate_text
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from cp_observe import _names as n
+from cp_observe._config._settings import Settings
 from cp_observe._emission._emit import Emitter, Target
 from cp_observe._emission._exemplars import ExemplarPrometheusReader
 from cp_observe._judging._identity import JudgeIdentity, judge_identity
@@ -45,8 +46,8 @@ class _Rig:
             self.prometheus = ExemplarPrometheusReader(registry=self.registry, max_exemplars=max_exemplars)
             readers.append(self.prometheus)
         self.emitter = Emitter(tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=readers),
-                               logger_provider=logger_provider, threshold=0.5, capture_content=False,
-                               queue_depth=lambda: 0, judge=judge)  # fmt: skip
+                               logger_provider=logger_provider, queue_depth=lambda: 0,
+                               options=Settings(capture_content=False), judge=judge)  # fmt: skip
 
     def score(self, ap: float, *, span_id: int = 2, model: str = "lexical") -> None:
         target = Target(

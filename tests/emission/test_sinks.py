@@ -82,9 +82,11 @@ def _counts(reader: InMemoryMetricReader) -> dict[tuple[str, str], int]:
     return out
 
 
-def _runner(sink: Any, reader: InMemoryMetricReader, **kwargs: Any) -> SinkRunner:
-    options: dict[str, Any] = {"backoff_s": 0.01, "max_backoff_s": 0.05, **kwargs}
-    return SinkRunner(sink, meter_provider=MeterProvider(metric_readers=[reader]), **options)
+def _runner(sink: Any, reader: InMemoryMetricReader, *, queue_size: int = 1000, batch_size: int = 100,
+            max_retries: int = 5, **kwargs: Any) -> SinkRunner:
+    options = Settings(sink_queue_size=queue_size, sink_batch_size=batch_size, sink_max_retries=max_retries)
+    timing: dict[str, Any] = {"backoff_s": 0.01, "max_backoff_s": 0.05, **kwargs}
+    return SinkRunner(sink, meter_provider=MeterProvider(metric_readers=[reader]), options=options, **timing)
 
 
 def test_records_are_sent_in_bounded_batches_and_counted() -> None:

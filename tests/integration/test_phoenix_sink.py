@@ -37,6 +37,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
 
 from cp_observe import _names as n
+from cp_observe._config._settings import Settings
 from cp_observe._emission._phoenix import PhoenixSink
 from cp_observe._emission._quiet_export import QuietLogExporter, QuietMetricExporter
 from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner
@@ -268,7 +269,7 @@ def test_a_span_phoenix_does_not_have_is_retried_then_counted(demo: DemoRun) -> 
     unknown = replace(_record_from(demo, demo.evaluations[0]), span_id=0x0123456789ABCDEF)
     sink = PhoenixSink(demo.server.url)
     assert sink.send([unknown]) == [Delivery.RETRY]
-    runner = SinkRunner(sink, meter_provider=MeterProvider(), max_retries=2, backoff_s=0.05)
+    runner = SinkRunner(sink, meter_provider=MeterProvider(), options=Settings(sink_max_retries=2), backoff_s=0.05)
     runner.offer(unknown)
     assert runner.flush(30)
     runner.shutdown()
@@ -340,7 +341,8 @@ def test_phoenix_5xx_is_retried_with_backoff_then_delivered_or_counted(demo: Dem
         assert runner.stats() == {"offered": 1, "sent": 1, "failed": 0, "dropped": 0, "pending": 0}
         assert gateway.statuses == [503, 503, 200, 200]  # span annotation twice refused, then it and the documents
         gateway.failures = 1000
-        runner = SinkRunner(PhoenixSink(gateway.url), meter_provider=MeterProvider(), backoff_s=0.05, max_retries=2)
+        runner = SinkRunner(PhoenixSink(gateway.url), meter_provider=MeterProvider(), backoff_s=0.05,
+                            options=Settings(sink_max_retries=2))
         runner.offer(record)
         assert runner.flush(30)
         runner.shutdown()

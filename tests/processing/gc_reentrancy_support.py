@@ -287,7 +287,7 @@ def async_generators() -> dict[str, Any]:
 
 def payload_eviction() -> dict[str, Any]:
     """The payload store, full, evicts while finalizers store more payloads."""
-    from cp_observe._config._runtime import PAYLOADS
+    from cp_observe._capture._payloads import PAYLOADS
     from cp_observe.testing import IsolatedRuntime
 
     # A store of 10,000 would need 10,000 untaken payloads to evict.
@@ -297,7 +297,7 @@ def payload_eviction() -> dict[str, Any]:
         # on_end ever takes them (as when the processor serves another provider), so the store fills and evicts.
         ContextPrecisionProcessor(SlowJudge(), tracer_provider=tracer_provider, meter_provider=_meters(),
                                   shutdown_timeout_s=1.0)
-        with CollectInside(abandoned_generator, files=("_config/_runtime.py",), limit=1500,
+        with CollectInside(abandoned_generator, files=("_capture/_payloads.py",), limit=1500,
                            every=3) as inside:
             _calls(40)
     assert PAYLOADS.evicted > 0, "nothing was evicted: the scenario did not reach eviction"

@@ -7,7 +7,7 @@ from typing import Any
 from opentelemetry.trace import SpanContext
 
 from cp_observe import _names as n
-from cp_observe._config._runtime import Payload
+from cp_observe._capture._payloads import Payload
 from cp_observe._processing._assembly import Assembler, Item, Ready, Skip
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from cp_observe._config._sampling import DailyBudget, RateLimiter
-from cp_observe._judging._circuit import CircuitBreaker
+from cp_observe._processing._gates import CircuitBreaker, DailyBudget, RateLimiter
 from cp_observe._processing._gates import refusal
 
 

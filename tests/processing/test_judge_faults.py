@@ -35,7 +35,7 @@ from opentelemetry.trace import StatusCode
 
 import cp_observe
 from cp_observe import _names as n
-from cp_observe._config import _runtime
+from cp_observe._capture import _payloads
 from cp_observe._judging._litellm import load_litellm
 from cp_observe.testing import FakeJudge, JudgeServer, ProcessorProbe, delay, good, raw, reset, status
 from tests.conftest import Otel
@@ -678,7 +678,7 @@ def test_fork_while_a_thread_is_inside_the_payload_store(otel: Otel, cp_observe_
     holding, release = threading.Event(), threading.Event()
 
     def request_thread() -> None:  # stands for a request thread caught inside PAYLOADS.put at fork time
-        with _runtime.PAYLOADS._lock:
+        with _payloads.PAYLOADS._lock:
             holding.set()
             release.wait(10)
 

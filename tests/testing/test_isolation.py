@@ -63,7 +63,7 @@ def test_payloads_and_forced_traces_do_not_outlive_it(provider: TracerProvider) 
 
 def test_the_payload_capacity_is_put_back(provider: TracerProvider) -> None:
     """A small payload store evicts after two calls; the next isolation has the default bound again."""
-    from cp_observe._config._runtime import PAYLOADS
+    from cp_observe._capture._payloads import PAYLOADS
 
     default = PAYLOADS._max
     with IsolatedRuntime(tracer_provider=provider, payload_capacity=2) as runtime:

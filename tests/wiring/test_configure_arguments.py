@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import typing
 
 import pytest
 
@@ -45,13 +44,33 @@ def _plain(annotation: object) -> set[str]:
 
 def test_each_argument_takes_its_settings_type() -> None:
     """Each settings argument is typed as its field (a secret as plain str), and None means unset."""
-    hints = typing.get_type_hints(cp_observe.configure)
     for name, parameter in _keyword_settings().items():
         if name in {"judge", "data_source", "document_resolver"}:
             continue  # wider on purpose: a Judge object, a callable or a list of attribute names
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
         assert parameter.default is None
-        assert _plain(hints[name]) == _plain(Settings.model_fields[name].annotation), name
+        assert _plain(parameter.annotation) == _plain(Settings.model_fields[name].annotation), name
+
+
+#: configure()'s keywords when each was spelled in its signature; none may go.
+PINNED = (
+    "judge", "redact", "tracer_provider", "meter_provider", "logger_provider", "sinks", "data_source",
+    "judge_api_base", "judge_api_key", "judge_timeout_s", "judge_max_retries", "cheap_judge", "llm_share",
+    "judge_transport", "sample_rate", "max_evaluations_per_minute", "daily_budget_usd", "threshold",
+    "capture_content", "capture_only", "max_value_length", "max_contexts", "max_judged_contexts", "queue_size",
+    "concurrency", "turn_timeout_s", "max_pending_traces", "hold_spans", "hold_timeout_s", "max_held_spans",
+    "circuit_failures", "circuit_cooldown_s", "service_name", "otlp_endpoint", "metrics_port", "phoenix_url",
+    "phoenix_api_key", "sink_queue_size", "sink_batch_size", "sink_max_retries", "sink_timeout_s",
+    "calibration_rate", "segments", "max_segment_values",
+)
+
+
+def test_every_keyword_of_before_is_still_taken() -> None:
+    """The settings now come from the field table; every keyword configure() took before is still one."""
+    parameters = inspect.signature(cp_observe.configure).parameters
+    assert [name for name in PINNED if name not in parameters] == []
+    settings = {name: Settings.model_fields[name].default for name in PINNED if name in Settings.model_fields}
+    assert Settings.resolve(settings, environ={}) == Settings()
 
 
 def test_an_unknown_name_still_raises_configuration_error() -> None:
