@@ -13,19 +13,24 @@ from cp_observe._errors import ConfigurationError
 from cp_observe.testing import IsolatedRuntime
 
 #: Keywords that are objects or wider forms, not (only) a setting of the table.
-OBJECTS = {"judge", "tracer_provider", "meter_provider", "logger_provider", "export_processor", "sinks"}
+OBJECTS = {"judge", "tracer_provider", "meter_provider", "logger_provider", "export_processor", "sinks",
+           "received_spans"}
 #: Settings the processor also takes in a wider form (a callable, a list, a Judge, None for the runtime's).
-WIDER = {"data_source": None, "segments": None, "cheap_judge": None, "capture_content": None}
+WIDER = {"data_source": None, "segments": None, "cheap_judge": None, "capture_content": None,
+         "document_resolver": None}
 
 #: The processor's keywords and defaults when each was spelled in its signature; none may change or go.
+#: (shutdown_timeout_s went from 30 s to 5 s on purpose: a process's exit waits at most that long for evaluations.)
 PINNED: dict[str, Any] = {
     "sample_rate": 1.0, "max_evaluations_per_minute": None, "daily_budget_usd": None, "threshold": 0.5,
     "capture_content": None, "queue_size": 1000, "concurrency": 4, "turn_timeout_s": 60.0,
     "max_pending_traces": 1000, "max_judged_contexts": 50, "evaluation_timeout_s": 300.0, "circuit_failures": 5,
-    "circuit_cooldown_s": 30.0, "shutdown_timeout_s": 30.0, "hold_timeout_s": 30.0, "max_held_spans": 2000,
+    "circuit_cooldown_s": 30.0, "shutdown_timeout_s": 5.0, "hold_timeout_s": 30.0, "max_held_spans": 2000,
     "sink_queue_size": 1000, "sink_batch_size": 100, "sink_max_retries": 5, "data_source": None,
     "calibration_rate": 0.0, "segments": None, "max_segment_values": 50, "cheap_judge": None, "llm_share": 1.0,
     "tracer_provider": None, "meter_provider": None, "logger_provider": None, "export_processor": None, "sinks": (),
+    "document_resolver": None, "document_resolver_timeout_s": 5.0, "document_resolver_concurrency": 4,
+    "received_spans": False,
 }
 
 
