@@ -118,3 +118,16 @@ def test_readme_and_how_to_state_the_parameters(gen: ModuleType) -> None:
         assert "detection_rules.py" in text
         assert f"margin {gen.MARGIN}" in text and f"z > {gen.Z}" in text
         assert f"{gen.MIN_COUNT} scored evaluations" in text and "1280m" in text
+
+
+def test_dashboard_draws_the_statistic_against_the_alerts_threshold(gen: ModuleType) -> None:
+    """The "Drop detection" panel plots the recorded largest z and each window's, with the alert's z as its line."""
+    from tests.deploy_support import iter_panels, load_dashboard
+
+    (panel,) = [p for p in iter_panels(load_dashboard()["panels"]) if p["title"].startswith("Drop detection")]
+    exprs = " ".join(t["expr"] for t in panel["targets"])
+    assert "gen_ai_data_source_id:context_precision_score:drop_z_max" in exprs
+    assert "gen_ai_data_source_id_window:context_precision_score:drop_z" in exprs
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [s["value"] for s in steps] == [None, gen.Z]
+    assert f"z > {gen.Z}" in panel["description"] and f"margin {gen.MARGIN}" in panel["description"]
