@@ -1,8 +1,10 @@
 """What the shipped alert rules would say about the demo's degraded phase: the drop, its interval, which alerts fire.
 
-The arithmetic is the rules' (deploy/prometheus/rules/context_precision.rules.yml): the window's mean, its standard
-error from the sum of squares, and the same z, thresholds and minimum; ``tests/demo/test_demo_alerts.py`` keeps these
-constants equal to the rules. The healthy phase stands in for the regression alert's "same hour a day earlier".
+The arithmetic is the rules' (deploy/prometheus/rules/context_precision.rules.yml and
+context_precision_detection.rules.yml): the window's mean, its standard error from the sum of squares, and the same z,
+thresholds, margin and minimum; ``tests/demo/test_demo_alerts.py`` keeps these constants equal to the rules. The
+healthy phase stands in for the regression alert's baseline (the same window on the last seven days), the degraded
+phase for one of its windows.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from dataclasses import dataclass
 
 from cp_observe._stats._moments import Moments
 from cp_observe._stats._normal import Z95, Z_RULES
+from cp_observe._stats._sequential import drop_z
 
-__all__ = ["DROP_THRESHOLD", "MINIMUM", "REGRESSION_MARGIN", "Window", "Z", "report"]
+__all__ = ["DROP_THRESHOLD", "MINIMUM", "REGRESSION_MARGIN", "REGRESSION_Z", "VAR_FLOOR", "Window", "Z", "report"]
 
-Z = Z_RULES  # one-sided 99 %, as the rules write it
+Z = Z_RULES  # one-sided 99 %, as ContextPrecisionMAPDrop writes it
 DROP_THRESHOLD = 0.5  # ContextPrecisionMAPDrop
-REGRESSION_MARGIN = 0.05  # ContextPrecisionMAPRegression
+REGRESSION_MARGIN = 0.03  # ContextPrecisionMAPRegression: the drop that counts
+REGRESSION_Z = 4.8  # ContextPrecisionMAPRegression: the threshold of its family of windows
+VAR_FLOOR = 0.01  # ContextPrecisionMAPRegression: the least AP variance it assumes
 MINIMUM = 20  # scored evaluations per window; below it ContextPrecisionLowVolume
 
 
@@ -57,8 +62,12 @@ def report(before: Sequence[float], after: Sequence[float]) -> list[str]:
     else:
         if upper < DROP_THRESHOLD:
             fires.append(f"ContextPrecisionMAPDrop (99% upper bound {upper:.2f} < {DROP_THRESHOLD})")
-        if old.count >= MINIMUM and drop - Z * se > REGRESSION_MARGIN:
-            fires.append(f"ContextPrecisionMAPRegression (99% lower bound of the drop {drop - Z * se:.2f} "
-                         f"> {REGRESSION_MARGIN})")
+        if old.count >= MINIMUM:
+            z = drop_z(new.count, new.count * new.mean, old.count, old.count * old.mean,
+                       old.count * (old.stderr**2 * max(old.count - 1, 1) + old.mean**2),
+                       margin=REGRESSION_MARGIN, var_floor=VAR_FLOOR, min_count=MINIMUM)
+            if z is not None and z > REGRESSION_Z:
+                fires.append(f"ContextPrecisionMAPRegression (drop less the margin {REGRESSION_MARGIN} is {z:.1f}"
+                             f" standard errors > {REGRESSION_Z})")
     lines.append("  alerts that would fire: " + ("; ".join(fires) if fires else "none"))
     return lines

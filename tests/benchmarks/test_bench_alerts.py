@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "alerts" / "bench_alerts.py"
@@ -42,12 +43,55 @@ def test_inline_expands_recorded_series_until_none_is_left(bench: ModuleType) ->
     assert bench.inline("a:x:se + a:x:m2 > 1", records) == "(sqrt((sum(rate(x[5m]))))) + ((sum(rate(x[5m]))) * 2) > 1"
 
 
-def test_new_rules_are_the_shipped_ones_without_recorded_series(bench: ModuleType) -> None:
-    """The new rules read only raw series once inlined, with their shipped `for`."""
-    rules = bench.new_rules()
-    assert set(rules) == {"ContextPrecisionMAPDrop", "ContextPrecisionMAPRegression", "ContextPrecisionLowVolume"}
-    assert all(not re.search(r"\b\w+:\w+:\w+\b", expr) for expr, _ in rules.values())
-    assert rules["ContextPrecisionMAPDrop"][1] == 300 and rules["ContextPrecisionMAPRegression"][1] == 600
+def test_window_expression_is_the_shipped_rules_inlined(bench: ModuleType) -> None:
+    """One window's z reads only raw series once inlined: the window itself and the same window 1d..7d back."""
+    expr = bench.window_z_expr(40)
+    assert not re.search(r"\b\w+:\w+:\w+\b", expr)
+    assert set(re.findall(r"\[(\d+m)\]", expr)) == {"40m"}
+    assert set(re.findall(r"offset (\d+)d", expr)) == {str(d) for d in range(1, 8)}
+
+
+def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
+    """The vectorised z per window equals cp_observe._stats's drop_z on the same sums."""
+    from cp_observe._stats._sequential import drop_z
+
+    rules = bench._detection_rules()
+    rng = np.random.default_rng(4)
+    minutes = np.arange(9 * bench.PER_DAY)
+    sums = bench.draw(bench.healthy_mean(minutes, 0.2), np.full(len(minutes), 3.0), rng)
+    at = np.array([8 * bench.PER_DAY + 17, 8 * bench.PER_DAY + 900])
+    z = bench.scan_z(sums, at, rules)
+    cum = np.concatenate([np.zeros((3, 1)), np.cumsum(sums, axis=1)], axis=1)
+    for row, w in enumerate(rules.WINDOWS):
+        for col, t in enumerate(at):
+            n, s, _ = cum[:, t] - cum[:, t - w]
+            big = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - w] for d in range(1, 8))
+            expected = drop_z(n, s, big[0], big[1], big[2], margin=rules.MARGIN, var_floor=rules.VAR_FLOOR,
+                              min_count=rules.MIN_COUNT)
+            assert (expected is None and np.isnan(z[row, col])) or z[row, col] == pytest.approx(expected)
+
+
+def test_streams_have_the_daily_patterns(bench: ModuleType) -> None:
+    """MAP swings 0.65 +- 0.07 at most; traffic spans about tenfold over a day and averages the cell's rate."""
+    minutes = np.arange(14 * bench.PER_DAY)
+    means = bench.healthy_mean(minutes, 0.0)
+    assert 0.57 < means.min() < 0.6 and 0.7 < means.max() < 0.73
+    expected = bench.traffic(minutes, 10.0, np.random.default_rng(1), 0.0)
+    weekday = expected[: bench.PER_DAY]
+    assert 8 < weekday.max() / weekday.min() < 12
+    assert 8.5 < expected.mean() < 12.5
+
+
+def test_the_oracle_finds_a_large_drop_and_the_counts_are_kept(bench: ModuleType) -> None:
+    """On a busy cell the oracle and the scan catch a 0.3 step within minutes; old rules are quoted as held."""
+    rules = bench._detection_rules()
+    out = bench.change_cell(bench.Cell(10, 0.05), 1, 3, rules)
+    record = out[("step", 0.3)]
+    assert record["oracle"][0] is not None and record["oracle"][0] <= 10
+    assert record["new"][0] is not None and record["new"][0] <= 20
+    assert bench.poisson_upper(0) == pytest.approx(2.996, abs=1e-3)
+    assert bench.first_firing(np.array([0, 1, 1, 0, 1, 1, 1]), 2) == 6
+    assert bench.firing_episodes(np.array([1, 1, 0, 1, 1, 1, 0, 1]), 1) == 2
 
 
 def test_detection_counts_the_first_firing_within_each_drop(bench: ModuleType) -> None:

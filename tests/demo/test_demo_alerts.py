@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 
 from cp_observe.demo import _alerts
 from cp_observe.demo._alerts import Window, report
-from tests.deploy_support import alert_rules
+from tests.deploy_support import DETECTION_GENERATOR, alert_rules
 
 
 def test_constants_are_the_shipped_rules() -> None:
-    """z, the MAPDrop line, the regression margin and the minimum are the rules' own literals."""
+    """z, the MAPDrop line, the regression's margin, z and variance floor, and the minimum are the rules' own."""
     drop = " ".join(alert_rules()["ContextPrecisionMAPDrop"]["expr"].split())
-    regression = " ".join(alert_rules()["ContextPrecisionMAPRegression"]["expr"].split())
     assert f"+ {_alerts.Z} *" in drop and f"< {_alerts.DROP_THRESHOLD} and" in drop
     assert f">= {_alerts.MINIMUM}" in drop
-    assert f"- {_alerts.Z} * sqrt(" in regression and f"> {_alerts.REGRESSION_MARGIN} and" in regression
     assert f"< {_alerts.MINIMUM}" in alert_rules()["ContextPrecisionLowVolume"]["expr"]
+    spec = importlib.util.spec_from_file_location("detection_rules", DETECTION_GENERATOR)
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert (generator.MARGIN, generator.Z, generator.VAR_FLOOR, generator.MIN_COUNT) == (
+        _alerts.REGRESSION_MARGIN, _alerts.REGRESSION_Z, _alerts.VAR_FLOOR, _alerts.MINIMUM)
 
 
 def test_window_matches_the_recording_rules_formula() -> None:

@@ -10,6 +10,7 @@ from cp_observe import _names as names
 from tests.deploy_support import (
     CANARY_BASELINE_SERIES,
     CANARY_RULES_FILE,
+    DETECTION_RULES_FILE,
     RULES_FILE,
     SYSTEM_SERIES,
     actual_series,
@@ -31,7 +32,7 @@ from tests.deploy_support import (
 def _rule_exprs() -> list[tuple[str, str]]:
     return [
         (rule.get("alert") or rule["record"], rule["expr"])
-        for path in (RULES_FILE, CANARY_RULES_FILE)
+        for path in (RULES_FILE, CANARY_RULES_FILE, DETECTION_RULES_FILE)
         for group in load_yaml(path)["groups"]
         for rule in group["rules"]
     ]
@@ -94,10 +95,11 @@ def test_scanner_flags_an_unknown_metric() -> None:
 def test_rule_expressions_use_emitted_metrics_and_labels() -> None:
     """Recording and alerting rules only read series the library emits or the shipped rules record."""
     allowed = emitted_series() | recorded_series() | {CANARY_BASELINE_SERIES}  # the one series users record
+    made = {"window", "day"}  # the labels the drop-detection rules add (a window's length, a baseline day)
     for name, expr in _rule_exprs():
         metrics, labels = scan_promql(expr)
         assert metrics <= allowed, (name, metrics - allowed)
-        assert labels <= emitted_labels(), (name, labels - emitted_labels())
+        assert labels <= emitted_labels() | made, (name, labels - emitted_labels())
 
 
 def test_dashboard_expressions_use_emitted_metrics_and_labels() -> None:

@@ -27,6 +27,8 @@ def test_what_is_written_equals_the_repositorys_files(tmp_path: Path) -> None:
     """Every tracked file of deploy/ and collectors/ is written byte for byte, and nothing else."""
     tracked = _tracked()
     assert "deploy/prometheus/rules/context_precision.rules.yml" in tracked
+    assert "deploy/prometheus/rules/context_precision_detection.rules.yml" in tracked
+    assert "deploy/prometheus/tests/context_precision_detection.test.yml" in tracked
     assert "collectors/gateway.yaml" in tracked
     assert cli.main(["deploy", "write", str(tmp_path / "out")]) == 0
     assert _tree(tmp_path / "out") == tracked

@@ -33,7 +33,7 @@ def test_check_config() -> None:
     """promtool check config accepts deploy/prometheus/prometheus.yml and the rule files it loads."""
     proc = run_promtool("check", "config", "prometheus.yml", cwd=PROMETHEUS_DIR)
     assert proc.returncode == 0, _output(proc)
-    assert "2 rule files found" in _output(proc)  # the shipped rules and the canary rules
+    assert "3 rule files found" in _output(proc)  # the shipped rules, the canary rules and drop detection
 
 
 def test_check_rules() -> None:
@@ -50,7 +50,8 @@ def _scenario_files() -> list[Path]:
 
 def test_scenario_files_exist() -> None:
     """The shipped promtool scenarios are present (an empty glob would let the next test pass vacuously)."""
-    assert {"context_precision.test.yml", "context_precision_canary.test.yml"} <= {p.name for p in _scenario_files()}
+    assert {"context_precision.test.yml", "context_precision_canary.test.yml",
+            "context_precision_detection.test.yml"} <= {p.name for p in _scenario_files()}
 
 
 @pytest.mark.parametrize("scenario", _scenario_files(), ids=lambda p: p.name)

@@ -1,0 +1,1 @@
+"""Tests of cp_observe._stats."""
