@@ -161,3 +161,16 @@ def test_deploy_readme_states_the_canary_parameters() -> None:
                      f"z > {generator.Z}", str(generator.MIN_COUNT), "—", alert["labels"]["severity"]]
     assert "#runbook-contextprecisionvariantregression" in alert["annotations"]["runbook_url"]
     assert "### Runbook: ContextPrecisionVariantRegression" in readme
+
+
+def test_the_dashboard_plots_the_canary_statistic_against_its_threshold() -> None:
+    """The "Canary detection" panel plots the recorded largest z and each window's, with the alert's z as its line."""
+    from tests.deploy_support import iter_panels, load_dashboard
+
+    generator = _generator()
+    (panel,) = [p for p in iter_panels(load_dashboard()["panels"]) if p["title"].startswith("Canary detection")]
+    exprs = " ".join(t["expr"] for t in panel["targets"])
+    p, _, _, top = generator._names(generator.label_name(CANARY_SEGMENT))
+    assert top in exprs and f"{p}:gap_z" in exprs
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1]["value"] == generator.Z
