@@ -174,3 +174,12 @@ def test_the_dashboard_plots_the_canary_statistic_against_its_threshold() -> Non
     assert top in exprs and f"{p}:gap_z" in exprs
     steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert steps[-1]["value"] == generator.Z
+
+
+def test_the_tuning_options_reach_the_rules() -> None:
+    """--margin, --z and --min-count change the expressions and the header, and are named in the regenerate line."""
+    printed = subprocess.run([sys.executable, str(GENERATOR), "--margin", "0.05", "--z", "5.5", "--min-count", "50"],
+                             capture_output=True, text=True, check=True).stdout
+    assert "--margin 0.05 --z 5.5 --min-count 50" in printed.splitlines()[2]
+    assert "- 0.05) / " in printed and ">= 50" in printed and ":gap_z_max > 5.5" in printed
+    assert "- 0.03) / " not in printed and ">= 20" not in printed
