@@ -81,7 +81,7 @@ class Verdict:
 
 
 def verdict(value: Sums, data_source: Sums, baseline: float | None = None) -> Verdict:
-    """One window's verdict for ``value`` within its ``data_source``'s totals at its stage (the rest: the difference)."""
+    """One window's verdict for ``value`` in its ``data_source``'s totals at its stage (the rest: the difference)."""
     options = dict(margin=MARGIN, var_floor=VAR_FLOOR, min_count=MIN_COUNT)
     found = [gap_z(value.astuple(), data_source.astuple(), **options)]
     if baseline is not None:
@@ -115,7 +115,8 @@ def report(scores: Mapping[str, Sequence[float]], *, label: str, stage: str, bas
     lines = [f"MAP by {label}, stage {stage}:"]
     for value, part in sums.items():
         if part.count:
-            lines.append(f"  {value}: MAP {part.mean:.2f} ± {_Z99 * part.stderr:.2f} (99%) over {part.count:.0f} scored")
+            band = _Z99 * part.stderr
+            lines.append(f"  {value}: MAP {part.mean:.2f} ± {band:.2f} (99%) over {part.count:.0f} scored")
     for value, part in sums.items():
         result = verdict(part, everything, baseline)
         if result.best is None:

@@ -2,9 +2,10 @@
 
 The rules are the generator's for ``retriever.version`` with every window of the scan read in seconds instead of
 minutes (``[5m]`` becomes ``[5s]``, the recorded ``window`` label keeps its name) and the groups evaluated every
-second (the expression text otherwise unchanged); the app runs cp-observe in process with ``segments=retriever.version`` and exposes
-``/metrics`` on loopback. A worse v2 fires ``ContextPrecisionVariantRegression`` for v2 only (at the retrieval
-stage); equal variants stay quiet while both sides have enough evaluations, also when only v1's retrievals are
+second (the expression text otherwise unchanged); the app runs cp-observe in process with
+``segments=retriever.version`` and exposes ``/metrics`` on loopback. A worse v2 fires
+``ContextPrecisionVariantRegression`` for v2 only (at the retrieval stage), its description naming the window, the
+gap ± its interval, the rest's MAP and both counts; equal variants stay quiet while both sides have enough evaluations, also when only v1's retrievals are
 reranked (the rules compare within a stage: pooled over both, v1's reranked scores would make v2 look worse).
 """
 
@@ -81,8 +82,8 @@ def _run(tmp_path: Path, v2_first_share: float, *app_args: str) -> tuple[str, su
 
 def _counts(prom: str) -> dict[tuple[str, str], float]:
     # The window label keeps the generated name ("20m"); only the range inside was shortened (to 20 s).
-    counts = prom_query(prom, "gen_ai_data_source_id_stage_retriever_version_window:context_precision_score_count:window"
-                              f'{{window="{COUNTED_WINDOW}"}}')
+    series = "gen_ai_data_source_id_stage_retriever_version_window:context_precision_score_count:window"
+    counts = prom_query(prom, f'{series}{{window="{COUNTED_WINDOW}"}}')
     return {(s["metric"].get("stage", ""), s["metric"].get("retriever_version", "")): float(s["value"][1])
             for s in counts}
 

@@ -70,7 +70,8 @@ def test_the_shared_statistic_is_the_generators_arithmetic() -> None:
     sides = {}
     for key in (("retrieval", "v1"), ("retrieval", "v2"), ("retrieval", "none"), ("rerank", "v1")):
         rate, mean = rng.uniform(0.05, 6), rng.uniform(0.3, 0.9)
-        sides[key] = generator._counters(1500, rate, lambda m, mean=mean: mean - (0.2 if m > 1400 else 0) * rng.random())
+        sides[key] = generator._counters(1500, rate,
+                                         lambda m, mean=mean: mean - (0.2 if m > 1400 else 0) * rng.random())
     for minute in (1290, 1400, 1450, 1495):
         evaluated = generator.evaluate(sides, minute, {"retrieval": 0.8})
         at = minute // generator.STEP_MIN
