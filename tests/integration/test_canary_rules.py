@@ -184,3 +184,17 @@ def test_the_tuning_options_reach_the_rules() -> None:
     assert "--margin 0.05 --z 5.5 --min-count 50" in printed.splitlines()[2]
     assert "- 0.05) / " in printed and ">= 50" in printed and ":gap_z_max > 5.5" in printed
     assert "- 0.03) / " not in printed and ">= 20" not in printed
+
+
+def test_deploy_write_ships_a_generator_that_regenerates_the_shipped_files(tmp_path: Path) -> None:
+    """From a `deploy write` copy (no checkout), the generator, beside detection_rules.py, prints the shipped files."""
+    from cp_observe.deploy import write_assets
+
+    write_assets(tmp_path)
+    prometheus = tmp_path / "deploy" / "prometheus"
+    for args, shipped in (([], prometheus / "rules" / "context_precision_canary.rules.yml"),
+                          (["--tests"], prometheus / "tests" / "context_precision_canary.test.yml")):
+        printed = subprocess.run([sys.executable, str(prometheus / "canary_rules.py"), *args], capture_output=True,
+                                 text=True, check=True, cwd=tmp_path).stdout
+        assert printed == shipped.read_text(encoding="utf-8") == (PROMETHEUS_DIR / shipped.relative_to(
+            prometheus)).read_text(encoding="utf-8")
