@@ -219,8 +219,7 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
                                 "on {{ .Value | printf \"%.0f\" }} scored evaluations of the value"),
         "            " + picked(f"{p}_count:rest{{{sel}}}", "window",
                                 "and {{ .Value | printf \"%.0f\" }} of the rest.") ,
-        "            Roll the variant back or hold the rollout; compare its worst evaluations (the exemplars on the"
-        " dashboard's segment panel) with the rest's.",
+        "            " + advice(seg, f"{{{{ $labels.{seg} }}}}"),
         f"          dashboard: '/d/cp-observe-context-precision/context-precision?var-data_source="
         f"{{{{ $labels.{DS} }}}}'",
         "          runbook_url: 'deploy/README.md#runbook-contextprecisionvariantregression'",
@@ -301,8 +300,11 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-ADVICE = ("Roll the variant back or hold the rollout; compare its worst evaluations (the exemplars on the"
-          " dashboard's segment panel) with the rest's.")
+def advice(seg: str, value: str) -> str:
+    """The description's last sentence: what to do, and where the worst evaluations of the value are."""
+    return ("Roll the variant back or hold the rollout; compare its worst evaluations with the rest's: the"
+            " exemplars on the dashboard's MAP panels, or Jaeger tags gen_ai.evaluation.score.label=fail"
+            f" context_precision.segment.{seg}={value}.")
 
 
 def annotations(source: str, stage: str, seg: str, value: str, found: tuple) -> tuple[str, str]:
@@ -316,7 +318,7 @@ def annotations(source: str, stage: str, seg: str, value: str, found: tuple) -> 
         f"Over the last {w}m, the sampled MAP of retriever {source} at its {stage} stage for {seg}={value} is below"
         f" {compared} by more than the margin {MARGIN}: z = {z:.1f} > {Z}. Estimated gap {gap:.3f}"
         f" ± {INTERVAL_Z * se:.3f} (95%) below a MAP of {reference:.3f}, on {n:.0f} scored evaluations of the"
-        f" value and {rest_n:.0f} of the rest. " + ADVICE
+        f" value and {rest_n:.0f} of the rest. " + advice(seg, value)
     )
     return summary, description
 
@@ -446,6 +448,12 @@ def scenarios() -> str:
         "  - ../rules/context_precision_canary.rules.yml",
         "",
         f"evaluation_interval: {STEP_MIN}m",
+        "",
+        "# The alert reads what the recording group wrote at the same instant: without an order promtool",
+        "# evaluates the groups in a random one, and the alert sometimes reads the previous step's values.",
+        "group_eval_order:",
+        "  - context_precision.canary.recording",
+        "  - context_precision.canary.alerts",
         "",
         "tests:",
     ]
