@@ -9,8 +9,9 @@
 - **Segments**: MAP, n and the 95 % interval per segment value (``context_precision.segment.*`` on the
   evaluation spans), per data source.
 - **Canary**: each segment value against the rest of its data source: the difference (value - rest) and the
-  99 % one-sided upper bound of it (Welch), as the canary alert computes it from count, sum and sum of
-  squares; the value is flagged worse when that bound is below 0.
+  99 % one-sided upper bound of it (Welch), from count, sum and sum of squares; the value is flagged worse
+  when that bound is below 0. One comparison over the whole run (the live canary alert, which checks many
+  windows every minute, needs a higher threshold for the same confidence).
 - **Rerank lift**: per reranked evaluation the AP before (the retrieved order) and after (what the reranker
   kept), their lift and the relevant documents the reranker dropped.
 

@@ -38,7 +38,7 @@ def segment_section(run: Any) -> str:
     e = html.escape
     rows = ["<h2>Segments</h2><div class='meta'>MAP per segment value with its 95 % interval; the canary column "
             "is the value's MAP minus the rest of its data source, with the 99 % one-sided upper bound of that "
-            "difference (the canary alert's test). A bound below 0 means the value is worse than the rest."
+            "difference over the whole run. A bound below 0 means the value is worse than the rest."
             + (f" {segments.overflow} evaluations had a value past the bound of distinct values and count as "
                "<em>other</em>." if segments.overflow else "") + "</div>",
             "<table class='segments'><tr><th>data source</th><th>segment</th><th>value</th><th>MAP</th>"

@@ -26,7 +26,7 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
   FALSE_ALARMS_PER_MONTH. ``Z`` below is that solution, rounded up.
 
 A short window catches a large drop within minutes at high volume; a long window holds enough evaluations to see
-a small drop, or any drop at low volume. ``benchmarks/bench_alerts.py`` evaluates the same arithmetic in Python
+a small drop, or any drop at low volume. ``benchmarks/alerts/bench_alerts.py`` evaluates the same arithmetic in Python
 (it imports this file's constants) and checks it against a real Prometheus; ``cp_observe/_stats/_sequential.py``
 holds the shared formulas. Standard library only: no cp-observe import is needed to regenerate the rules.
 """
@@ -317,6 +317,12 @@ def scenarios() -> str:
         "  - ../rules/context_precision_detection.rules.yml",
         "",
         f"evaluation_interval: {EVAL_MIN}m",
+        "",
+        "# The alert reads what the recording group wrote at the same instant: without an order promtool",
+        "# evaluates the groups in a random one, and the alert sometimes reads the previous step's values.",
+        "group_eval_order:",
+        "  - context_precision.detection.recording",
+        "  - context_precision.detection.alerts",
         "",
         "tests:",
         "  - name: steady daily pattern quiet, step and drift fire, too few evaluations quiet",

@@ -1,14 +1,17 @@
 """A real Prometheus evaluates the generated canary rules on a live app's segment-labelled series.
 
-The rules are the generator's for ``retriever.version`` with the window and ``for`` shortened (the expression
-text otherwise unchanged); the app runs cp-observe in process with ``segments=retriever.version`` and exposes
-``/metrics`` on loopback. A worse v2 fires ``ContextPrecisionVariantRegression`` for v2 only (at the retrieval
-stage); equal variants stay quiet while both sides have enough evaluations, also when only v1's retrievals are
+The rules are the generator's for ``retriever.version`` with every window of the scan read in seconds instead of
+minutes (``[5m]`` becomes ``[5s]``, the recorded ``window`` label keeps its name) and the groups evaluated every
+second (the expression text otherwise unchanged); the app runs cp-observe in process with
+``segments=retriever.version`` and exposes ``/metrics`` on loopback. A worse v2 fires
+``ContextPrecisionVariantRegression`` for v2 only (at the retrieval stage), its description naming the window, the
+gap ± its interval, the rest's MAP and both counts; equal variants stay quiet while both sides have enough evaluations, also when only v1's retrievals are
 reranked (the rules compare within a stage: pooled over both, v1's reranked scores would make v2 look worse).
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -34,25 +37,29 @@ pytestmark = [
     pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (run scripts/install-system-deps.sh)"),
 ]
 
-WINDOW = "15s"  # replaces the generated 30m
-FOR = "2s"  # replaces the generated 10m
 ALERT = "ContextPrecisionVariantRegression"
 ROOT = Path(__file__).resolve().parents[2]
+COUNTED_WINDOW = "20m"  # the window label whose counts the test reads (a 20 s range here)
 
 
-def _rules() -> dict[str, Any]:
+def _generator() -> Any:
     sys.path.insert(0, str(PROMETHEUS_DIR))
     try:
         import canary_rules  # the generator (standard library only)
     finally:
         sys.path.remove(str(PROMETHEUS_DIR))
-    text = canary_rules.rules("retriever.version")
-    assert f"[{canary_rules.WINDOW}]" in text
-    rules: dict[str, Any] = yaml.safe_load(text.replace(f"[{canary_rules.WINDOW}]", f"[{WINDOW}]"))
+    return canary_rules
+
+
+def _rules() -> dict[str, Any]:
+    generator = _generator()
+    text = generator.rules("retriever.version")
+    for w in generator.WINDOWS:
+        assert f"[{w}m]" in text
+        text = text.replace(f"[{w}m]", f"[{w}s]")
+    rules: dict[str, Any] = yaml.safe_load(text)
     for group in rules["groups"]:
-        for rule in group["rules"]:
-            if rule.get("alert") == ALERT:
-                rule["for"] = FOR
+        group["interval"] = "1s"
     return rules
 
 
@@ -74,8 +81,9 @@ def _run(tmp_path: Path, v2_first_share: float, *app_args: str) -> tuple[str, su
 
 
 def _counts(prom: str) -> dict[tuple[str, str], float]:
-    # The recorded name keeps the generated window's "30m"; only the range inside was shortened.
-    counts = prom_query(prom, "gen_ai_data_source_id_stage_retriever_version:context_precision_score_count:increase30m")
+    # The window label keeps the generated name ("20m"); only the range inside was shortened (to 20 s).
+    series = "gen_ai_data_source_id_stage_retriever_version_window:context_precision_score_count:window"
+    counts = prom_query(prom, f'{series}{{window="{COUNTED_WINDOW}"}}')
     return {(s["metric"].get("stage", ""), s["metric"].get("retriever_version", "")): float(s["value"][1])
             for s in counts}
 
@@ -104,6 +112,16 @@ def test_a_worse_variant_fires_for_that_variant_only(tmp_path: Path) -> None:
         assert [a["labels"]["retriever_version"] for a in firing] == ["v2"]
         assert firing[0]["labels"]["gen_ai_data_source_id"] == "kb"
         assert firing[0]["labels"]["stage"] == "retrieval"
+        text = firing[0]["annotations"]["description"]
+        match = re.search(r"Over the last (\d+)m, .* is below the MAP of its other retriever_version values at that"
+                          r" stage by more than the margin ([\d.]+): z = ([\d.]+) > ([\d.]+)\. Estimated gap ([\d.]+)"
+                          r" ± ([\d.]+) \(95%\) below a MAP of ([\d.]+), on (\d+) scored evaluations of the value and"
+                          r" (\d+) of the rest\.", text)
+        assert match, text
+        window, _, z, threshold, gap, half, rest, n, rest_n = match.groups()
+        assert int(window) in _generator().WINDOWS and float(z) > float(threshold) == _generator().Z
+        assert 0.1 < float(gap) < 0.5 and 0 < float(half) < float(gap) and 0.8 < float(rest) <= 1.0
+        assert int(n) >= 20 and int(rest_n) >= 20
     finally:
         stop_process(app)
         log.close()

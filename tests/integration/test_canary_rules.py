@@ -1,8 +1,10 @@
-"""The canary rules: the shipped file is the generator's output, other labels regenerate cleanly, Python agrees."""
+"""The canary rules: the shipped files are the generator's output, other labels regenerate cleanly, Python agrees."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +13,12 @@ from types import ModuleType
 import pytest
 
 from cp_observe._config._segments import segment_labels
-from cp_observe.demo import _alerts, _canary
+from cp_observe._stats._canary_scan import baseline_gap_z, gap_z
+from cp_observe.demo import _canary
 from tests.deploy_support import CANARY_RULES_FILE, CANARY_SEGMENT, PROMETHEUS_DIR, PROMTOOL, run_promtool
 
 GENERATOR = PROMETHEUS_DIR / "canary_rules.py"
+SCENARIOS_FILE = PROMETHEUS_DIR / "tests" / "context_precision_canary.test.yml"
 
 
 def _generator() -> ModuleType:
@@ -32,6 +36,13 @@ def test_the_shipped_file_is_the_generators_output() -> None:
     assert printed == CANARY_RULES_FILE.read_text(encoding="utf-8")
 
 
+def test_the_shipped_scenarios_are_the_generators_output() -> None:
+    """tests/context_precision_canary.test.yml is exactly what the generator prints with --tests."""
+    printed = subprocess.run([sys.executable, str(GENERATOR), "--tests"], capture_output=True, text=True,
+                             check=True).stdout
+    assert printed == SCENARIOS_FILE.read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("attribute", ["retriever.version", "tenant.tier", "index-build", "flag/x"])
 def test_the_generator_names_labels_as_the_library_does(attribute: str) -> None:
     """The generator's label name is the one the segments setting gives (so the rules read the emitted label)."""
@@ -39,20 +50,67 @@ def test_the_generator_names_labels_as_the_library_does(attribute: str) -> None:
 
 
 def test_python_verdict_uses_the_rules_constants() -> None:
-    """The demo's and the benchmark's arithmetic has the generator's z, margin and minimum count."""
+    """The demo's and the benchmark's arithmetic has the generator's windows, z, margin, floor and minimum."""
     generator = _generator()
-    assert (_alerts.Z, _canary.MARGIN, _canary.MIN_COUNT) == (generator.Z, generator.MARGIN, generator.MIN_COUNT)
+    assert (_canary.WINDOWS, _canary.Z, _canary.MARGIN, _canary.VAR_FLOOR, _canary.MIN_COUNT) == (
+        generator.WINDOWS, generator.Z, generator.MARGIN, generator.VAR_FLOOR, generator.MIN_COUNT)
 
 
-def test_python_verdict_on_the_promtool_edges() -> None:
-    """The promtool scenarios' edges, in Python: 0.06 below fires, 0.04 below does not, thin windows never do."""
-    v1 = _canary.Sums.of([0.8] * 300)
-    for worse, fires in ((0.74, True), (0.76, False)):
-        v2 = _canary.Sums.of([worse] * 300)
+def test_the_family_threshold_is_the_drop_detections() -> None:
+    """The canary's z is the drop detection's family threshold for the same windows and target, not a copy."""
+    generator = _generator()
+    assert generator.Z == generator._DETECTION.family_z(generator.FALSE_ALARMS_PER_MONTH, generator.WINDOWS)
+    assert generator._DETECTION.expected_crossings(generator.Z) <= generator.FALSE_ALARMS_PER_MONTH
+
+
+def test_the_shared_statistic_is_the_generators_arithmetic() -> None:
+    """_stats/_canary_scan on random counters gives the generator's evaluate (the promtool expectations) exactly."""
+    generator = _generator()
+    rng = random.Random(7)
+    sides = {}
+    for key in (("retrieval", "v1"), ("retrieval", "v2"), ("retrieval", "none"), ("rerank", "v1")):
+        rate, mean = rng.uniform(0.05, 6), rng.uniform(0.3, 0.9)
+        sides[key] = generator._counters(1500, rate,
+                                         lambda m, mean=mean: mean - (0.2 if m > 1400 else 0) * rng.random())
+    for minute in (1290, 1400, 1450, 1495):
+        evaluated = generator.evaluate(sides, minute, {"retrieval": 0.8})
+        at = minute // generator.STEP_MIN
+        for (stage, value), found in evaluated.items():
+            best = None
+            for w in generator.WINDOWS:
+                back = at - w // generator.STEP_MIN
+                part = [c[at] - c[back] for c in sides[(stage, value)]]
+                total = [sum(sides[k][i][at] - sides[k][i][back] for k in sides if k[0] == stage) for i in range(3)]
+                options = dict(margin=generator.MARGIN, var_floor=generator.VAR_FLOOR, min_count=generator.MIN_COUNT)
+                for gap in (gap_z(tuple(part), tuple(total), **options),
+                            baseline_gap_z(tuple(part), 0.8, **options) if stage == "retrieval" else None):
+                    if gap is not None and (best is None or gap.z > best[0]):
+                        best = (gap.z, w, gap.against, gap.gap, gap.stderr, gap.reference)
+            assert (found is None) == (best is None)
+            if found is not None:
+                assert found[1:3] == best[1:3] and all(math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
+                                                       for a, b in zip(found[3:6], best[3:6]) if a == a)
+                assert math.isclose(found[0], best[0], rel_tol=1e-12)
+
+
+def test_python_verdict_on_the_edges() -> None:
+    """Constant scores: a gap of 0.04 fires on enough evaluations, 0.02 never does, thin windows are not judged."""
+    v1 = _canary.Sums.of([0.8] * 6000)
+    for worse, fires in ((0.76, True), (0.78, False)):
+        v2 = _canary.Sums.of([worse] * 6000)
         assert _canary.verdict(v2, v1 + v2).fires is fires
-    thin = _canary.Sums.of([0.0] * 15)
-    assert not _canary.verdict(thin, v1 + thin).fires
-    assert _canary.verdict(v1, v1, baseline=0.9).fires and not _canary.verdict(v1, v1, baseline=0.84).fires
+    thin = _canary.Sums.of([0.0] * 19)
+    assert _canary.verdict(thin, v1 + thin).best is None
+    assert _canary.verdict(v1, v1, baseline=0.9).fires and not _canary.verdict(v1, v1, baseline=0.82).fires
+
+
+def test_scan_picks_the_window_with_the_largest_z() -> None:
+    """scan: the verdict of the window with the largest z, and that window's minutes."""
+    v1 = _canary.Sums.of([1.0, 0.0] * 400)
+    short = (_canary.Sums.of([0.0] * 30 + [1.0] * 10), v1)
+    long = (_canary.Sums.of([0.0] * 300 + [1.0] * 100), v1)
+    found = _canary.scan({5: (short[0], short[0] + v1), 80: (long[0], long[0] + v1)})
+    assert found.window == 80 and found.fires and found.best is not None and found.best.against == "rest"
 
 
 def test_python_verdict_keeps_the_stages_apart() -> None:
@@ -70,8 +128,8 @@ def test_the_rules_group_by_stage() -> None:
     import re
 
     text = _generator().rules("tenant.tier", 0.7)
-    groupings = re.findall(r"sum by \(([^)]*)\)", text)
-    matches = re.findall(r"on \(([^)]*)\)", text)
+    groupings = re.findall(r"(?:sum|max) by \(([^)]*)\)", text)
+    matches = re.findall(r"\bon \(([^)]*)\)", text)
     assert groupings and matches
     assert all("stage" in g.split(", ") for g in groupings + matches), (groupings, matches)
 
@@ -89,7 +147,7 @@ def test_rules_for_another_label_pass_promtool(tmp_path: Path, baseline: float |
 
 
 def test_deploy_readme_states_the_canary_parameters() -> None:
-    """deploy/README.md's alert table row for the canary alert gives the generator's window, margin, z and for."""
+    """deploy/README.md's alert table row for the canary alert gives the generator's windows, margin, z, minimum."""
     import re
 
     from tests.deploy_support import DEPLOY, load_yaml
@@ -99,7 +157,44 @@ def test_deploy_readme_states_the_canary_parameters() -> None:
     row = next(line for line in readme.splitlines() if line.startswith("| `ContextPrecisionVariantRegression`"))
     cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip("|"))][2:]
     (alert,) = [r for g in load_yaml(CANARY_RULES_FILE)["groups"] for r in g["rules"] if "alert" in r]
-    assert cells == [generator.WINDOW, str(generator.MARGIN), f"z = {generator.Z}", str(generator.MIN_COUNT),
-                     alert["for"], alert["labels"]["severity"]]
+    assert "for" not in alert
+    assert cells == [f"{generator.WINDOWS[0]}m … {generator.WINDOWS[-1]}m", f"margin {generator.MARGIN}",
+                     f"z > {generator.Z}", str(generator.MIN_COUNT), "—", alert["labels"]["severity"]]
     assert "#runbook-contextprecisionvariantregression" in alert["annotations"]["runbook_url"]
     assert "### Runbook: ContextPrecisionVariantRegression" in readme
+
+
+def test_the_dashboard_plots_the_canary_statistic_against_its_threshold() -> None:
+    """The "Canary detection" panel plots the recorded largest z and each window's, with the alert's z as its line."""
+    from tests.deploy_support import iter_panels, load_dashboard
+
+    generator = _generator()
+    (panel,) = [p for p in iter_panels(load_dashboard()["panels"]) if p["title"].startswith("Canary detection")]
+    exprs = " ".join(t["expr"] for t in panel["targets"])
+    p, _, _, top = generator._names(generator.label_name(CANARY_SEGMENT))
+    assert top in exprs and f"{p}:gap_z" in exprs
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1]["value"] == generator.Z
+
+
+def test_the_tuning_options_reach_the_rules() -> None:
+    """--margin, --z and --min-count change the expressions and the header, and are named in the regenerate line."""
+    printed = subprocess.run([sys.executable, str(GENERATOR), "--margin", "0.05", "--z", "5.5", "--min-count", "50"],
+                             capture_output=True, text=True, check=True).stdout
+    assert "--margin 0.05 --z 5.5 --min-count 50" in printed.splitlines()[2]
+    assert "- 0.05) / " in printed and ">= 50" in printed and ":gap_z_max > 5.5" in printed
+    assert "- 0.03) / " not in printed and ">= 20" not in printed
+
+
+def test_deploy_write_ships_a_generator_that_regenerates_the_shipped_files(tmp_path: Path) -> None:
+    """From a `deploy write` copy (no checkout), the generator, beside detection_rules.py, prints the shipped files."""
+    from cp_observe.deploy import write_assets
+
+    write_assets(tmp_path)
+    prometheus = tmp_path / "deploy" / "prometheus"
+    for args, shipped in (([], prometheus / "rules" / "context_precision_canary.rules.yml"),
+                          (["--tests"], prometheus / "tests" / "context_precision_canary.test.yml")):
+        printed = subprocess.run([sys.executable, str(prometheus / "canary_rules.py"), *args], capture_output=True,
+                                 text=True, check=True, cwd=tmp_path).stdout
+        assert printed == shipped.read_text(encoding="utf-8") == (PROMETHEUS_DIR / shipped.relative_to(
+            prometheus)).read_text(encoding="utf-8")
