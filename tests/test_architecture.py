@@ -326,6 +326,14 @@ def test_the_shared_fixtures_keep_no_private_judge() -> None:
     assert judges == []
 
 
+def test_every_shared_helper_is_named() -> None:
+    """Each helper module at the root of tests/ is in ARCHITECTURE.md's list of helpers shared across folders."""
+    helpers = {p.name for p in TESTS.glob("*.py")} - {"__init__.py", "conftest.py", "test_architecture.py",
+                                                      "test_no_machine_paths.py"}
+    assert len(helpers) > 10
+    assert sorted(name for name in helpers if f"`tests/{name}`" not in DOC) == []
+
+
 # What a test may not write: the process-wide state cp-observe keeps (by the names that hold it), and any private
 # attribute of an object that is not the test's own ``self``. Reading is allowed; so is holding a lock, and
 # ``monkeypatch`` (undone by pytest) on anything but the process-wide state. cp_observe/testing, the kit that does
