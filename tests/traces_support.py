@@ -28,7 +28,33 @@ _EVALUATION = "evaluation context_precision"
 _AP = "context_precision.average_precision"
 
 
-class JaegerApi:
+class _RecordedApi:
+    """A loopback HTTP server answering GET requests with recorded JSON; ``close`` stops it."""
+
+    server: ThreadingHTTPServer
+    thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        """The API's base URL."""
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _send_json(handler: BaseHTTPRequestHandler, body: Any) -> None:
+    data = json.dumps(body).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+class JaegerApi(_RecordedApi):
     """``GET /api/traces`` answered from recorded traces; every query it served is kept (start ``thread`` first)."""
 
     def __init__(self, traces: list[dict[str, Any]]) -> None:
@@ -47,12 +73,7 @@ class JaegerApi:
                     self.send_error(404)
                     return
                 api.queries.append(query)
-                body = json.dumps(api.answer(query)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                _send_json(self, api.answer(query))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -69,13 +90,8 @@ class JaegerApi:
         chosen.sort(key=lambda t: -min(s["startTime"] for s in t["spans"]))  # Jaeger: most recent first
         return {"data": chosen[:limit], "total": 0, "limit": 0, "offset": 0, "errors": None}
 
-    @property
-    def url(self) -> str:
-        """The API's base URL."""
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-
-class TempoApi:
+class TempoApi(_RecordedApi):
     """Tempo's ``/api/search`` and ``/api/traces/{id}`` answered from recorded responses (base64 ids, ``batches``).
 
     It serves from construction on; every path asked is kept.
@@ -104,21 +120,11 @@ class TempoApi:
                 else:
                     self.send_error(404)
                     return
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                _send_json(self, body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
-
-    @property
-    def url(self) -> str:
-        """The API's base URL."""
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
 def jaeger_live_scores() -> dict[int, float]:

@@ -32,8 +32,7 @@ def test_dataset_from_jaeger(tmp_path: Path) -> None:
                                "--until", until, "-o", str(out)], capture_output=True, text=True, timeout=120,
                               check=False)
     finally:
-        api.server.shutdown()
-        api.server.server_close()
+        api.close()
     assert done.returncode == 0, done.stderr
     items = load_dataset(out)
     assert {i["span_id"]: i["average_precision"] for i in items} == live and len(live) == 8
@@ -51,8 +50,7 @@ def test_dataset_from_tempo_with_a_filter(tmp_path: Path) -> None:
                                until, "--worst", "3", "-o", str(out)], capture_output=True, text=True, timeout=120,
                               check=False)
     finally:
-        api.server.shutdown()
-        api.server.server_close()
+        api.close()
     assert done.returncode == 0, done.stderr
     items = load_dataset(out)
     assert [i["average_precision"] for i in items] == sorted(ap for ap, _ in live)[:3]

@@ -27,8 +27,7 @@ def jaeger() -> Iterator[JaegerApi]:
     api = JaegerApi(RECORDED["data"])
     api.thread.start()
     yield api
-    api.server.shutdown()
-    api.server.server_close()
+    api.close()
 
 
 def _window() -> tuple[datetime, datetime]:
@@ -114,8 +113,7 @@ def test_tempo_api_replay_gives_the_live_scores(tmp_path: Path) -> None:
                                "cp-observe-demo", "--since", since.isoformat(), "--until", until.isoformat(), "-o",
                                str(out), "-q"], capture_output=True, text=True, timeout=120, check=False)
     finally:
-        api.server.shutdown()
-        api.server.server_close()
+        api.close()
     assert done.returncode == 0, done.stderr
     live = tempo_live_scores()
     assert len(live) == 8
