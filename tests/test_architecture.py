@@ -122,9 +122,9 @@ def test_a_forbidden_import_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert any(v.startswith("cp_observe._capture.") for v in _violations())
 
 
-# A private name (a leading underscore) is the business of its own package. The one exception: the test kit's
-# isolation saves and restores configure()'s current processor, the process-wide state it exists to manage.
-PRIVATE_ALLOWED = frozenset({("cp_observe.testing._isolation", "cp_observe._wiring._configure._CURRENT")})
+# A private name (a leading underscore) is the business of its own package, with no exception: what another
+# package needs of it is given a name without one (the test kit reads and replaces configure()'s current processor
+# through _wiring's current_processor and replace_current_processor).
 
 
 def _private_imports(modules: dict[str, Path]) -> Iterator[str]:
@@ -137,7 +137,7 @@ def _private_imports(modules: dict[str, Path]) -> Iterator[str]:
             for alias in node.names:
                 name = f"{node.module}.{alias.name}"
                 private = alias.name.startswith("_") and not alias.name.startswith("__") and name not in MODULES
-                if private and _unit(node.module) != _unit(module) and (module, name) not in PRIVATE_ALLOWED:
+                if private and _unit(node.module) != _unit(module):
                     yield f"{module} imports {name}"
 
 
@@ -324,6 +324,14 @@ def test_the_shared_fixtures_keep_no_private_judge() -> None:
     judges = [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
               and any(isinstance(f, ast.AsyncFunctionDef | ast.FunctionDef) and f.name == "judge" for f in node.body)]
     assert judges == []
+
+
+def test_every_shared_helper_is_named() -> None:
+    """Each helper module at the root of tests/ is in ARCHITECTURE.md's list of helpers shared across folders."""
+    helpers = {p.name for p in TESTS.glob("*.py")} - {"__init__.py", "conftest.py", "test_architecture.py",
+                                                      "test_no_machine_paths.py"}
+    assert len(helpers) > 10
+    assert sorted(name for name in helpers if f"`tests/{name}`" not in DOC) == []
 
 
 # What a test may not write: the process-wide state cp-observe keeps (by the names that hold it), and any private

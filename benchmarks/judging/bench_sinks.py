@@ -133,7 +133,10 @@ def hook_cost(calls: int) -> list[list[str]]:
                                                                         options=Settings(sink_queue_size=1)))):
         emitter = Emitter(tracer_provider=TracerProvider(), meter_provider=MeterProvider(),
                           logger_provider=LoggerProvider(), queue_depth=lambda: 0, sinks=(runner,))
-        timer = timeit.Timer(lambda e=emitter: e._to_sinks(target, span, "pass", result, "lexical"))
+        # ``scored`` builds the explanation once for the span, the log record and the sinks: not the hook's cost.
+        explanation = emitter._explanation(result)
+        timer = timeit.Timer(lambda e=emitter, x=explanation: e._to_sinks(target, span, "pass", result, "lexical",
+                                                                         explanation=x, identity=e.identity))
         best = min(timer.repeat(repeat=5, number=calls)) / calls * 1e6
         rows.append([label, f"{best:.1f}"])
         runner.sink.release.set()  # type: ignore[attr-defined]

@@ -37,9 +37,28 @@ from cp_observe._wiring._providers import (
     sinks_from_settings,
 )
 
-__all__ = ["configure"]
+__all__ = ["configure", "current_processor", "replace_current_processor"]
 
-_CURRENT: list[ContextPrecisionProcessor | None] = [None]
+_CURRENT: list[ContextPrecisionProcessor | None] = [None]  # the processor the last configure() installed
+
+
+def current_processor() -> ContextPrecisionProcessor | None:
+    """The processor the last ``configure()`` installed (``None``: none, or capture-only).
+
+    The next ``configure()`` shuts it down before it installs its own. The test kit's ``IsolatedRuntime`` reads it
+    when it opens, to put it back when it closes.
+    """
+    return _CURRENT[0]
+
+
+def replace_current_processor(processor: ContextPrecisionProcessor | None) -> ContextPrecisionProcessor | None:
+    """Make ``processor`` the one the next ``configure()`` shuts down, without shutting down the one it replaces.
+
+    For the test kit's ``IsolatedRuntime``, which shuts down what ``configure()`` installed while it was open and
+    then puts back the processor that was current before. Returns the processor it replaced.
+    """
+    previous, _CURRENT[0] = _CURRENT[0], processor
+    return previous
 
 
 def configure(

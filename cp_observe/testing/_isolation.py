@@ -58,12 +58,12 @@ class IsolatedRuntime:
         """Save the state, then apply the settings given at construction."""
         from cp_observe._capture._payloads import PAYLOADS
         from cp_observe._config._runtime import runtime
-        from cp_observe._wiring._configure import _CURRENT
+        from cp_observe._wiring._configure import current_processor
 
         if self._saved is not None:
             raise RuntimeError("this IsolatedRuntime is already open")
         self._saved = runtime()
-        self._saved_current = _CURRENT[0]
+        self._saved_current = current_processor()
         self._saved_capacity = PAYLOADS._max
         if self._settings:
             self.install(**self._settings)
@@ -119,14 +119,13 @@ class IsolatedRuntime:
         from cp_observe._capture import _payloads
         from cp_observe._config import _runtime
         from cp_observe._config._sampling import FORCED
-        from cp_observe._wiring._configure import _CURRENT
+        from cp_observe._wiring._configure import replace_current_processor
 
         if self._saved is None:
             return
-        current = _CURRENT[0]
+        current = replace_current_processor(self._saved_current)
         if current is not None and current is not self._saved_current:
             current.shutdown()
-        _CURRENT[0] = self._saved_current
         _runtime.RUNTIME_HOLDER[0] = self._saved
         _payloads.PAYLOADS.clear()
         _payloads.PAYLOADS._max = self._saved_capacity

@@ -1,17 +1,16 @@
 """``cp-observe dataset`` from trace-query APIs: the recorded Jaeger and Tempo responses of
-``tests/traces/test_replay_apis.py`` (eight demo turns with their live evaluation spans), served on loopback; every live
+``tests/traces_support.py`` (eight demo turns with their live evaluation spans), served on loopback; every live
 evaluation becomes one line."""
 
 from __future__ import annotations
 
-import base64
 import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 from cp_observe import load_dataset
-from tests.traces.test_replay_apis import RECORDED, TEMPO, JaegerApi, TempoApi
+from tests.traces_support import RECORDED, TEMPO, JaegerApi, TempoApi, jaeger_live_scores, tempo_live_scores
 
 CLI = [sys.executable, "-m", "cp_observe.cli", "dataset"]
 
@@ -23,13 +22,7 @@ def _window(starts_s: list[float]) -> tuple[str, str]:
 
 def test_dataset_from_jaeger(tmp_path: Path) -> None:
     """--jaeger URL --service S: the live verdicts and APs of every recorded evaluation, with query and answer."""
-    live = {}
-    for trace in RECORDED["data"]:
-        for span in trace["spans"]:
-            if span["operationName"] == "evaluation context_precision":
-                tags = {t["key"]: t["value"] for t in span["tags"]}
-                parent = next(r["spanID"] for r in span["references"] if r["refType"] == "CHILD_OF")
-                live[parent] = float(tags["context_precision.average_precision"])
+    live = {f"{span:016x}": ap for span, ap in jaeger_live_scores().items()}
     since, until = _window([s["startTime"] / 1e6 for t in RECORDED["data"] for s in t["spans"]])
     api = JaegerApi(RECORDED["data"])
     api.thread.start()
@@ -39,8 +32,7 @@ def test_dataset_from_jaeger(tmp_path: Path) -> None:
                                "--until", until, "-o", str(out)], capture_output=True, text=True, timeout=120,
                               check=False)
     finally:
-        api.server.shutdown()
-        api.server.server_close()
+        api.close()
     assert done.returncode == 0, done.stderr
     items = load_dataset(out)
     assert {i["span_id"]: i["average_precision"] for i in items} == live and len(live) == 8
@@ -49,15 +41,7 @@ def test_dataset_from_jaeger(tmp_path: Path) -> None:
 
 def test_dataset_from_tempo_with_a_filter(tmp_path: Path) -> None:
     """--tempo URL --service S --worst 3: the three lowest live scores of the recorded traces."""
-    live = []
-    for trace in TEMPO["traces"].values():
-        for batch in trace["batches"]:
-            for scope in batch["scopeSpans"]:
-                for span in scope["spans"]:
-                    if span["name"] == "evaluation context_precision":
-                        attributes = {a["key"]: a["value"] for a in span["attributes"]}
-                        parent = base64.b64decode(span["parentSpanId"]).hex()
-                        live.append((float(attributes["context_precision.average_precision"]["doubleValue"]), parent))
+    live = [(ap, f"{span:016x}") for span, ap in tempo_live_scores().items()]
     since, until = _window([int(t["startTimeUnixNano"]) / 1e9 for t in TEMPO["search"]])
     api = TempoApi()
     try:
@@ -66,8 +50,7 @@ def test_dataset_from_tempo_with_a_filter(tmp_path: Path) -> None:
                                until, "--worst", "3", "-o", str(out)], capture_output=True, text=True, timeout=120,
                               check=False)
     finally:
-        api.server.shutdown()
-        api.server.server_close()
+        api.close()
     assert done.returncode == 0, done.stderr
     items = load_dataset(out)
     assert [i["average_precision"] for i in items] == sorted(ap for ap, _ in live)[:3]

@@ -17,7 +17,6 @@ import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,15 +27,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import cp_observe
 from cp_observe import _names as n
 from cp_observe.testing import JudgeServer
+from tests.integration.frameworks_support import NEEDS_FRAMEWORKS, PYTHON, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = ROOT / ".venv-frameworks" / "bin" / "python"
 pytestmark = [
-    pytest.mark.skipif(
-        not PYTHON.exists(),
-        reason="needs .venv-frameworks: run scripts/install-frameworks.sh (scripts/test does, "
-        "unless CP_OBSERVE_SKIP_FRAMEWORKS=1)",
-    ),
+    NEEDS_FRAMEWORKS,
     # The first test sets up the module's run: every family's app, each allowed 600 s, then a 60 s flush.
     pytest.mark.timeout(900),
 ]

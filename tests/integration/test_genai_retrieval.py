@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,15 +24,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import cp_observe
 from cp_observe import _names as n
 from cp_observe.testing import JudgeServer
+from tests.integration.frameworks_support import NEEDS_FRAMEWORKS, PYTHON, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = ROOT / ".venv-frameworks" / "bin" / "python"
 pytestmark = [
-    pytest.mark.skipif(
-        not PYTHON.exists(),
-        reason="needs .venv-frameworks: run scripts/install-frameworks.sh (scripts/test does, "
-        "unless CP_OBSERVE_SKIP_FRAMEWORKS=1)",
-    ),
+    NEEDS_FRAMEWORKS,
     pytest.mark.timeout(600),
 ]
 RESOLVER = "tests.frameworks.genai_app:resolve"

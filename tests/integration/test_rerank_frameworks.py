@@ -24,11 +24,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import cp_observe
 from cp_observe import _names as n
 from cp_observe.testing import JudgeServer
+from tests.integration.frameworks_support import NEEDS_FRAMEWORKS, PYTHON, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = ROOT / ".venv-frameworks" / "bin" / "python"
 pytestmark = [
-    pytest.mark.skipif(not PYTHON.exists(), reason="needs .venv-frameworks: run scripts/install-frameworks.sh"),
+    NEEDS_FRAMEWORKS,
     pytest.mark.timeout(600),
     pytest.mark.usefixtures("serve_state_restored"),
 ]

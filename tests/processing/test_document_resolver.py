@@ -29,13 +29,6 @@ CORPUS = {"d-paris": "Paris is the capital of France.", "d-banana": "Bananas are
 QUESTION = "What is the capital of France?"
 
 
-@pytest.fixture
-def server() -> Iterator[JudgeServer]:
-    """The loopback judge."""
-    with JudgeServer() as judge_server:
-        yield judge_server
-
-
 def _retrieve(otel: Otel, ids: list[str] | None = None, *, data_source: str = "wiki", key: str = "genai") -> None:
     """One GenAI retrieval span whose documents are ids and scores only (or OpenInference ids without content)."""
     ids = list(CORPUS) if ids is None else ids

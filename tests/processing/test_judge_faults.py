@@ -96,13 +96,6 @@ def rebind_litellm_logging_worker() -> None:
     asyncio.run(rebind())  # asyncio.run cancels the fresh worker cleanly before closing its loop
 
 
-@pytest.fixture
-def server() -> Iterator[JudgeServer]:
-    """A loopback judge server, answering like a judge until told otherwise."""
-    with JudgeServer() as running:
-        yield running
-
-
 def llm_judge(url: str, **kwargs: Any) -> cp_observe.LLMJudge:
     """An LLMJudge on the loopback server: small timeout, one retry, fast backoff, no verdict cache."""
     options: dict[str, Any] = {

@@ -14,7 +14,6 @@ capital, france, europe):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,13 +33,6 @@ DOCS = [
 RERANKED = [DOCS[1], DOCS[0], DOCS[2]]
 ANSWER = "Paris is the capital of France, in Europe."
 QUESTION = "Where is Paris?"
-
-
-@pytest.fixture
-def server() -> Iterator[JudgeServer]:
-    """The loopback judge: each judge call is one recorded request."""
-    with JudgeServer() as judge_server:
-        yield judge_server
 
 
 def _judge(server: JudgeServer) -> cp_observe.LLMJudge:

@@ -5,7 +5,6 @@ of a reranker says whether its model is the judge's kind. Judged by ``LLMJudge``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,6 @@ from tests.replay_support import collector_json_line
 
 DOCS = ["Paris is the capital of France.", "Bananas are yellow.", "France is in Europe."]
 ANSWER = "Paris is the capital of France, in Europe."
-
-
-@pytest.fixture
-def server() -> Iterator[JudgeServer]:
-    """The loopback judge."""
-    with JudgeServer() as judge_server:
-        yield judge_server
 
 
 def _evaluations(otel: Otel) -> list[dict[str, Any]]:

@@ -81,13 +81,13 @@ def test_the_payload_capacity_is_put_back(provider: TracerProvider) -> None:
 
 def test_what_configure_installed_is_shut_down(provider: TracerProvider) -> None:
     """configure() inside the isolation: its processor is shut down and no longer configure()'s current one."""
-    from cp_observe._wiring._configure import _CURRENT
+    from cp_observe._wiring._configure import current_processor
 
     with IsolatedRuntime():
         processor = cp_observe.configure("lexical", tracer_provider=provider,
                                          meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]))
-        assert processor is not None and _CURRENT[0] is processor
-    assert _CURRENT[0] is None
+        assert processor is not None and current_processor() is processor
+    assert current_processor() is None
     assert ProcessorProbe(processor).closed
 
 
