@@ -14,7 +14,9 @@ would fire is what Prometheus would fire. ``benchmarks/alerts/bench_alerts.py`` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from cp_observe._stats._canary_scan import Gap, baseline_gap_z, gap_z
 from cp_observe.demo._alerts import Z as _Z99
@@ -106,8 +108,8 @@ def report(scores: Mapping[str, Sequence[float]], *, label: str, stage: str, bas
     ``scores``: the APs of that stage's evaluations only, by segment value (the rules group by stage too), all
     within the scan's shortest window (so every window holds the same and one verdict is the scan's).
     """
-    sums = {value: Moments.of(values) for value, values in sorted(scores.items())}
-    everything = Moments()
+    sums = {value: Sums.of(values) for value, values in sorted(scores.items())}
+    everything = Sums(0, 0, 0)
     for part in sums.values():
         everything = everything + part
     lines = [f"MAP by {label}, stage {stage}:"]
