@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # a whole script in a child process: not the quick unit tier
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "judge_trust" / "bench_cascade.py"
 
