@@ -71,6 +71,14 @@ def get_json(url: str, timeout_s: float) -> Any:
         raise ReplayInputError(f"{url}: the response is not JSON: {exc}") from None
 
 
+def _check_query(url: str, kind: str, service: str, since: datetime, until: datetime) -> None:
+    """A trace query names a service and a time range that is not empty (``ReplayInputError`` otherwise)."""
+    if not service:
+        raise ReplayInputError(f"{url}: a {kind} query needs --service")
+    if until <= since:
+        raise ReplayInputError(f"{url}: --until must be after --since")
+
+
 class JaegerQuery:
     """Traces of ``service`` between ``since`` and ``until`` from a Jaeger (or Tempo Jaeger-compatible) query API."""
 
@@ -78,10 +86,7 @@ class JaegerQuery:
 
     def __init__(self, url: str, service: str, *, since: datetime, until: datetime, limit: int = 200,
                  timeout_s: float = 30.0) -> None:
-        if not service:
-            raise ReplayInputError(f"{url}: a Jaeger query needs --service")
-        if until <= since:
-            raise ReplayInputError(f"{url}: --until must be after --since")
+        _check_query(url, "Jaeger", service, since, until)
         self.url = url.rstrip("/")
         self.name = f"{self.url} (service {service})"
         self.service = service
@@ -242,10 +247,7 @@ class TempoQuery:
 
     def __init__(self, url: str, service: str, *, since: datetime, until: datetime, limit: int = 200,
                  timeout_s: float = 30.0) -> None:
-        if not service:
-            raise ReplayInputError(f"{url}: a Tempo query needs --service")
-        if until <= since:
-            raise ReplayInputError(f"{url}: --until must be after --since")
+        _check_query(url, "Tempo", service, since, until)
         self.url = url.rstrip("/")
         self.name = f"{self.url} (Tempo, service {service})"
         self.service = service

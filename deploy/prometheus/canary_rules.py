@@ -116,13 +116,7 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
         "    rules:",
         f"      # Per data source, stage, {seg} value and window: count, sum and sum of squares of AP over the window.",
     ]
-    for part, metric in METRICS.items():
-        for w in WINDOWS:
-            lines += [
-                f"      - record: {p}_{part}:window",
-                f"        expr: sum by ({group}) (increase({metric}[{w}m]))",
-                f"        labels: {{window: {w}m}}",
-            ]
+    lines += _DETECTION.window_records(p, METRICS, group)  # type: ignore[attr-defined]
     lines.append(f"      # The data source's totals at the stage, and the rest: totals minus the value's (group_right"
                  f" keeps {seg}).")
     for part in METRICS:
@@ -297,7 +291,7 @@ def _values(series: list[float]) -> str:
 
 
 def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+    return _DETECTION._quote(text)  # type: ignore[attr-defined]
 
 
 def advice(seg: str, value: str) -> str:

@@ -76,6 +76,19 @@ def _baseline(metric: str, window: int) -> str:
     return f"sum by ({DS}) ({days})"
 
 
+def window_records(prefix: str, metrics: dict[str, str], group: str) -> list[str]:
+    """Recording rules of each metric's increase over every window, summed by ``group`` (labelled ``window``)."""
+    lines: list[str] = []
+    for part, metric in metrics.items():
+        for w in WINDOWS:
+            lines += [
+                f"      - record: {prefix}_{part}:window",
+                f"        expr: sum by ({group}) (increase({metric}[{w}m]))",
+                f"        labels: {{window: {w}m}}",
+            ]
+    return lines
+
+
 def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT) -> str:
     """The rule file's text."""
     p = PREFIX
@@ -105,13 +118,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT) -> s
         "    rules:",
         "      # Per data source and window (the rule's label window): count, sum and sum of squares of AP over the window ...",
     ]
-    for part, metric in metrics.items():
-        for w in WINDOWS:
-            lines += [
-                f"      - record: {p}_{part}:window",
-                f"        expr: sum by ({DS}) (increase({metric}[{w}m]))",
-                f"        labels: {{window: {w}m}}",
-            ]
+    lines += window_records(p, metrics, DS)
     lines.append(f"      # ... and over the same window at the same time of day on each of the last {BASELINE_DAYS}"
                  " days, pooled.")
     for part, metric in metrics.items():
