@@ -519,7 +519,9 @@ def window_z_expr(window: int) -> str:
     for rule in groups[0]["rules"]:
         if rule.get("labels", {}).get("window", f"{window}m") == f"{window}m":
             records[rule["record"]] = " ".join(rule["expr"].split())
-    return inline(records["gen_ai_data_source_id_window:context_precision_score:drop_z"], records)
+    # The score series' z: the crosscheck's streams run no cascade, so the alert reads this one (inlining the
+    # chosen record would also inline the PPI++ branch, a hundred times longer and empty here).
+    return inline(records["gen_ai_data_source_id_window:context_precision_score_plain:drop_z"], records)
 
 
 # --- canary: one variant against the rest of its data source, at the same stage ---------------------------------
@@ -766,43 +768,164 @@ def grid(cells: Sequence[Cell], months: float, episodes: int, seed: int, rules: 
 
 
 CASCADE = (0.1, 0.7)  # llm_share, the cheap judge's agreement with the LLM judge
+PPI_TERMS = ("count", "f", "f2", "n", "y", "y2", "f_sub", "f2_sub", "fy")  # rows 3.. of draw_cascade's output
 
 
-def cascade_rows(rates: Sequence[int], sampling: float, episodes: int, seed: int, rules: ModuleType) -> list:
-    """The scan at the same LLM spend: the LLM alone on ``llm_share`` of the sampled evaluations, or the cascade.
+def draw_cascade(means: np.ndarray, seen: np.ndarray, expected: np.ndarray, rng: np.random.Generator,
+                 share: float = CASCADE[0], agreement: float = CASCADE[1]) -> np.ndarray:
+    """Per minute, where the cheap-plus-LLM cascade runs: the score series (rows 0-2: count, sum, squares of the
+    LLM's AP where it judged, the cheap judge's elsewhere) and the PPI sums by term (rows 3-11, PPI_TERMS).
 
-    Both see the same changes; the LLM-only stream has ``llm_share`` of the evaluations, the cascade's every one
-    (the cheap judge's scores where the LLM did not judge), as the library records them in either case.
+    The LLM judge's AP follows ``means``. The cheap judge gives, with probability ``agreement``, the AP the LLM
+    would give at ``seen`` (``seen`` = ``means``: it sees a drop as far as it agrees; the healthy means: it is
+    blind to the drop), else an AP of its own at the healthy MAP. The LLM judges a uniform ``share``.
     """
-    rows = []
-    share, agreement = CASCADE
+    counts = rng.poisson(expected)
+    total = int(counts.sum())
+    v = rng.beta(9, 1, total)
+    u = rng.random(total)
+    y = np.where(u < (np.repeat(means, counts) - 0.1) / 0.8, v, 1 - v)
+    y_seen = np.where(u < (np.repeat(seen, counts) - 0.1) / 0.8, v, 1 - v)
+    own = rng.beta(9, 1, total)
+    own = np.where(rng.random(total) < (HEALTHY - 0.1) / 0.8, own, 1 - own)
+    f = np.where(rng.random(total) < agreement, y_seen, own)
+    judged = rng.random(total) < share
+    score = np.where(judged, y, f)
+    minute = np.repeat(np.arange(len(counts)), counts)
+    rows = [counts.astype(float), score, score * score,
+            counts.astype(float), f, f * f, judged.astype(float), y * judged, y * y * judged, f * judged,
+            f * f * judged, f * y * judged]
+    out = np.zeros((len(rows), len(counts)))
+    out[0], out[3] = counts, counts
+    for k, values in enumerate(rows):
+        if k not in (0, 3):
+            out[k] = np.bincount(minute, values, len(counts))
+    return out
+
+
+def _window_and_baseline(cum: np.ndarray, at: np.ndarray, w: int, days: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's increase over the window ending at ``at`` and the pooled increase over the same window on each
+    of the last ``days`` days (a day before the data began is not in the pool)."""
+    window = cum[:, at] - cum[:, at - w]
+    base = np.zeros_like(window)
+    for d in range(1, days + 1):
+        back = at - d * PER_DAY
+        ok = back - w >= 0
+        base[:, ok] += cum[:, back[ok]] - cum[:, back[ok] - w]
+    return window, base
+
+
+def scan_z_ppi(terms: np.ndarray, at: np.ndarray, rules: ModuleType) -> np.ndarray:
+    """The rules' PPI++ z per window (rows: windows) at minutes ``at``, from per-minute PPI sums (PPI_TERMS rows);
+    NaN under the minimum. The arithmetic of ``ppi_drop_z`` (cp_observe/_judging/_ppi.py), vectorised."""
+    cum = np.concatenate([np.zeros((len(PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
+    out = np.full((len(rules.WINDOWS), len(at)), np.nan)
+    for row, w in enumerate(rules.WINDOWS):
+        win, base = _window_and_baseline(cum, at, w, rules.BASELINE_DAYS)
+        c, f, f2, n, y, y2, fs, f2s, fy = base
+        wc, wf, _, wn, wy, _, wfs, _, _ = win
+        with np.errstate(divide="ignore", invalid="ignore"):
+            unl = c - n
+            my, mfs = y / n, fs / n
+            cov = fy / n - my * mfs
+            var_f = np.maximum((f2 - f * f / c) / np.maximum(c - 1, 1), 0.0)
+            lam = np.where((var_f > 0) & (unl > 0.5),
+                           np.clip(cov / ((1 + n / np.maximum(unl, 1)) * var_f), 0.0, 1.0), 0.0)
+            mfu = np.where(unl > 0.5, (f - fs) / unl, mfs)
+            var_fu = np.where(unl > 0.5, np.maximum((f2 - f2s) / unl - mfu**2, 0.0), 0.0)
+            resid = np.maximum(y2 / n - my**2 + lam**2 * (f2s / n - mfs**2) - 2 * lam * cov, rules.VAR_FLOOR)
+            baseline_mean = my + lam * (mfu - mfs)
+            wunl = wc - wn
+            wmfs = wfs / wn
+            wmfu = np.where(wunl > 0.5, (wf - wfs) / wunl, wmfs)
+            mean = wy / wn + lam * (wmfu - wmfs)
+            se = np.sqrt(resid * (1 / wn + 1 / n)
+                         + lam**2 * var_fu * (1 / np.maximum(wunl, 1) + 1 / np.maximum(unl, 1)))
+            z = (baseline_mean - mean - rules.MARGIN) / se
+        out[row] = np.where((wn >= rules.MIN_COUNT) & (n >= rules.MIN_COUNT), z, np.nan)
+    return out
+
+
+def _fired(z: np.ndarray, rules: ModuleType) -> int | None:
+    return first_firing(np.where(np.isnan(z), -np.inf, z).max(axis=0) > rules.Z, 0)
+
+
+CASCADE_MODES = ("oracle", "llm", "mixed", "ppi")
+
+
+def cascade_steady(rate: int, sampling: float, days: int, seed: int, rules: ModuleType) -> dict[str, int]:
+    """False alarms of the LLM-alone, mixed-series and PPI++ scans on a patterned cascade stream with no change."""
+    rng = np.random.default_rng(seed)
+    phase = rng.random()
+    minutes = np.arange(days * PER_DAY)
+    means = healthy_mean(minutes, phase)
+    rows = draw_cascade(means, means, traffic(minutes, rate * sampling * 60, rng, phase), rng)
+    at = np.arange(LEAD_DAYS * PER_DAY, days * PER_DAY + 1)
+    llm = rows[[6, 7, 8]]  # n, y, y2: the LLM's evaluations alone
+    out = {}
+    for mode, z in (("llm", scan_z(llm, at, rules)), ("mixed", scan_z(rows[:3], at, rules)),
+                    ("ppi", scan_z_ppi(rows[3:], at, rules))):
+        with np.errstate(invalid="ignore"):
+            out[mode] = firing_episodes(np.nanmax(np.where(np.isnan(z), -np.inf, z), axis=0) > rules.Z, 0)
+    return out
+
+
+def cascade_changes(rate: int, sampling: float, blind: bool, drop: float, episodes: int, seed: int,
+                    rules: ModuleType) -> dict[str, list[int | None]]:
+    """Delays of the oracle (on the LLM's evaluations), the scan on the LLM's evaluations alone, on the score
+    series (mixed) and the PPI++ scan, on the same cascade evaluations with a step of ``drop``."""
+    rng = np.random.default_rng(seed)
+    phase = rng.random()
+    days = LEAD_DAYS + episodes + 1
+    minutes = np.arange(days * PER_DAY)
+    means = healthy_mean(minutes, phase)
+    expected = traffic(minutes, rate * sampling * 60, rng, phase)
+    healthy = draw_cascade(means, means, expected, rng)
+    threshold = lorden_threshold(rate * sampling * CASCADE[0] * 60 * MONTH_DAYS * PER_DAY)
+    out: dict[str, list[int | None]] = {m: [] for m in CASCADE_MODES}
+    for i in range(episodes):
+        begin = (LEAD_DAYS + i) * PER_DAY + int(rng.integers(PER_DAY))
+        after = slice(begin, begin + DETECT_LIMIT_MIN)
+        rows = healthy[:, : begin + DETECT_LIMIT_MIN].copy()
+        changed = means[after] - drop
+        rows[:, after] = draw_cascade(changed, means[after] if blind else changed, expected[after], rng)
+        at = np.arange(begin + 1, begin + DETECT_LIMIT_MIN + 1)
+        for mode, z in (("llm", scan_z(rows[[6, 7, 8]], at, rules)), ("mixed", scan_z(rows[:3], at, rules)),
+                        ("ppi", scan_z_ppi(rows[3:], at, rules))):
+            fired = _fired(z, rules)
+            out[mode].append(None if fired is None else fired + 1)
+        out["oracle"].append(oracle_delay(rows[[6, 7], after], means[after], drop, threshold))
+    return out
+
+
+def cascade_rows(rates: Sequence[int], sampling: float, episodes: int, months: float, seed: int,
+                 rules: ModuleType) -> tuple[list, list]:
+    """False alarms and delays at the same LLM spend: the LLM's evaluations alone, the score series the cascade
+    records (mixed), and the PPI++ scan the rules run where the cascade's sums exist; the oracle on the LLM's."""
+    share, _ = CASCADE
+    alarm_rows, rows = [], []
     for rate in rates:
-        for drop in (0.1, 0.2):
-            delays: dict[str, list[int | None]] = {"llm": [], "cascade": []}
-            for mode in delays:
-                rng = np.random.default_rng(seed * 7 + rate + round(drop * 10))
-                phase = rng.random()
-                days = LEAD_DAYS + episodes + 1
-                minutes = np.arange(days * PER_DAY)
-                means = healthy_mean(minutes, phase)
-                per_minute = rate * sampling * 60 * (share if mode == "llm" else 1.0)
-                expected = traffic(minutes, per_minute, rng, phase)
-                mix = None if mode == "llm" else CASCADE
-                healthy = draw(means, expected, rng, mix)
-                for i in range(episodes):
-                    begin = (LEAD_DAYS + i) * PER_DAY + int(rng.integers(PER_DAY))
-                    after = slice(begin, begin + DETECT_LIMIT_MIN)
-                    sums = healthy[:, : begin + DETECT_LIMIT_MIN].copy()
-                    sums[:, after] = draw(means[after] - drop, expected[after], rng, mix)
-                    z = scan_z(sums, np.arange(begin + 1, begin + DETECT_LIMIT_MIN + 1), rules)
-                    fired = first_firing(np.where(np.isnan(z), -np.inf, z).max(axis=0) > rules.Z, 0)
-                    delays[mode].append(None if fired is None else fired + 1)
-            llm, both = (_median(delays[m]) for m in ("llm", "cascade"))
-            rows.append([rate, f"{sampling:.0%}", f"{rate * sampling * share * 3600:,.0f}", f"{drop:.1f}",
-                         f"{sum(d is not None for d in delays['llm'])}/{episodes}, {_minutes(llm)}",
-                         f"{sum(d is not None for d in delays['cascade'])}/{episodes}, {_minutes(both)}",
-                         f"{llm / both:.1f}×" if llm and both else "—"])
-    return rows
+        days = LEAD_DAYS + round(months * MONTH_DAYS)
+        steady = cascade_steady(rate, sampling, days, seed * 31 + rate, rules)
+        per_month = MONTH_DAYS / (days - LEAD_DAYS)
+        alarm_rows.append([rate, f"{sampling:.0%}", f"{rate * sampling * share * 3600:,.0f}",
+                           *(f"{steady[m] * per_month:.2f} (≤ {poisson_upper(steady[m]) * per_month:.2f})"
+                             for m in ("llm", "mixed", "ppi"))])
+        for blind in (False, True):
+            for drop in (0.1, 0.2):
+                d = cascade_changes(rate, sampling, blind, drop, episodes,
+                                    seed * 7 + rate + round(drop * 10) + 1000 * blind, rules)
+                med = {m: _median(d[m]) for m in CASCADE_MODES}
+                within = sum(1 for o, n in zip(d["oracle"], d["ppi"], strict=True)
+                             if n is not None and n <= 3 * (o if o is not None else DETECT_LIMIT_MIN))
+                rows.append([rate, f"{rate * sampling * share * 3600:,.0f}",
+                             "blind to it" if blind else f"sees {CASCADE[1]:.0%}", f"{drop:.1f}",
+                             *(f"{sum(v is not None for v in d[m])}/{episodes}, {_minutes(med[m])}"
+                               for m in CASCADE_MODES),
+                             f"{med['ppi'] / med['oracle']:.1f}×" if med["ppi"] and med["oracle"] else "—",
+                             f"{within}/{episodes}",
+                             f"{med['llm'] / med['ppi']:.1f}×" if med["llm"] and med["ppi"] else "—"])
+    return alarm_rows, rows
 
 
 def crosscheck(seed: int, rules: ModuleType) -> list[list[object]]:
@@ -863,13 +986,20 @@ def query_values(base: str, expr: str, start: int, end: int, source: str) -> dic
     return out
 
 
-def _print_cascade(rows: list) -> None:
-    print("\n### Free evidence: the cheap-plus-LLM cascade at the same LLM spend (steps, 10 % sampled)\n")
-    print(markdown_table(["req/s", "sampled", "LLM-judged / hour", "step", "LLM alone: caught, median",
-                          "cascade: caught, median", "earlier by"], rows))
-    print(f"\nllm_share {CASCADE[0]}, cheap judge agreeing with the LLM on {CASCADE[1]:.0%} of evaluations (else an AP "
-          "of its own at the healthy MAP). Both rows spend the same on the LLM judge; the cascade adds the cheap "
-          "judge's scores of every other sampled evaluation, which the score series carry.")
+def _print_cascade(alarm_rows: list, rows: list, months: float) -> None:
+    share, agreement = CASCADE
+    print(f"\n### Free evidence: the cheap-plus-LLM cascade at the same LLM spend (llm_share {share}, 10 % sampled)\n")
+    print(f"False alarms per data source per month on steady patterned streams ({months:g} months; 95 % upper bound):\n")
+    print(markdown_table(["req/s", "sampled", "LLM-judged / hour", "LLM alone", "score series (mixed)", "PPI++ (shipped)"],
+                         alarm_rows))
+    print("\nSteps from a patterned 0.65, caught within a day, median delay:\n")
+    print(markdown_table(["req/s", "LLM-judged / hour", "cheap judge", "step", "oracle (LLM's)", "LLM alone",
+                          "score series (mixed)", "PPI++ (shipped)", "PPI++ / oracle", "PPI++ within 3× oracle",
+                          "PPI++ earlier than LLM alone by"], rows))
+    print(f"\nThe cheap judge agrees with the LLM judge on {agreement:.0%} of evaluations (else an AP of its own at "
+          "the healthy MAP); 'sees': it gives the post-change AP when it agrees, 'blind to it': the AP it would "
+          "have given before the change (a degradation only the LLM judge can tell). All columns see the same "
+          "evaluations; 'LLM alone' and the oracle see only the LLM-judged ones, which is the same LLM spend.")
 
 
 def main() -> int:
@@ -916,7 +1046,9 @@ def main() -> int:
         print(markdown_table(["stream", "window-minutes compared", "same windows judged", "largest |z| difference",
                               "first firing (Python)", "first firing (Prometheus)", "same"], rows))
     if args.cascade_only:
-        _print_cascade(cascade_rows(RATES, 0.10, episodes, args.seed, rules))
+        if args.quick:
+            months, episodes = 0.5, 4
+        _print_cascade(*cascade_rows(RATES, 0.10, episodes, months, args.seed, rules), months)
         return 0
     alarm_rows, detect_rows = grid(cells, months, episodes, args.seed, rules)
     print(f"\n### False alarms per data source per month on steady patterned streams (95 % upper bound)\n")
@@ -925,7 +1057,7 @@ def main() -> int:
     print(f"\n### Changes from a patterned 0.65: caught within a day, median delay ({episodes} per row)\n")
     print(markdown_table(["req/s", "sampled", "change", "oracle", "new", "new / oracle", "new within 3× oracle",
                           "new: usual window", "old Regression", "old MAPDrop"], detect_rows))
-    _print_cascade(cascade_rows(RATES, 0.10, episodes, args.seed, rules))
+    _print_cascade(*cascade_rows(RATES, 0.10, episodes, months, args.seed, rules), months)
     print("\nThe oracle knows the pre-change MAP at every minute (the daily and weekly pattern), the AP's standard "
           "deviation and the drop, and starts from 0 at the change (Lorden's worst case); its threshold is "
           "log(evaluations a month). 'within 3× oracle': the rule fired by 3× the oracle's delay on the same "

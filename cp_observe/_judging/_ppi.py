@@ -33,9 +33,11 @@ from cp_observe._stats._normal import z_value
 
 __all__ = [
     "MeanEstimate",
+    "PpiDrop",
     "PpiSums",
     "classical_mean",
     "ppi_mean",
+    "ppi_drop_z",
     "ppi_mean_from_sums",
     "ppi_sums",
 ]
@@ -187,6 +189,74 @@ def classical_mean(y: Sequence[float], *, alpha: float = 0.05) -> MeanEstimate:
     var = _clamp(math.fsum((v - mean) ** 2 for v in y) / n)
     se = math.sqrt(var / n)
     return MeanEstimate(mean, se, mean - z * se, mean + z * se, 0.0, n, 0)
+
+
+@dataclass(frozen=True)
+class PpiDrop:
+    """A window's PPI++ MAP against a pooled baseline's: what the drop detection computes where the cascade runs.
+
+    Attributes:
+        z: (baseline - window - margin) / standard_error.
+        drop: baseline mean - window mean.
+        standard_error: the drop's standard error.
+        baseline_mean: the baseline's PPI++ MAP.
+        mean: the window's PPI++ MAP (with the baseline's weight).
+        lam: the baseline's PPI++ weight, used on both sides.
+        labelled: the window's LLM-judged items ``n``.
+        baseline_labelled: the baseline's.
+    """
+
+    z: float
+    drop: float
+    standard_error: float
+    baseline_mean: float
+    mean: float
+    lam: float
+    labelled: float
+    baseline_labelled: float
+
+
+def ppi_drop_z(
+    window: PpiSums, baseline: PpiSums, *, margin: float, var_floor: float, min_count: float
+) -> PpiDrop | None:
+    """The drop of a window's PPI++ MAP below a pooled baseline's, in standard errors less a margin.
+
+    The weight and the variances are the baseline's (seven days of evidence against the window's minutes; the
+    same under no change), so one noisy window cannot tune its own weight towards a false alarm::
+
+        lam     = the baseline's PPI++ weight (as ppi_mean_from_sums; 0 with no unlabelled item)
+        mean    = mean(y) + lam * (mean(f_unlabelled) - mean(f_sub))     for the window and for the baseline
+                  (a side with no unlabelled item takes mean(f_sub) there: the labels alone)
+        se^2    = max(var(y - lam f_sub), var_floor) (1/n + 1/n_b) + lam^2 var(f_unlabelled)_b (1/N + 1/N_b)
+                  (N and N_b at least 1)
+        z       = (baseline mean - mean - margin) / se
+
+    None when either side has fewer than ``min_count`` labelled items.
+    """
+    if window.n < min_count or baseline.n < min_count:
+        return None
+    b = baseline
+    n_b, big_n_b = b.n, b.count - b.n
+    mean_y = b.sum_y / n_b
+    mean_f_sub = b.sum_f_sub / n_b
+    var_y = _clamp(b.sum_y2 / n_b - mean_y * mean_y)
+    var_f_sub = _clamp(b.sum_f2_sub / n_b - mean_f_sub * mean_f_sub)
+    cov_fy = b.sum_fy / n_b - mean_y * mean_f_sub
+    if big_n_b > 0:
+        lam = _tuned_lam(b, cov_fy)
+        mean_f_unl = (b.sum_f - b.sum_f_sub) / big_n_b
+        var_f_unl = _clamp((b.sum_f2 - b.sum_f2_sub) / big_n_b - mean_f_unl * mean_f_unl)
+    else:
+        lam, mean_f_unl, var_f_unl = 0.0, mean_f_sub, 0.0
+    residual = max(var_y + lam * lam * var_f_sub - 2.0 * lam * cov_fy, var_floor)
+    base = mean_y + lam * (mean_f_unl - mean_f_sub)
+    n, big_n = window.n, window.count - window.n
+    w_f_sub = window.sum_f_sub / n
+    w_f_unl = (window.sum_f - window.sum_f_sub) / big_n if big_n > 0 else w_f_sub
+    mean = window.sum_y / n + lam * (w_f_unl - w_f_sub)
+    se = math.sqrt(residual * (1 / n + 1 / n_b) + lam * lam * var_f_unl * (1 / max(big_n, 1) + 1 / max(big_n_b, 1)))
+    drop = base - mean
+    return PpiDrop((drop - margin) / se, drop, se, base, mean, lam, n, n_b)
 
 
 def _tuned_lam(s: PpiSums, cov_fy: float) -> float:

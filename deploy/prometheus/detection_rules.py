@@ -49,6 +49,11 @@ MONTH_MINUTES = 30 * 24 * 60
 INTERVAL_Z = 1.96  # the estimated drop's interval in the annotations: 95 %, two-sided
 DS = "gen_ai_data_source_id"
 PREFIX = f"{DS}_window:context_precision_score"
+CASCADE_METRIC = "context_precision_cascade_sums_total"
+CASCADE = f"{DS}_window:context_precision_cascade_sums"
+CASCADE_TERMS = f"{DS}_term_window:context_precision_cascade_sums"
+#: The cascade's PPI sums (cp_observe/_names.py, METRIC_CASCADE_SUMS): over all, then over the LLM-judged subsample.
+PPI_TERMS = ("count", "f", "f2", "n", "y", "y2", "f_sub", "f2_sub", "fy")
 
 
 def expected_crossings(z: float, windows: tuple[int, ...] = WINDOWS, minutes: int = MONTH_MINUTES) -> float:
@@ -68,12 +73,12 @@ def family_z(target: float = FALSE_ALARMS_PER_MONTH, windows: tuple[int, ...] = 
 Z = family_z()
 
 
-def _baseline(metric: str, window: int) -> str:
+def _baseline(metric: str, window: int, by: str = DS) -> str:
     days = " or ".join(
         f'label_replace(increase({metric}[{window}m] offset {d}d), "day", "{d}", "", "")'
         for d in range(1, BASELINE_DAYS + 1)
     )
-    return f"sum by ({DS}) ({days})"
+    return f"sum by ({by}) ({days})"
 
 
 def window_records(prefix: str, metrics: dict[str, str], group: str) -> list[str]:
@@ -92,7 +97,6 @@ def window_records(prefix: str, metrics: dict[str, str], group: str) -> list[str
 def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT) -> str:
     """The rule file's text."""
     p = PREFIX
-    on = f"on ({DS}, window)"
     metrics = {
         "count": "context_precision_score_count",
         "sum": "context_precision_score_sum",
@@ -128,29 +132,9 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT) -> s
                 f"        expr: {_baseline(metric, w)}",
                 f"        labels: {{window: {w}m}}",
             ]
-    lines += [
-        "      # Means, the drop (baseline - window), its standard error from the baseline's variance, and z.",
-        f"      - record: {p}:mean",
-        f"        expr: {p}_sum:window / {on} {p}_count:window",
-        f"      - record: {p}:baseline_mean",
-        f"        expr: {p}_sum:baseline / {on} {p}_count:baseline",
-        f"      - record: {p}:drop",
-        f"        expr: {p}:baseline_mean - {on} {p}:mean",
-        f"      - record: {p}:drop_stderr",
-        f"        expr: |",
-        f"          sqrt(",
-        f"            clamp_min({p}_squares:baseline / {on} {p}_count:baseline - {on} {p}:baseline_mean ^ 2, {VAR_FLOOR})",
-        f"            * on ({DS}, window) (1 / {p}_count:window + {on} 1 / {p}_count:baseline)",
-        f"          )",
-        f"      - record: {p}:drop_z",
-        f"        expr: |",
-        f"          ({p}:drop - {margin}) / {on} {p}:drop_stderr",
-        f"          and {on} {p}_count:window >= {min_count}",
-        f"          and {on} {p}_count:baseline >= {min_count}",
-        f"      # The family's statistic per data source (the dashboard plots it against {z}).",
-        f"      - record: {DS}:context_precision_score:drop_z_max",
-        f"        expr: max by ({DS}) ({p}:drop_z)",
-    ]
+    lines += _plain_records(margin, min_count)
+    lines += _ppi_records(margin, min_count)
+    lines += _chosen_records(z, min_count)
     top = f'topk(1, {p}:drop_z{{{DS}=\\"%s\\"}})'  # inside a template's string: quotes escaped
     pick = f'{{{{ with query (printf "{top}" $labels.{DS}) }}}}{{{{ with first . }}}}'
     lines += [
@@ -181,10 +165,10 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT) -> s
         f"            {{{{ with query (printf \"{p}:baseline_mean{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
         f" $labels.{DS} $labels.{DS}) }}}}{{{{ with first . }}}}from a baseline MAP of {{{{ .Value | printf \"%.3f\" }}}}"
         "{{ end }}{{ end }},",
-        f"            {{{{ with query (printf \"{p}_count:window{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
+        f"            {{{{ with query (printf \"{p}:evaluations{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
         f" $labels.{DS} $labels.{DS}) }}}}{{{{ with first . }}}}on {{{{ .Value | printf \"%.0f\" }}}} scored"
         " evaluations{{ end }}{{ end }}",
-        f"            {{{{ with query (printf \"{p}_count:baseline{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
+        f"            {{{{ with query (printf \"{p}:baseline_evaluations{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
         f" $labels.{DS} $labels.{DS}) }}}}{{{{ with first . }}}}against {{{{ .Value | printf \"%.0f\" }}}} in"
         " the baseline.{{ end }}{{ end }}",
         "            Look for an index, embedding, ranking or judge change deployed before the window began (the"
@@ -198,6 +182,158 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT) -> s
     ]
     return "\n".join(lines)
 
+
+
+def _plain_records(margin: float, min_count: int) -> list[str]:
+    """The score series' drop per window: means, the drop, its standard error from the baseline's variance, z."""
+    p, q = PREFIX, f"{PREFIX}_plain"
+    on = f"on ({DS}, window)"
+    return [
+        "      # The score series: means, the drop (baseline - window), its standard error from the baseline's",
+        "      # variance, and z.",
+        f"      - record: {q}:mean",
+        f"        expr: {p}_sum:window / {on} {p}_count:window",
+        f"      - record: {q}:baseline_mean",
+        f"        expr: {p}_sum:baseline / {on} {p}_count:baseline",
+        f"      - record: {q}:drop",
+        f"        expr: {q}:baseline_mean - {on} {q}:mean",
+        f"      - record: {q}:drop_stderr",
+        "        expr: |",
+        "          sqrt(",
+        f"            clamp_min({p}_squares:baseline / {on} {p}_count:baseline - {on} {q}:baseline_mean ^ 2, {VAR_FLOOR})",
+        f"            * on ({DS}, window) (1 / {p}_count:window + {on} 1 / {p}_count:baseline)",
+        "          )",
+        f"      - record: {q}:drop_z",
+        "        expr: |",
+        f"          ({q}:drop - {margin}) / {on} {q}:drop_stderr",
+        f"          and {on} {p}_count:window >= {min_count}",
+        f"          and {on} {p}_count:baseline >= {min_count}",
+    ]
+
+
+def _ppi_records(margin: float, min_count: int) -> list[str]:
+    """Where the cascade runs: the PPI++ MAP per window against the baseline's, with the baseline's weight."""
+    c, q = CASCADE, f"{PREFIX}_ppi"
+    on = f"on ({DS}, window)"
+
+    def t(term: str, side: str) -> str:
+        return f"{c}_{term}:{side}"
+
+    lines = [
+        "      # Where the cheap-plus-LLM cascade runs: its PPI sums (context_precision_cascade_sums_total{term}) over",
+        "      # every window and the same baseline, one rule per window for all terms, then one series per term.",
+    ]
+    for side in ("window", "baseline"):
+        for w in WINDOWS:
+            expr = (f"sum by ({DS}, term) (increase({CASCADE_METRIC}[{w}m]))" if side == "window"
+                    else _baseline(CASCADE_METRIC, w, f"{DS}, term"))
+            lines += [f"      - record: {CASCADE_TERMS}:{side}", f"        expr: {expr}",
+                      f"        labels: {{window: {w}m}}"]
+        for term in PPI_TERMS:
+            lines += [f"      - record: {t(term, side)}",
+                      f'        expr: sum without (term) ({CASCADE_TERMS}:{side}{{term="{term}"}})']
+    b_unl = f"{c}_unlabelled:baseline"
+    lines += [
+        "      # The baseline's moments and PPI++ weight (as cp_observe/_judging/_ppi.py: ppi_drop_z): N = count - n",
+        "      # unlabelled; lambda = clamp(cov(y, f_sub) / ((1 + n/N) var(f)), 0, 1), 0 without unlabelled items or",
+        "      # when f is constant.",
+        f"      - record: {b_unl}",
+        f"        expr: {t('count', 'baseline')} - {on} {t('n', 'baseline')}",
+        f"      - record: {c}_y:baseline_mean",
+        f"        expr: {t('y', 'baseline')} / {on} {t('n', 'baseline')}",
+        f"      - record: {c}_f_sub:baseline_mean",
+        f"        expr: {t('f_sub', 'baseline')} / {on} {t('n', 'baseline')}",
+        f"      - record: {c}_fy:baseline_cov",
+        f"        expr: {t('fy', 'baseline')} / {on} {t('n', 'baseline')} - {on} {c}_y:baseline_mean * {on}"
+        f" {c}_f_sub:baseline_mean",
+        f"      - record: {c}_f:baseline_var",
+        "        expr: |",
+        f"          clamp_min(({t('f2', 'baseline')} - {on} {t('f', 'baseline')} ^ 2 / {on} {t('count', 'baseline')})"
+        f" / {on} clamp_min({t('count', 'baseline')} - 1, 1), 0)",
+        f"      - record: {q}:lambda",
+        "        expr: |",
+        "          (",
+        f"            clamp({c}_fy:baseline_cov / {on} ((1 + {t('n', 'baseline')} / {on} clamp_min({b_unl}, 1))"
+        f" * {on} {c}_f:baseline_var), 0, 1)",
+        f"            and {on} {c}_f:baseline_var > 0 and {on} {b_unl} > 0.5",
+        "          )",
+        f"          or 0 * {c}_fy:baseline_cov",
+        f"      - record: {c}_f_unlabelled:baseline_mean",
+        "        expr: |",
+        f"          ({t('f', 'baseline')} - {on} {t('f_sub', 'baseline')}) / {on} {b_unl} and {on} {b_unl} > 0.5",
+        f"          or {c}_f_sub:baseline_mean",
+        f"      - record: {c}_f_unlabelled:baseline_var",
+        "        expr: |",
+        f"          clamp_min(({t('f2', 'baseline')} - {on} {t('f2_sub', 'baseline')}) / {on} {b_unl}"
+        f" - {on} {c}_f_unlabelled:baseline_mean ^ 2, 0) and {on} {b_unl} > 0.5",
+        f"          or 0 * {c}_f_sub:baseline_mean",
+        f"      - record: {q}:residual_var",
+        "        expr: |",
+        "          clamp_min(",
+        f"            {t('y2', 'baseline')} / {on} {t('n', 'baseline')} - {on} {c}_y:baseline_mean ^ 2",
+        f"            + {on} {q}:lambda ^ 2 * {on} ({t('f2_sub', 'baseline')} / {on} {t('n', 'baseline')}"
+        f" - {on} {c}_f_sub:baseline_mean ^ 2)",
+        f"            - {on} 2 * {q}:lambda * {on} {c}_fy:baseline_cov,",
+        f"            {VAR_FLOOR}",
+        "          )",
+        "      # Both means with the baseline's weight; the window's unlabelled mean is its f_sub's where it has none.",
+        f"      - record: {q}:baseline_mean",
+        f"        expr: {c}_y:baseline_mean + {on} {q}:lambda * {on} ({c}_f_unlabelled:baseline_mean - {on}"
+        f" {c}_f_sub:baseline_mean)",
+        f"      - record: {c}_unlabelled:window",
+        f"        expr: {t('count', 'window')} - {on} {t('n', 'window')}",
+        f"      - record: {c}_f_sub:mean",
+        f"        expr: {t('f_sub', 'window')} / {on} {t('n', 'window')}",
+        f"      - record: {q}:mean",
+        "        expr: |",
+        f"          {t('y', 'window')} / {on} {t('n', 'window')}",
+        f"          + {on} {q}:lambda * {on} (",
+        "            (",
+        f"              ({t('f', 'window')} - {on} {t('f_sub', 'window')}) / {on} {c}_unlabelled:window"
+        f" and {on} {c}_unlabelled:window > 0.5",
+        f"              or {c}_f_sub:mean",
+        "            )",
+        f"            - {on} {c}_f_sub:mean",
+        "          )",
+        f"      - record: {q}:drop",
+        f"        expr: {q}:baseline_mean - {on} {q}:mean",
+        f"      - record: {q}:drop_stderr",
+        "        expr: |",
+        "          sqrt(",
+        f"            {q}:residual_var * {on} (1 / {t('n', 'window')} + {on} 1 / {t('n', 'baseline')})",
+        f"            + {on} {q}:lambda ^ 2 * {on} {c}_f_unlabelled:baseline_var",
+        f"              * {on} (1 / clamp_min({c}_unlabelled:window, 1) + {on} 1 / clamp_min({b_unl}, 1))",
+        "          )",
+        f"      - record: {q}:drop_z",
+        "        expr: |",
+        f"          ({q}:drop - {margin}) / {on} {q}:drop_stderr",
+        f"          and {on} {t('n', 'window')} >= {min_count}",
+        f"          and {on} {t('n', 'baseline')} >= {min_count}",
+    ]
+    return lines
+
+
+def _chosen_records(z: float, min_count: int) -> list[str]:
+    """Per data source, the PPI++ figures where its cascade has a baseline, else the score series' ones."""
+    p, c = PREFIX, CASCADE
+    cascade = f"group by ({DS}) ({c}_n:baseline >= {min_count})"
+    lines = [
+        f"      # What the alert reads: the PPI++ figures for a data source whose cascade has at least {min_count}",
+        "      # LLM-judged evaluations in some baseline window, the score series' for any other.",
+    ]
+    for name in ("drop_z", "drop", "drop_stderr", "baseline_mean", "mean"):
+        lines += [f"      - record: {p}:{name}",
+                  f"        expr: {p}_ppi:{name} or ({p}_plain:{name} unless on ({DS}) {cascade})"]
+    for name, ppi, plain in (("evaluations", f"{c}_n:window", f"{p}_count:window"),
+                             ("baseline_evaluations", f"{c}_n:baseline", f"{p}_count:baseline")):
+        lines += [f"      - record: {p}:{name}",
+                  f"        expr: {ppi} or ({plain} unless on ({DS}) {cascade})"]
+    lines += [
+        f"      # The family's statistic per data source (the dashboard plots it against {z}).",
+        f"      - record: {DS}:context_precision_score:drop_z_max",
+        f"        expr: max by ({DS}) ({p}:drop_z)",
+    ]
+    return lines
 
 
 # --- promtool scenarios: deploy/prometheus/tests/context_precision_detection.test.yml ------------------------------
@@ -227,6 +363,27 @@ def _counters(per_minute: float, mean_at) -> list[list[float]]:
     return out
 
 
+CASCADE_JUDGED = 4  # the cascade scenarios' evaluations a minute judged by both judges (as many by the cheap one alone)
+
+
+def _cascade_counters(mean_y_at, mean_f_at) -> tuple[dict[str, list[float]], list[list[float]]]:
+    """Cumulative PPI sums by term, and the score series the library records beside them (the LLM's AP where it
+    judged, the cheap judge's elsewhere), at every STEP_MIN. Scores are 0 or 1; the two judges disagree on 1/16
+    of the LLM-judged evaluations more than their means require."""
+    k = CASCADE_JUDGED * STEP_MIN
+    terms = {t: [0.0] for t in PPI_TERMS}
+    plain: list[list[float]] = [[0.0], [0.0], [0.0]]
+    for minute in range(0, SCENARIO_DAYS * DAY_MIN, STEP_MIN):
+        y, f = mean_y_at(minute), mean_f_at(minute)
+        step = {"count": 2 * k, "f": 2 * k * f, "f2": 2 * k * f, "n": k, "y": k * y, "y2": k * y,
+                "f_sub": k * f, "f2_sub": k * f, "fy": k * (min(y, f) - 0.0625)}
+        for t, series in terms.items():
+            series.append(series[-1] + step[t])
+        for series, add in zip(plain, (2 * k, k * (y + f), k * (y + f))):
+            series.append(series[-1] + add)
+    return terms, plain
+
+
 def _values(series: list[float]) -> str:
     """promtool's expanding notation, one segment per run of equal steps."""
     parts, i = [], 0
@@ -241,27 +398,60 @@ def _values(series: list[float]) -> str:
     return " ".join(parts)
 
 
-def evaluate(counters: list[list[float]], minute: int) -> tuple[float, int, float, float, float, float, float] | None:
+def _window_sums(series: list[float], at: int, back: int) -> tuple[float, float]:
+    """(this window's increase, the pooled baseline's) of one cumulative series at step ``at``."""
+    day = DAY_MIN // STEP_MIN
+    pooled = sum(series[at - d * day] - series[at - d * day - back] for d in range(1, BASELINE_DAYS + 1))
+    return series[at] - series[at - back], pooled
+
+
+def _plain_z(counters: list[list[float]], at: int, back: int) -> tuple[float, float, float, float, float, float] | None:
+    """(z, drop, SE, baseline mean, n, N) of the score series over one window."""
+    (n, big_n), (s, big_s), (_, big_q) = (_window_sums(c, at, back) for c in counters)
+    if n < MIN_COUNT or big_n < MIN_COUNT:
+        return None
+    base = big_s / big_n
+    drop = base - s / n
+    se = math.sqrt(max(big_q / big_n - base**2, VAR_FLOOR) * (1 / n + 1 / big_n))
+    return (drop - MARGIN) / se, drop, se, base, n, big_n
+
+
+def _ppi_z(terms: dict[str, list[float]], at: int, back: int) -> tuple[float, float, float, float, float, float] | None:
+    """(z, drop, SE, baseline mean, n, n_b) of the cascade's PPI++ MAP over one window (as _judging/_ppi.py)."""
+    w, b = ({t: _window_sums(series, at, back)[k] for t, series in terms.items()} for k in (0, 1))
+    if w["n"] < MIN_COUNT or b["n"] < MIN_COUNT:
+        return None
+    n_b, unl_b = b["n"], b["count"] - b["n"]
+    mean_y, mean_fs = b["y"] / n_b, b["f_sub"] / n_b
+    cov = b["fy"] / n_b - mean_y * mean_fs
+    var_f = max((b["f2"] - b["f"] ** 2 / b["count"]) / max(b["count"] - 1, 1), 0.0)
+    lam = min(max(cov / ((1 + n_b / unl_b) * var_f), 0.0), 1.0) if var_f > 0 and unl_b > 0.5 else 0.0
+    mean_fu = (b["f"] - b["f_sub"]) / unl_b if unl_b > 0.5 else mean_fs
+    var_fu = max((b["f2"] - b["f2_sub"]) / unl_b - mean_fu**2, 0.0) if unl_b > 0.5 else 0.0
+    residual = max(b["y2"] / n_b - mean_y**2 + lam**2 * (b["f2_sub"] / n_b - mean_fs**2) - 2 * lam * cov, VAR_FLOOR)
+    base = mean_y + lam * (mean_fu - mean_fs)
+    n, unl = w["n"], w["count"] - w["n"]
+    w_fs = w["f_sub"] / n
+    w_fu = (w["f"] - w["f_sub"]) / unl if unl > 0.5 else w_fs
+    drop = base - (w["y"] / n + lam * (w_fu - w_fs))
+    se = math.sqrt(residual * (1 / n + 1 / n_b) + lam**2 * var_fu * (1 / max(unl, 1) + 1 / max(unl_b, 1)))
+    return (drop - MARGIN) / se, drop, se, base, n, n_b
+
+
+def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[float]] | None = None
+             ) -> tuple[float, int, float, float, float, float, float] | None:
     """The rules at ``minute`` (a multiple of STEP_MIN): (z, window, drop, SE, baseline mean, n, N) of the
-    largest z, or None. ``increase`` over a window whose edges are samples is their difference."""
+    largest z, or None. ``increase`` over a window whose edges are samples is their difference. With the
+    cascade's PPI sums (``terms``) whose baseline holds MIN_COUNT LLM-judged evaluations in some window, the PPI++
+    figures replace the score series' (n and N are then the LLM-judged counts)."""
+    at = minute // STEP_MIN
+    cascade = terms is not None and any(
+        _window_sums(terms["n"], at, w // STEP_MIN)[1] >= MIN_COUNT for w in WINDOWS)
     best = None
     for w in WINDOWS:
-        at, back = minute // STEP_MIN, w // STEP_MIN
-        n, s, _ = (c[at] - c[at - back] for c in counters)
-        big = [0.0, 0.0, 0.0]
-        for d in range(1, BASELINE_DAYS + 1):
-            for k, c in enumerate(counters):
-                day = d * DAY_MIN // STEP_MIN
-                big[k] += c[at - day] - c[at - day - back]
-        big_n, big_s, big_q = big
-        if n < MIN_COUNT or big_n < MIN_COUNT:
-            continue
-        base = big_s / big_n
-        drop = base - s / n
-        se = math.sqrt(max(big_q / big_n - base**2, VAR_FLOOR) * (1 / n + 1 / big_n))
-        z = (drop - MARGIN) / se
-        if best is None or z > best[0]:
-            best = (z, w, drop, se, base, n, big_n)
+        found = _ppi_z(terms, at, w // STEP_MIN) if cascade and terms else _plain_z(counters, at, w // STEP_MIN)
+        if found is not None and (best is None or found[0] > best[0]):
+            best = (found[0], w, *found[1:])
     return best
 
 
@@ -300,16 +490,29 @@ def scenarios() -> str:
         "thin": (0.75 / 60, lambda m: daily_mean(m) - (0.5 if m >= change else 0)),
     }
     counters = {name: _counters(per_minute, mean_at) for name, (per_minute, mean_at) in sources.items()}
+    # The cascade: steady; and a drop of 0.25 the cheap judge does not see (its scores stay where they were), so
+    # the score series, mostly the cheap judge's, drops by half of it while the PPI++ MAP drops by all of it.
+    terms = {
+        "cascade_steady": _cascade_counters(daily_mean, daily_mean),
+        "cascade_blind": _cascade_counters(lambda m: daily_mean(m) - (0.25 if m >= change else 0), daily_mean),
+    }
+    for name, (_, plain) in terms.items():
+        counters[name] = plain
     day8 = range(8 * DAY_MIN, 9 * DAY_MIN, EVAL_MIN)
 
     def firing(name: str, minute: int) -> tuple | None:
-        found = evaluate(counters[name], minute)
+        found = evaluate(counters[name], minute, terms[name][0] if name in terms else None)
         return found if found is not None and found[0] > Z else None
 
-    for name in ("steady", "thin"):
+    for name in ("steady", "thin", "cascade_steady"):
         assert not any(firing(name, m) for m in day8), name
-    assert not any(firing(name, m) for name in sources for m in day8 if m < change)
-    firsts = {name: next(m for m in day8 if m >= change and firing(name, m)) for name in ("step", "drift")}
+    assert not any(firing(name, m) for name in counters for m in day8 if m < change)
+    firsts = {name: next(m for m in day8 if m >= change and firing(name, m))
+              for name in ("step", "drift", "cascade_blind")}
+    # The alert reports the PPI++ figures: the score series alone would report another drop.
+    ppi, plain_only = evaluate(counters["cascade_blind"], firsts["cascade_blind"], terms["cascade_blind"][0]), \
+        evaluate(counters["cascade_blind"], firsts["cascade_blind"])
+    assert ppi is not None and plain_only is not None and abs(ppi[2] - plain_only[2]) > 0.05
     times = sorted({change - EVAL_MIN, change + 6 * 60, *firsts.values(), *(m - EVAL_MIN for m in firsts.values())})
     lines = [
         "# promtool unit tests for rules/context_precision_detection.rules.yml (ContextPrecisionMAPRegression).",
@@ -319,6 +522,10 @@ def scenarios() -> str:
         "# at night, 0.6875 by day: binary fractions, so sums are exact), 4 scored evaluations a minute, for 9 days.",
         "# On day 8 at 12:00: steady stays as it was (quiet); step drops 0.25 (fires); drift slides 1/64 an hour",
         "# for 6 h (fires); thin drops 0.5 at 0.75 evaluations an hour (under the minimum in every window: quiet).",
+        f"# Two run the cheap-plus-LLM cascade ({CASCADE_JUDGED} evaluations a minute judged by both judges, as many by"
+        " the cheap one",
+        "# alone): cascade_steady (quiet) and cascade_blind, whose LLM-judged MAP drops 0.25 while the cheap judge's",
+        "# does not: it fires on the PPI++ figures, which the description reports (n, N: LLM-judged counts).",
         "",
         "rule_files:",
         "  - ../rules/context_precision_detection.rules.yml",
@@ -332,7 +539,7 @@ def scenarios() -> str:
         "  - context_precision.detection.alerts",
         "",
         "tests:",
-        "  - name: steady daily pattern quiet, step and drift fire, too few evaluations quiet",
+        "  - name: steady daily pattern quiet, step and drift fire, too few evaluations quiet, the cascade's PPI++",
         f"    interval: {STEP_MIN}m",
         "    input_series:",
     ]
@@ -341,9 +548,13 @@ def scenarios() -> str:
         for metric, series in zip(("context_precision_score_count", "context_precision_score_sum",
                                    "context_precision_score_squares_total"), series_set):
             lines += [f"      - series: '{metric}{labels}'", f"        values: '{_values(series)}'"]
+    for name, (series_by_term, _) in terms.items():
+        for term, series in series_by_term.items():
+            labels = LABELS.replace('"kb"', f'"{name}"').replace(',stage="retrieval"', f',term="{term}"')
+            lines += [f"      - series: '{CASCADE_METRIC}{labels}'", f"        values: '{_values(series)}'"]
     lines.append("    alert_rule_test:")
     for minute in times:
-        fired = [(name, found) for name in sources if (found := firing(name, minute))]
+        fired = [(name, found) for name in counters if (found := firing(name, minute))]
         if not fired:
             lines.append(f"      - {{eval_time: {minute}m, alertname: ContextPrecisionMAPRegression, exp_alerts: []}}")
             continue

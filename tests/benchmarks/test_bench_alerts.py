@@ -71,6 +71,44 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
             assert (expected is None and np.isnan(z[row, col])) or z[row, col] == pytest.approx(expected)
 
 
+def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
+    """The vectorised PPI++ z per window equals cp_observe._judging._ppi's ppi_drop_z on the same sums."""
+    from cp_observe._judging._ppi import PpiSums, ppi_drop_z
+
+    rules = bench._detection_rules()
+    rng = np.random.default_rng(6)
+    minutes = np.arange(9 * bench.PER_DAY)
+    means = bench.healthy_mean(minutes, 0.4)
+    rows = bench.draw_cascade(means, means, np.full(len(minutes), 6.0), rng)
+    terms = rows[3:]
+    at = np.array([8 * bench.PER_DAY + 31, 8 * bench.PER_DAY + 1000])
+    z = bench.scan_z_ppi(terms, at, rules)
+    cum = np.concatenate([np.zeros((len(bench.PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
+    checked = 0
+    for row, w in enumerate(rules.WINDOWS):
+        for col, t in enumerate(at):
+            win = cum[:, t] - cum[:, t - w]
+            big = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - w] for d in range(1, 8))
+            expected = ppi_drop_z(PpiSums(*win), PpiSums(*big), margin=rules.MARGIN, var_floor=rules.VAR_FLOOR,
+                                  min_count=rules.MIN_COUNT)
+            if expected is None:
+                assert np.isnan(z[row, col])
+            else:
+                assert z[row, col] == pytest.approx(expected.z, rel=1e-9)
+                checked += 1
+    assert checked >= 10
+    # The score series carries the LLM's AP where it judged, the cheap judge's elsewhere: its count is every one.
+    assert np.array_equal(rows[0], rows[3]) and rows[6].sum() < 0.2 * rows[0].sum()
+
+
+def test_a_drop_the_cheap_judge_cannot_see_moves_ppi_not_the_score_series(bench: ModuleType) -> None:
+    """Blind cheap judge: PPI++ catches a 0.2 step; the score series, mostly the cheap judge's, barely moves."""
+    rules = bench._detection_rules()
+    out = bench.cascade_changes(50, 0.10, True, 0.2, 1, 11, rules)
+    assert out["ppi"][0] is not None and out["ppi"][0] <= 30
+    assert out["mixed"][0] is None or out["mixed"][0] > 3 * out["ppi"][0]
+
+
 def test_streams_have_the_daily_patterns(bench: ModuleType) -> None:
     """MAP swings 0.65 +- 0.07 at most; traffic spans about tenfold over a day and averages the cell's rate."""
     minutes = np.arange(14 * bench.PER_DAY)

@@ -65,22 +65,50 @@ def test_groups_alert_and_windows(gen: ModuleType) -> None:
     assert gen.WINDOWS[0] == 5 and 16 * 60 <= gen.WINDOWS[-1] <= 24 * 60
     rules = groups[0]["rules"]
     for part in ("count", "sum", "squares"):
-        current = [r for r in rules if r["record"].endswith(f"_{part}:window")]
-        baseline = [r for r in rules if r["record"].endswith(f"_{part}:baseline")]
+        current = [r for r in rules if r["record"] == f"{gen.PREFIX}_{part}:window"]
+        baseline = [r for r in rules if r["record"] == f"{gen.PREFIX}_{part}:baseline"]
         assert [r["labels"]["window"] for r in current] == [f"{w}m" for w in gen.WINDOWS]
         assert [r["labels"]["window"] for r in baseline] == [f"{w}m" for w in gen.WINDOWS]
         for rule in baseline:
             offsets = re.findall(r"\[(\d+m)\] offset (\d+)d", rule["expr"])
             assert offsets == [(rule["labels"]["window"], str(d)) for d in range(1, gen.BASELINE_DAYS + 1)]
+    for side in ("window", "baseline"):  # the cascade's sums: one rule per window for all terms
+        by_term = [r for r in rules if r["record"] == f"{gen.CASCADE_TERMS}:{side}"]
+        assert [r["labels"]["window"] for r in by_term] == [f"{w}m" for w in gen.WINDOWS]
 
 
 def test_the_rules_read_only_what_every_replica_exports() -> None:
-    """Raw series are the score histogram's count and sum and the squares counter, summed by data source."""
+    """Raw series are the score histogram's count and sum, the squares counter and the cascade's PPI sums, summed
+    by data source (the PPI sums by term too, which the next rules select)."""
     text = DETECTION_RULES_FILE.read_text(encoding="utf-8")
     raw = set(re.findall(r"increase\((\w+)\[", text))
     assert raw == {"context_precision_score_count", "context_precision_score_sum",
-                   "context_precision_score_squares_total"}
-    assert set(re.findall(r"\bby \(([^)]*)\)", text)) == {"gen_ai_data_source_id"}
+                   "context_precision_score_squares_total", "context_precision_cascade_sums_total"}
+    assert set(re.findall(r"\bby \(([^)]*)\)", text)) == {"gen_ai_data_source_id", "gen_ai_data_source_id, term"}
+
+
+def test_the_ppi_terms_are_the_ones_the_library_exports(gen: ModuleType) -> None:
+    """The generator's PPI terms are cp_observe's TERM_* values, in PpiSums' field order."""
+    import dataclasses
+
+    from cp_observe import _names
+    from cp_observe._judging._ppi import PpiSums
+
+    exported = {v for k, v in vars(_names).items() if k.startswith("TERM_")}
+    assert set(gen.PPI_TERMS) == exported
+    assert _names.METRIC_CASCADE_SUMS.replace(".", "_") + "_total" == gen.CASCADE_METRIC
+    assert len(dataclasses.fields(PpiSums)) == len(gen.PPI_TERMS)
+
+
+def test_a_data_source_with_the_cascade_is_judged_on_its_ppi_figures_only() -> None:
+    """Every figure the alert reads is the PPI++ one where the cascade has a baseline, the score series' elsewhere."""
+    rules = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
+    chosen = {r["record"].rsplit(":", 1)[1]: r["expr"] for r in rules
+              if r["record"].startswith("gen_ai_data_source_id_window:context_precision_score:")}
+    assert set(chosen) == {"drop_z", "drop", "drop_stderr", "baseline_mean", "mean", "evaluations",
+                           "baseline_evaluations"}
+    for expr in chosen.values():
+        assert " or (" in expr and "unless on (gen_ai_data_source_id) group by (gen_ai_data_source_id)" in expr
 
 
 def test_the_alert_states_window_drop_interval_baseline_and_counts(gen: ModuleType) -> None:
@@ -88,8 +116,8 @@ def test_the_alert_states_window_drop_interval_baseline_and_counts(gen: ModuleTy
     rule = alert_rules(DETECTION_RULES_FILE)["ContextPrecisionMAPRegression"]
     assert " ".join(rule["expr"].split()) == f"gen_ai_data_source_id:context_precision_score:drop_z_max > {gen.Z}"
     description = rule["annotations"]["description"]
-    for needle in (".Labels.window", ":drop{", ":drop_stderr{", ":baseline_mean{", "_count:window{",
-                   "_count:baseline{", "exemplars", "Jaeger"):
+    for needle in (".Labels.window", ":drop{", ":drop_stderr{", ":baseline_mean{", ":evaluations{",
+                   ":baseline_evaluations{", "exemplars", "Jaeger"):
         assert needle in description, needle
     assert rule["annotations"]["runbook_url"] == "deploy/README.md#runbook-contextprecisionmapregression"
 
@@ -108,6 +136,43 @@ def test_the_generators_arithmetic_is_the_shared_one(gen: ModuleType) -> None:
         base = big_s / big_n
         se = math.sqrt(max(big_q / big_n - base**2, gen.VAR_FLOOR) * (1 / n + 1 / big_n))
         assert z == pytest.approx((base - s / n - gen.MARGIN) / se, rel=1e-12)
+
+
+def test_the_generators_ppi_arithmetic_is_the_shared_one(gen: ModuleType) -> None:
+    """The scenarios' PPI++ expectations (_ppi_z) and cp_observe._judging._ppi's ppi_drop_z compute the same z."""
+    from cp_observe._judging._ppi import PpiSums, ppi_drop_z
+
+    rng = random.Random(8)
+    checked = 0
+    for _ in range(300):
+        sides = []
+        for scale in (1.0, 7.0):
+            n = rng.choice([0, 5, 30, 200]) * scale
+            unl = rng.choice([0, 10, 400]) * scale
+            p_y, p_f = rng.random(), rng.random()
+            both = min(p_y, p_f) * rng.random()
+            sides.append(PpiSums(count=n + unl, sum_f=(n + unl) * p_f, sum_f2=(n + unl) * p_f, n=n, sum_y=n * p_y,
+                                 sum_y2=n * p_y, sum_f_sub=n * p_f, sum_f2_sub=n * p_f, sum_fy=n * both))
+        # the generator reads cumulative series at two steps: one window of 1 step and 7 baseline days
+        terms = {t: [0.0] * (8 * gen.DAY_MIN // gen.STEP_MIN + 2) for t in gen.PPI_TERMS}
+        day = gen.DAY_MIN // gen.STEP_MIN
+        at = 8 * day + 1
+        for t, field in zip(gen.PPI_TERMS, ("count", "sum_f", "sum_f2", "n", "sum_y", "sum_y2", "sum_f_sub",
+                                            "sum_f2_sub", "sum_fy"), strict=True):
+            series = terms[t]
+            for d in range(1, 8):  # each baseline day holds a seventh of the pooled sums
+                series[at - d * day] = getattr(sides[1], field) / 7
+            series[at] = getattr(sides[0], field)
+        found = gen._ppi_z(terms, at, 1)
+        expected = ppi_drop_z(sides[0], sides[1], margin=gen.MARGIN, var_floor=gen.VAR_FLOOR, min_count=gen.MIN_COUNT)
+        if expected is None:
+            assert found is None
+            continue
+        assert found is not None
+        assert found[0] == pytest.approx(expected.z, rel=1e-9, abs=1e-12)
+        assert found[1] == pytest.approx(expected.drop, rel=1e-9, abs=1e-12)
+        checked += 1
+    assert checked > 50
 
 
 def test_readme_and_how_to_state_the_parameters(gen: ModuleType) -> None:
