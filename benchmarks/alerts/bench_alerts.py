@@ -262,7 +262,7 @@ def scan_z(per_minute: np.ndarray, at: np.ndarray, rules: ModuleType) -> np.ndar
         with np.errstate(divide="ignore", invalid="ignore"):
             mean_b = big_s / big_n
             var = np.maximum(big_q / big_n - mean_b**2, rules.VAR_FLOOR)
-            z = (mean_b - s / n - rules.MARGIN) / np.sqrt(var * (1 / n + 1 / big_n))
+            z = (mean_b - s / n - rules.MARGIN) / np.sqrt(var * (1 / n + 1 / big_n) + rules.LEVEL_SD**2)
         out[row] = np.where((n >= rules.MIN_COUNT) & (big_n >= rules.MIN_COUNT), z, np.nan)
     return out
 
@@ -840,7 +840,7 @@ def scan_z_ppi(terms: np.ndarray, at: np.ndarray, rules: ModuleType) -> np.ndarr
             wmfu = np.where(wunl > 0.5, (wf - wfs) / wunl, wmfs)
             mean = wy / wn + lam * (wmfu - wmfs)
             se = np.sqrt(resid * (1 / wn + 1 / n)
-                         + lam**2 * var_fu * (1 / np.maximum(wunl, 1) + 1 / np.maximum(unl, 1)))
+                         + lam**2 * var_fu * (1 / np.maximum(wunl, 1) + 1 / np.maximum(unl, 1)) + rules.LEVEL_SD**2)
             z = (baseline_mean - mean - rules.MARGIN) / se
         out[row] = np.where((wn >= rules.MIN_COUNT) & (n >= rules.MIN_COUNT), z, np.nan)
     return out

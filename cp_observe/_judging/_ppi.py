@@ -217,7 +217,7 @@ class PpiDrop:
 
 
 def ppi_drop_z(
-    window: PpiSums, baseline: PpiSums, *, margin: float, var_floor: float, min_count: float
+    window: PpiSums, baseline: PpiSums, *, margin: float, var_floor: float, min_count: float, level_sd: float
 ) -> PpiDrop | None:
     """The drop of a window's PPI++ MAP below a pooled baseline's, in standard errors less a margin.
 
@@ -228,7 +228,7 @@ def ppi_drop_z(
         mean    = mean(y) + lam * (mean(f_unlabelled) - mean(f_sub))     for the window and for the baseline
                   (a side with no unlabelled item takes mean(f_sub) there: the labels alone)
         se^2    = max(var(y - lam f_sub), var_floor) (1/n + 1/n_b) + lam^2 var(f_unlabelled)_b (1/N + 1/N_b)
-                  (N and N_b at least 1)
+                  + level_sd^2        (N and N_b at least 1; level_sd as drop_z's in cp_observe/_stats)
         z       = (baseline mean - mean - margin) / se
 
     None when either side has fewer than ``min_count`` labelled items.
@@ -254,7 +254,8 @@ def ppi_drop_z(
     w_f_sub = window.sum_f_sub / n
     w_f_unl = (window.sum_f - window.sum_f_sub) / big_n if big_n > 0 else w_f_sub
     mean = window.sum_y / n + lam * (w_f_unl - w_f_sub)
-    se = math.sqrt(residual * (1 / n + 1 / n_b) + lam * lam * var_f_unl * (1 / max(big_n, 1) + 1 / max(big_n_b, 1)))
+    se = math.sqrt(residual * (1 / n + 1 / n_b) + lam * lam * var_f_unl * (1 / max(big_n, 1) + 1 / max(big_n_b, 1))
+                   + level_sd * level_sd)
     drop = base - mean
     return PpiDrop((drop - margin) / se, drop, se, base, mean, lam, n, n_b)
 

@@ -17,11 +17,22 @@ from cp_observe._stats._moments import Moments
 from cp_observe._stats._normal import Z95, Z_RULES
 from cp_observe._stats._sequential import drop_z
 
-__all__ = ["DROP_THRESHOLD", "MINIMUM", "REGRESSION_MARGIN", "REGRESSION_Z", "VAR_FLOOR", "Window", "Z", "report"]
+__all__ = [
+    "DROP_THRESHOLD",
+    "MINIMUM",
+    "REGRESSION_LEVEL_SD",
+    "REGRESSION_MARGIN",
+    "REGRESSION_Z",
+    "VAR_FLOOR",
+    "Window",
+    "Z",
+    "report",
+]
 
 Z = Z_RULES  # one-sided 99 %, as ContextPrecisionMAPDrop writes it
 DROP_THRESHOLD = 0.5  # ContextPrecisionMAPDrop
-REGRESSION_MARGIN = 0.03  # ContextPrecisionMAPRegression: the drop that counts
+REGRESSION_MARGIN = 0.0  # ContextPrecisionMAPRegression: the drop that counts (0: any the evidence shows)
+REGRESSION_LEVEL_SD = 0.01  # and the level's day-to-day spread, in its standard error
 REGRESSION_Z = 4.8  # ContextPrecisionMAPRegression: the threshold of its family of windows
 VAR_FLOOR = 0.01  # ContextPrecisionMAPRegression: the least AP variance it assumes
 MINIMUM = 20  # scored evaluations per window; below it ContextPrecisionLowVolume
@@ -65,9 +76,9 @@ def report(before: Sequence[float], after: Sequence[float]) -> list[str]:
         if old.count >= MINIMUM:
             z = drop_z(new.count, new.count * new.mean, old.count, old.count * old.mean,
                        old.count * (old.stderr**2 * max(old.count - 1, 1) + old.mean**2),
-                       margin=REGRESSION_MARGIN, var_floor=VAR_FLOOR, min_count=MINIMUM)
+                       margin=REGRESSION_MARGIN, var_floor=VAR_FLOOR, min_count=MINIMUM,
+                       level_sd=REGRESSION_LEVEL_SD)
             if z is not None and z > REGRESSION_Z:
-                fires.append(f"ContextPrecisionMAPRegression (drop less the margin {REGRESSION_MARGIN} is {z:.1f}"
-                             f" standard errors > {REGRESSION_Z})")
+                fires.append(f"ContextPrecisionMAPRegression (drop of {z:.1f} standard errors > {REGRESSION_Z})")
     lines.append("  alerts that would fire: " + ("; ".join(fires) if fires else "none"))
     return lines

@@ -66,7 +66,7 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
         for col, t in enumerate(at):
             n, s, _ = cum[:, t] - cum[:, t - w]
             big = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - w] for d in range(1, 8))
-            expected = drop_z(n, s, big[0], big[1], big[2], margin=rules.MARGIN, var_floor=rules.VAR_FLOOR,
+            expected = drop_z(n, s, big[0], big[1], big[2], margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD,
                               min_count=rules.MIN_COUNT)
             assert (expected is None and np.isnan(z[row, col])) or z[row, col] == pytest.approx(expected)
 
@@ -89,7 +89,7 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
         for col, t in enumerate(at):
             win = cum[:, t] - cum[:, t - w]
             big = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - w] for d in range(1, 8))
-            expected = ppi_drop_z(PpiSums(*win), PpiSums(*big), margin=rules.MARGIN, var_floor=rules.VAR_FLOOR,
+            expected = ppi_drop_z(PpiSums(*win), PpiSums(*big), margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD,
                                   min_count=rules.MIN_COUNT)
             if expected is None:
                 assert np.isnan(z[row, col])

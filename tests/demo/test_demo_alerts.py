@@ -22,8 +22,9 @@ def test_constants_are_the_shipped_rules() -> None:
     assert spec is not None and spec.loader is not None
     generator = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generator)
-    assert (generator.MARGIN, generator.Z, generator.VAR_FLOOR, generator.MIN_COUNT) == (
-        _alerts.REGRESSION_MARGIN, _alerts.REGRESSION_Z, _alerts.VAR_FLOOR, _alerts.MINIMUM)
+    assert (generator.MARGIN, generator.LEVEL_SD, generator.Z, generator.VAR_FLOOR, generator.MIN_COUNT) == (
+        _alerts.REGRESSION_MARGIN, _alerts.REGRESSION_LEVEL_SD, _alerts.REGRESSION_Z, _alerts.VAR_FLOOR,
+        _alerts.MINIMUM)
 
 
 def test_window_matches_the_recording_rules_formula() -> None:

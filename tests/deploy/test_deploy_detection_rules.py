@@ -8,6 +8,7 @@ import random
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from types import ModuleType
 
 import pytest
@@ -122,20 +123,35 @@ def test_the_alert_states_window_drop_interval_baseline_and_counts(gen: ModuleTy
     assert rule["annotations"]["runbook_url"] == "deploy/README.md#runbook-contextprecisionmapregression"
 
 
+def _one_window(gen: ModuleType, window: Sequence[float], pooled: Sequence[float]) -> list[list[float]]:
+    """Cumulative series whose last step's one-step window holds ``window`` and whose 7 baseline days ``pooled``."""
+    day = gen.DAY_MIN // gen.STEP_MIN
+    at = 8 * day + 1
+    out = []
+    for now, base in zip(window, pooled, strict=True):
+        series = [0.0] * (at + 1)
+        for d in range(1, 8):  # each baseline day holds a seventh of the pooled sums
+            series[at - d * day] = base / 7
+        series[at] = now
+        out.append(series)
+    return out
+
+
 def test_the_generators_arithmetic_is_the_shared_one(gen: ModuleType) -> None:
-    """The scenarios' expectations (evaluate) and cp_observe._stats's drop_z compute the same z."""
+    """The scenarios' expectations (_plain_z) and cp_observe._stats's drop_z compute the same z."""
     rng = random.Random(5)
+    at = 8 * gen.DAY_MIN // gen.STEP_MIN + 1
     for _ in range(200):
         n, big_n = rng.uniform(1, 500), rng.uniform(1, 5000)
         s, big_s = n * rng.random(), big_n * rng.random()
         big_q = big_s * rng.uniform(big_s / big_n, 1)
-        z = drop_z(n, s, big_n, big_s, big_q, margin=gen.MARGIN, var_floor=gen.VAR_FLOOR, min_count=gen.MIN_COUNT)
-        if n < gen.MIN_COUNT or big_n < gen.MIN_COUNT:
-            assert z is None
+        z = drop_z(n, s, big_n, big_s, big_q, margin=gen.MARGIN, var_floor=gen.VAR_FLOOR, min_count=gen.MIN_COUNT,
+                   level_sd=gen.LEVEL_SD)
+        found = gen._plain_z(_one_window(gen, (n, s, 0.0), (big_n, big_s, big_q)), at, 1)
+        if z is None:
+            assert found is None
             continue
-        base = big_s / big_n
-        se = math.sqrt(max(big_q / big_n - base**2, gen.VAR_FLOOR) * (1 / n + 1 / big_n))
-        assert z == pytest.approx((base - s / n - gen.MARGIN) / se, rel=1e-12)
+        assert found is not None and found[0] == pytest.approx(z, rel=1e-12)
 
 
 def test_the_generators_ppi_arithmetic_is_the_shared_one(gen: ModuleType) -> None:
@@ -164,7 +180,8 @@ def test_the_generators_ppi_arithmetic_is_the_shared_one(gen: ModuleType) -> Non
                 series[at - d * day] = getattr(sides[1], field) / 7
             series[at] = getattr(sides[0], field)
         found = gen._ppi_z(terms, at, 1)
-        expected = ppi_drop_z(sides[0], sides[1], margin=gen.MARGIN, var_floor=gen.VAR_FLOOR, min_count=gen.MIN_COUNT)
+        expected = ppi_drop_z(sides[0], sides[1], margin=gen.MARGIN, var_floor=gen.VAR_FLOOR, min_count=gen.MIN_COUNT,
+                   level_sd=gen.LEVEL_SD)
         if expected is None:
             assert found is None
             continue
@@ -181,7 +198,7 @@ def test_readme_and_how_to_state_the_parameters(gen: ModuleType) -> None:
     how_to = (DEPLOY.parent / "docs" / "how-to" / "alerts-and-runbooks.md").read_text(encoding="utf-8")
     for text in (readme, how_to):
         assert "detection_rules.py" in text
-        assert f"margin {gen.MARGIN}" in text and f"z > {gen.Z}" in text
+        assert f"level SD {gen.LEVEL_SD}" in text and f"z > {gen.Z}" in text and "--margin" in text
         assert f"{gen.MIN_COUNT} scored evaluations" in text and "1280m" in text
 
 
@@ -195,4 +212,4 @@ def test_dashboard_draws_the_statistic_against_the_alerts_threshold(gen: ModuleT
     assert "gen_ai_data_source_id_window:context_precision_score:drop_z" in exprs
     steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [s["value"] for s in steps] == [None, gen.Z]
-    assert f"z > {gen.Z}" in panel["description"] and f"margin {gen.MARGIN}" in panel["description"]
+    assert f"z > {gen.Z}" in panel["description"] and f"level SD {gen.LEVEL_SD}" in panel["description"]

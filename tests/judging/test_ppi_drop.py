@@ -11,7 +11,7 @@ from cp_observe._stats._sequential import drop_z
 
 pytestmark = pytest.mark.unit
 
-KW = {"margin": 0.03, "var_floor": 0.01, "min_count": 20}
+KW = {"margin": 0.03, "var_floor": 0.01, "min_count": 20, "level_sd": 0.01}
 
 
 def _items(rng: random.Random, count: int, share: float, mean_y: float, mean_f: float) -> PpiSums:
