@@ -551,7 +551,7 @@ def canary_scan_z(value: np.ndarray, rest: np.ndarray, at: np.ndarray, rules: Mo
     """The canary rules' z of ``value`` against ``rest`` per window (rows) at minutes ``at``; NaN where not judged.
 
     The rules' arithmetic (``cp_observe/_stats/_canary_scan.gap_z``) vectorised: the stage's variance over the
-    window from both sides' sums, SE = sqrt(max(var, floor) (1/n + 1/n_rest)), z = (gap - margin) / SE.
+    window from both sides' sums, SE = sqrt(max(var, floor) (1/n + 1/n_rest) + gap_sd^2), z = (gap - margin) / SE.
     """
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
@@ -560,7 +560,7 @@ def canary_scan_z(value: np.ndarray, rest: np.ndarray, at: np.ndarray, rules: Mo
         tn, ts, tq = _windowed(value + rest, at, w)
         with np.errstate(divide="ignore", invalid="ignore"):
             var = np.maximum(tq / tn - (ts / tn) ** 2, rules.VAR_FLOOR)
-            z = (rs / rn - s / n - rules.MARGIN) / np.sqrt(var * (1 / n + 1 / rn))
+            z = (rs / rn - s / n - rules.MARGIN) / np.sqrt(var * (1 / n + 1 / rn) + rules.GAP_SD**2)
         out[row] = np.where((n >= rules.MIN_COUNT) & (rn >= rules.MIN_COUNT), z, np.nan)
     return out
 

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from cp_observe._stats._canary_scan import Gap, baseline_gap_z, gap_z
 from cp_observe.demo._alerts import Z as _Z99
 
-__all__ = ["MARGIN", "MIN_COUNT", "VAR_FLOOR", "WINDOWS", "Z", "Sums", "Verdict", "report", "scan", "verdict"]
+__all__ = ["GAP_SD", "MARGIN", "MIN_COUNT", "VAR_FLOOR", "WINDOWS", "Z", "Sums", "Verdict", "report", "scan", "verdict"]
 
 WINDOWS = (5, 10, 20, 40, 80, 160, 320, 640, 1280)  # minutes: the scan's windows
 Z = 4.8  # the family's threshold (about 0.5 false alarm per value and stage per month)
-MARGIN = 0.03  # a gap smaller than this is not worth a page
+MARGIN = 0.0  # a gap smaller than this is never paged (0: any gap the evidence shows)
+GAP_SD = 0.01  # how far apart equally good values' MAPs stray, in the standard error
 MIN_COUNT = 20  # scored evaluations in the window, on each side
 VAR_FLOOR = 0.01  # the least AP variance the rules assume
 _Z95 = 1.96  # the printed two-sided 95 % interval of the gap
@@ -82,7 +83,7 @@ class Verdict:
 
 def verdict(value: Sums, data_source: Sums, baseline: float | None = None) -> Verdict:
     """One window's verdict for ``value`` in its ``data_source``'s totals at its stage (the rest: the difference)."""
-    options = dict(margin=MARGIN, var_floor=VAR_FLOOR, min_count=MIN_COUNT)
+    options = dict(margin=MARGIN, var_floor=VAR_FLOOR, min_count=MIN_COUNT, gap_sd=GAP_SD)
     found = [gap_z(value.astuple(), data_source.astuple(), **options)]
     if baseline is not None:
         found.append(baseline_gap_z(value.astuple(), baseline, **options))
@@ -126,9 +127,10 @@ def report(scores: Mapping[str, Sequence[float]], *, label: str, stage: str, bas
         word = "FIRES" if result.fires else "quiet"
         line = (f"  ContextPrecisionVariantRegression {word} for {label}={value} (stage {stage}): {gap.against} MAP "
                 f"{gap.reference:.2f}, gap {gap.gap:.2f} ± {_Z95 * gap.stderr:.2f} (95%), z {gap.z:.1f} vs {Z}")
-        if not result.fires and gap.gap > MARGIN:
-            # At this gap and variance, SE shrinks like 1/sqrt(n): the evaluations per side that would reach Z.
-            needed = part.count * (Z * gap.stderr / (gap.gap - MARGIN)) ** 2
+        reachable = ((gap.gap - MARGIN) / Z) ** 2 - GAP_SD**2  # the SE^2 at which z reaches Z, less the spread's
+        if not result.fires and gap.gap > MARGIN and reachable > 0:
+            # At this gap and variance, the sampling part of SE^2 shrinks like 1/n: the evaluations that reach Z.
+            needed = part.count * (gap.stderr**2 - GAP_SD**2) / reachable
             line += f" (at this gap, about {math.ceil(needed)} scored evaluations of {value} would fire it)"
         lines.append(line)
     return lines

@@ -50,7 +50,8 @@ def test_the_vectorised_scan_is_the_shared_statistic(bench: ModuleType, rules: M
         for col, t in enumerate(at):
             value = tuple(v2[:, max(t - w, 0):t].sum(axis=1))
             total = tuple((v1 + v2)[:, max(t - w, 0):t].sum(axis=1))
-            found = gap_z(value, total, margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, min_count=rules.MIN_COUNT)
+            found = gap_z(value, total, margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, min_count=rules.MIN_COUNT,
+                          gap_sd=rules.GAP_SD)
             if found is None:
                 assert math.isnan(z[row, col])
             else:

@@ -114,11 +114,11 @@ def test_a_worse_variant_fires_for_that_variant_only(tmp_path: Path) -> None:
         assert firing[0]["labels"]["stage"] == "retrieval"
         text = firing[0]["annotations"]["description"]
         match = re.search(r"Over the last (\d+)m, .* is below the MAP of its other retriever_version values at that"
-                          r" stage by more than the margin ([\d.]+): z = ([\d.]+) > ([\d.]+)\. Estimated gap ([\d.]+)"
+                          r" stage at z = ([\d.]+) > ([\d.]+) \(gap SD ([\d.]+)\)\. Estimated gap ([\d.]+)"
                           r" ± ([\d.]+) \(95%\) below a MAP of ([\d.]+), on (\d+) scored evaluations of the value and"
                           r" (\d+) of the rest\.", text)
         assert match, text
-        window, _, z, threshold, gap, half, rest, n, rest_n = match.groups()
+        window, z, threshold, _, gap, half, rest, n, rest_n = match.groups()
         assert int(window) in _generator().WINDOWS and float(z) > float(threshold) == _generator().Z
         assert 0.1 < float(gap) < 0.5 and 0 < float(half) < float(gap) and 0.8 < float(rest) <= 1.0
         assert int(n) >= 20 and int(rest_n) >= 20

@@ -52,8 +52,8 @@ def test_the_generator_names_labels_as_the_library_does(attribute: str) -> None:
 def test_python_verdict_uses_the_rules_constants() -> None:
     """The demo's and the benchmark's arithmetic has the generator's windows, z, margin, floor and minimum."""
     generator = _generator()
-    assert (_canary.WINDOWS, _canary.Z, _canary.MARGIN, _canary.VAR_FLOOR, _canary.MIN_COUNT) == (
-        generator.WINDOWS, generator.Z, generator.MARGIN, generator.VAR_FLOOR, generator.MIN_COUNT)
+    assert (_canary.WINDOWS, _canary.Z, _canary.MARGIN, _canary.GAP_SD, _canary.VAR_FLOOR, _canary.MIN_COUNT) == (
+        generator.WINDOWS, generator.Z, generator.MARGIN, generator.GAP_SD, generator.VAR_FLOOR, generator.MIN_COUNT)
 
 
 def test_the_family_threshold_is_the_drop_detections() -> None:
@@ -81,7 +81,8 @@ def test_the_shared_statistic_is_the_generators_arithmetic() -> None:
                 back = at - w // generator.STEP_MIN
                 part = [c[at] - c[back] for c in sides[(stage, value)]]
                 total = [sum(sides[k][i][at] - sides[k][i][back] for k in sides if k[0] == stage) for i in range(3)]
-                options = dict(margin=generator.MARGIN, var_floor=generator.VAR_FLOOR, min_count=generator.MIN_COUNT)
+                options = dict(margin=generator.MARGIN, var_floor=generator.VAR_FLOOR, min_count=generator.MIN_COUNT,
+                               gap_sd=generator.GAP_SD)
                 for gap in (gap_z(tuple(part), tuple(total), **options),
                             baseline_gap_z(tuple(part), 0.8, **options) if stage == "retrieval" else None):
                     if gap is not None and (best is None or gap.z > best[0]):
@@ -94,9 +95,10 @@ def test_the_shared_statistic_is_the_generators_arithmetic() -> None:
 
 
 def test_python_verdict_on_the_edges() -> None:
-    """Constant scores: a gap of 0.04 fires on enough evaluations, 0.02 never does, thin windows are not judged."""
+    """Constant scores: a gap of 0.06 fires on enough evaluations, 0.03 never does (the gap SD absorbs it), thin
+    windows are not judged."""
     v1 = _canary.Sums.of([0.8] * 6000)
-    for worse, fires in ((0.76, True), (0.78, False)):
+    for worse, fires in ((0.74, True), (0.77, False)):
         v2 = _canary.Sums.of([worse] * 6000)
         assert _canary.verdict(v2, v1 + v2).fires is fires
     thin = _canary.Sums.of([0.0] * 19)
@@ -147,7 +149,7 @@ def test_rules_for_another_label_pass_promtool(tmp_path: Path, baseline: float |
 
 
 def test_deploy_readme_states_the_canary_parameters() -> None:
-    """deploy/README.md's alert table row for the canary alert gives the generator's windows, margin, z, minimum."""
+    """deploy/README.md's alert table row for the canary alert gives the generator's windows, gap SD, z, minimum."""
     import re
 
     from tests.deploy_support import DEPLOY, load_yaml
@@ -158,7 +160,7 @@ def test_deploy_readme_states_the_canary_parameters() -> None:
     cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip("|"))][2:]
     (alert,) = [r for g in load_yaml(CANARY_RULES_FILE)["groups"] for r in g["rules"] if "alert" in r]
     assert "for" not in alert
-    assert cells == [f"{generator.WINDOWS[0]}m … {generator.WINDOWS[-1]}m", f"margin {generator.MARGIN}",
+    assert cells == [f"{generator.WINDOWS[0]}m … {generator.WINDOWS[-1]}m", f"gap SD {generator.GAP_SD}",
                      f"z > {generator.Z}", str(generator.MIN_COUNT), "—", alert["labels"]["severity"]]
     assert "#runbook-contextprecisionvariantregression" in alert["annotations"]["runbook_url"]
     assert "### Runbook: ContextPrecisionVariantRegression" in readme
@@ -178,12 +180,14 @@ def test_the_dashboard_plots_the_canary_statistic_against_its_threshold() -> Non
 
 
 def test_the_tuning_options_reach_the_rules() -> None:
-    """--margin, --z and --min-count change the expressions and the header, and are named in the regenerate line."""
-    printed = subprocess.run([sys.executable, str(GENERATOR), "--margin", "0.05", "--z", "5.5", "--min-count", "50"],
-                             capture_output=True, text=True, check=True).stdout
-    assert "--margin 0.05 --z 5.5 --min-count 50" in printed.splitlines()[2]
+    """--gap-sd, --margin, --z and --min-count change the expressions and the header, and are named in the
+    regenerate line."""
+    printed = subprocess.run([sys.executable, str(GENERATOR), "--gap-sd", "0.02", "--margin", "0.05", "--z", "5.5",
+                              "--min-count", "50"], capture_output=True, text=True, check=True).stdout
+    assert "--gap-sd 0.02 --margin 0.05 --z 5.5 --min-count 50" in printed.splitlines()[2]
     assert "- 0.05) / " in printed and ">= 50" in printed and ":gap_z_max > 5.5" in printed
-    assert "- 0.03) / " not in printed and ">= 20" not in printed
+    assert " + 0.0004)" in printed and " + 0.0001)" not in printed
+    assert "- 0.0) / " not in printed and ">= 20" not in printed
 
 
 def test_deploy_write_ships_a_generator_that_regenerates_the_shipped_files(tmp_path: Path) -> None:
