@@ -25,6 +25,14 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
   rules and a drop counts whole; with many, z is at most drop / LEVEL_SD, so the week's rhythm (a few hundredths)
   stays far below the threshold while a drop of 5 LEVEL_SD fires. MARGIN (0 by default) is for a user who wants
   drops smaller than it ignored however sure they are.
+- **Where the cheap-plus-LLM cascade runs.** The score series mix the LLM judge's AP (where it judged) with the
+  cheap judge's, and a drop only the LLM can tell would move that mix by llm_share of itself. For a data source
+  whose cascade sums (``context_precision_cascade_sums_total{term}``) hold MIN_COUNT LLM-judged evaluations in some
+  baseline window, the same windows and baseline compare the PPI++ MAP instead: the baseline's PPI++ weight lambda
+  and variances, both means with that weight, se^2 = var(y - lambda f)(1/n + 1/n_b) + lambda^2 var(f)(1/N + 1/N_b)
+  + LEVEL_SD^2, n counting LLM-judged evaluations (``cp_observe/_judging/_ppi.py``: ``ppi_drop_z``). The records
+  the alert reads (``<PREFIX>:drop_z`` and its figures) are these for such a data source, the score series' for
+  any other.
 - **Threshold.** The alert fires when the largest z over the windows exceeds Z. Z is set for the whole family:
   under no change, a moving window's z crosses a level z about (T / W) z phi(z) times over a time T (the scan
   statistic's Gaussian approximation); summed over the windows, with T a month, that is at most
