@@ -26,13 +26,13 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
   stays far below the threshold while a drop of 5 LEVEL_SD fires. MARGIN (0 by default) is for a user who wants
   drops smaller than it ignored however sure they are.
 - **Where the cheap-plus-LLM cascade runs.** The score series mix the LLM judge's AP (where it judged) with the
-  cheap judge's, and a drop only the LLM can tell would move that mix by llm_share of itself. For a data source
-  whose cascade sums (``context_precision_cascade_sums_total{term}``) hold MIN_COUNT LLM-judged evaluations in some
-  baseline window, the same windows and baseline compare the PPI++ MAP instead: the baseline's PPI++ weight lambda
+  cheap judge's, and a drop only the LLM can tell would move that mix by llm_share of itself. In a window whose
+  cascade sums (``context_precision_cascade_sums_total{term}``) hold MIN_COUNT LLM-judged evaluations, and as many
+  in its baseline, the window and its baseline compare the PPI++ MAP instead: the baseline's PPI++ weight lambda
   and variances, both means with that weight, se^2 = var(y - lambda f)(1/n + 1/n_b) + lambda^2 var(f)(1/N + 1/N_b)
   + LEVEL_SD^2, n counting LLM-judged evaluations (``cp_observe/_judging/_ppi.py``: ``ppi_drop_z``). The records
-  the alert reads (``<PREFIX>:drop_z`` and its figures) are these for such a data source, the score series' for
-  any other.
+  the alert reads (``<PREFIX>:drop_z`` and its figures) are these where they judge, the score series' where the
+  window holds no cascade evaluation (a cascade turned off), and none in a window whose cascade has too few.
 - **Threshold.** The alert fires when the largest z over the windows exceeds Z. Z is set for the whole family:
   under no change, a moving window's z crosses a level z about (T / W) z phi(z) times over a time T (the scan
   statistic's Gaussian approximation); summed over the windows, with T a month, that is at most
@@ -337,20 +337,28 @@ def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
 
 
 def _chosen_records(z: float, min_count: int) -> list[str]:
-    """Per data source, the PPI++ figures where its cascade has a baseline, else the score series' ones."""
+    """Per data source and window, the PPI++ figures where they judge, else the score series' where the window holds
+    no cascade evaluation (so a cascade turned off leaves the short windows to the score series at once)."""
     p, c = PREFIX, CASCADE
-    cascade = f"group by ({DS}) ({c}_n:baseline >= {min_count})"
+    on = f"on ({DS}, window)"
+    plain_ok = f"({p}_plain:drop_z unless {on} {c}_count:window > 0)"
     lines = [
-        f"      # What the alert reads: the PPI++ figures for a data source whose cascade has at least {min_count}",
-        "      # LLM-judged evaluations in some baseline window, the score series' for any other.",
+        "      # What the alert reads, per data source and window: the PPI++ figures where they judge (at least"
+        f" {min_count}",
+        "      # LLM-judged evaluations in the window and in the baseline), else the score series' where the window"
+        " holds",
+        "      # no cascade evaluation; neither in a window whose cascade has too few (the first day after it is"
+        " turned on).",
+        f"      - record: {p}:drop_z",
+        f"        expr: {p}_ppi:drop_z or {plain_ok}",
     ]
-    for name in ("drop_z", "drop", "drop_stderr", "baseline_mean", "mean"):
+    for name in ("drop", "drop_stderr", "baseline_mean", "mean"):
         lines += [f"      - record: {p}:{name}",
-                  f"        expr: {p}_ppi:{name} or ({p}_plain:{name} unless on ({DS}) {cascade})"]
+                  f"        expr: ({p}_ppi:{name} and {on} {p}_ppi:drop_z) or ({p}_plain:{name} and {on} {plain_ok})"]
     for name, ppi, plain in (("evaluations", f"{c}_n:window", f"{p}_count:window"),
                              ("baseline_evaluations", f"{c}_n:baseline", f"{p}_count:baseline")):
         lines += [f"      - record: {p}:{name}",
-                  f"        expr: {ppi} or ({plain} unless on ({DS}) {cascade})"]
+                  f"        expr: ({ppi} and {on} {p}_ppi:drop_z) or ({plain} and {on} {plain_ok})"]
     lines += [
         f"      # The family's statistic per data source (the dashboard plots it against {z}).",
         f"      - record: {DS}:context_precision_score:drop_z_max",
@@ -389,20 +397,24 @@ def _counters(per_minute: float, mean_at) -> list[list[float]]:
 CASCADE_JUDGED = 4  # the cascade scenarios' evaluations a minute judged by both judges (as many by the cheap one alone)
 
 
-def _cascade_counters(mean_y_at, mean_f_at) -> tuple[dict[str, list[float]], list[list[float]]]:
+def _cascade_counters(mean_y_at, mean_f_at, off_from: int | None = None
+                      ) -> tuple[dict[str, list[float]], list[list[float]]]:
     """Cumulative PPI sums by term, and the score series the library records beside them (the LLM's AP where it
     judged, the cheap judge's elsewhere), at every STEP_MIN. Scores are 0 or 1; the two judges disagree on 1/16
-    of the LLM-judged evaluations more than their means require."""
+    of the LLM-judged evaluations more than their means require. From ``off_from`` the cascade is off: its sums
+    stay where they were and the LLM judges every evaluation."""
     k = CASCADE_JUDGED * STEP_MIN
     terms = {t: [0.0] for t in PPI_TERMS}
     plain: list[list[float]] = [[0.0], [0.0], [0.0]]
     for minute in range(0, SCENARIO_DAYS * DAY_MIN, STEP_MIN):
         y, f = mean_y_at(minute), mean_f_at(minute)
+        on = off_from is None or minute < off_from
         step = {"count": 2 * k, "f": 2 * k * f, "f2": 2 * k * f, "n": k, "y": k * y, "y2": k * y,
                 "f_sub": k * f, "f2_sub": k * f, "fy": k * (min(y, f) - 0.0625)}
         for t, series in terms.items():
-            series.append(series[-1] + step[t])
-        for series, add in zip(plain, (2 * k, k * (y + f), k * (y + f))):
+            series.append(series[-1] + (step[t] if on else 0.0))
+        scored = k * (y + f) if on else 2 * k * y
+        for series, add in zip(plain, (2 * k, scored, scored)):
             series.append(series[-1] + add)
     return terms, plain
 
@@ -466,14 +478,15 @@ def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[flo
              ) -> tuple[float, int, float, float, float, float, float] | None:
     """The rules at ``minute`` (a multiple of STEP_MIN): (z, window, drop, SE, baseline mean, n, N) of the
     largest z, or None. ``increase`` over a window whose edges are samples is their difference. With the
-    cascade's PPI sums (``terms``) whose baseline holds MIN_COUNT LLM-judged evaluations in some window, the PPI++
-    figures replace the score series' (n and N are then the LLM-judged counts)."""
+    cascade's PPI sums (``terms``), a window is judged on the PPI++ figures where they judge (n and N are then the
+    LLM-judged counts), on the score series' where the window holds no cascade evaluation, else not at all."""
     at = minute // STEP_MIN
-    cascade = terms is not None and any(
-        _window_sums(terms["n"], at, w // STEP_MIN)[1] >= MIN_COUNT for w in WINDOWS)
     best = None
     for w in WINDOWS:
-        found = _ppi_z(terms, at, w // STEP_MIN) if cascade and terms else _plain_z(counters, at, w // STEP_MIN)
+        back = w // STEP_MIN
+        found = _ppi_z(terms, at, back) if terms else None
+        if found is None and not (terms and _window_sums(terms["count"], at, back)[0] > 0):
+            found = _plain_z(counters, at, back)
         if found is not None and (best is None or found[0] > best[0]):
             best = (found[0], w, *found[1:])
     return best
@@ -519,6 +532,9 @@ def scenarios() -> str:
     terms = {
         "cascade_steady": _cascade_counters(daily_mean, daily_mean),
         "cascade_blind": _cascade_counters(lambda m: daily_mean(m) - (0.25 if m >= change else 0), daily_mean),
+        # The cascade turned off at midnight: windows without its evaluations fall back on the score series.
+        "cascade_off": _cascade_counters(lambda m: daily_mean(m) - (0.25 if m >= change else 0), daily_mean,
+                                         off_from=8 * DAY_MIN),
     }
     for name, (_, plain) in terms.items():
         counters[name] = plain
@@ -532,7 +548,7 @@ def scenarios() -> str:
         assert not any(firing(name, m) for m in day8), name
     assert not any(firing(name, m) for name in counters for m in day8 if m < change)
     firsts = {name: next(m for m in day8 if m >= change and firing(name, m))
-              for name in ("step", "drift", "cascade_blind")}
+              for name in ("step", "drift", "cascade_blind", "cascade_off")}
     # The alert reports the PPI++ figures: the score series alone would report another drop.
     ppi, plain_only = evaluate(counters["cascade_blind"], firsts["cascade_blind"], terms["cascade_blind"][0]), \
         evaluate(counters["cascade_blind"], firsts["cascade_blind"])
@@ -550,6 +566,8 @@ def scenarios() -> str:
         " the cheap one",
         "# alone): cascade_steady (quiet) and cascade_blind, whose LLM-judged MAP drops 0.25 while the cheap judge's",
         "# does not: it fires on the PPI++ figures, which the description reports (n, N: LLM-judged counts).",
+        "# cascade_off ran the cascade until day 8 00:00, then the LLM judged every evaluation: its 0.25 drop at 12:00",
+        "# fires on the score series of the windows that hold no cascade evaluation.",
         "",
         "rule_files:",
         "  - ../rules/context_precision_detection.rules.yml",

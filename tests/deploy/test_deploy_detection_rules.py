@@ -101,15 +101,21 @@ def test_the_ppi_terms_are_the_ones_the_library_exports(gen: ModuleType) -> None
     assert len(dataclasses.fields(PpiSums)) == len(gen.PPI_TERMS)
 
 
-def test_a_data_source_with_the_cascade_is_judged_on_its_ppi_figures_only() -> None:
-    """Every figure the alert reads is the PPI++ one where the cascade has a baseline, the score series' elsewhere."""
+def test_each_window_is_judged_on_the_ppi_figures_or_else_only_without_the_cascade() -> None:
+    """Per data source and window, z is the PPI++ one where it judges, else the score series' where the window holds
+    no cascade evaluation; every figure the alert reads follows the same choice."""
     rules = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
-    chosen = {r["record"].rsplit(":", 1)[1]: r["expr"] for r in rules
+    chosen = {r["record"].rsplit(":", 1)[1]: " ".join(r["expr"].split()) for r in rules
               if r["record"].startswith("gen_ai_data_source_id_window:context_precision_score:")}
     assert set(chosen) == {"drop_z", "drop", "drop_stderr", "baseline_mean", "mean", "evaluations",
                            "baseline_evaluations"}
+    on = "on (gen_ai_data_source_id, window)"
+    plain_ok = (f"(gen_ai_data_source_id_window:context_precision_score_plain:drop_z unless {on}"
+                " gen_ai_data_source_id_window:context_precision_cascade_sums_count:window > 0)")
+    assert chosen.pop("drop_z") == f"gen_ai_data_source_id_window:context_precision_score_ppi:drop_z or {plain_ok}"
     for expr in chosen.values():
-        assert " or (" in expr and "unless on (gen_ai_data_source_id) group by (gen_ai_data_source_id)" in expr
+        assert f"and {on} gen_ai_data_source_id_window:context_precision_score_ppi:drop_z) or (" in expr
+        assert expr.endswith(f"and {on} {plain_ok})")
 
 
 def test_the_alert_states_window_drop_interval_baseline_and_counts(gen: ModuleType) -> None:
