@@ -3,9 +3,10 @@
 ``gap_z`` is what the canary rules (deploy/prometheus/canary_rules.py writes them) compute in PromQL for each
 window of their scan: the rest's mean minus the value's, less a margin, over the standard error of that
 difference with the AP variance of the whole data source at the stage over the window (the same for both sides
-when they do not differ) and the spread of a gap between equally good values (``gap_sd``). ``baseline_gap_z`` is the branch against a recorded baseline MAP, with the value's own
-variance. Both return None under the minimum count, as the rules drop the window there. Sums are
-(count, sum, sum of squares) of AP, what the score histogram and the squares counter give. Standard library only.
+when they do not differ) and the spread of a gap between equally good values (``gap_sd``). ``baseline_gap_z`` is
+the branch against a recorded baseline MAP, with the value's own variance. Both return None under the minimum
+count, as the rules drop the window there. Sums are (count, sum, sum of squares) of AP, what the score histogram
+and the squares counter give. Standard library only.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 ``drop_z`` is the per-window statistic the shipped rules compute in PromQL (deploy/prometheus/detection_rules.py
 writes them): the drop of a window's mean below a pooled baseline, less a margin, over its standard error taken
-from the baseline's variance and the level's day-to-day spread. ``OracleCusum`` is Page's CUSUM for a drop of known size from a known (possibly
-time-varying) mean with a known standard deviation: by Lorden's bound no detector with the same false-alarm rate
-is faster on average, so it is the limit a rule's delay is reported against. Standard library only.
+from the baseline's variance and the level's day-to-day spread. ``OracleCusum`` is Page's CUSUM for a drop of known
+size from a known (possibly time-varying) mean with a known standard deviation: by Lorden's bound no detector with
+the same false-alarm rate is faster on average, so it is the limit a rule's delay is reported against. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ def drop_z(
     count: float, total: float, baseline_count: float, baseline_total: float, baseline_squares: float,
     *, margin: float, var_floor: float, min_count: float, level_sd: float,
 ) -> float | None:
-    """(baseline mean - window mean - margin) / SE, SE from the baseline's variance and the level's spread; None
-    under the minimum.
+    """(baseline mean - window mean - margin) / SE; None under the minimum.
 
     SE = sqrt(max(Q/N - (S/N)^2, var_floor) * (1/n + 1/N) + level_sd^2), for the window's count n and sum, and the
     baseline's count N, sum S and sum of squares Q. ``level_sd`` is how far a healthy day's MAP strays from the
