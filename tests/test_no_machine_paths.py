@@ -4,7 +4,10 @@ A command that ``cd``s into a developer's checkout, or a figure quoted with a ho
 one machine only and leaks its layout. Repository-wide like ``test_architecture.py``, so it sits beside it
 rather than in a per-package folder. What counts as a machine path:
 
-- this checkout's own absolute path, its parent, and the home directory of whoever runs the tests;
+- this checkout's own absolute path, its parent (unless that is a shared directory every machine has: the
+  system's temp directory or another directory directly under the root, such as ``/tmp`` or ``/srv``; these
+  name no developer's layout, and counting them would flag every scratch path under them), and the home
+  directory of whoever runs the tests;
 - the usual homes of a developer: ``/home/<user>/``, ``/Users/<user>/``, ``/root/``, ``C:\\Users\\``;
 - the worktree root of the machine this project is developed on (``/work/``) and its local package mirrors
   (``/opt/pypi``, ``/opt/wheels``);
@@ -20,8 +23,12 @@ and Kubernetes paths (``/var/lib/cp-observe``, ``/etc/otelcol-contrib``, ``/run/
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -68,10 +75,19 @@ def machine_paths(text: str, *, here: Path = REPO, home: Path | None = None) -> 
         if parts & names or "pytest-of-" in match.group(0):
             found.append(match.group(0))
     home = Path.home() if home is None else home
-    for local in (str(here), str(here.parent), str(home) + "/"):
+    locals_ = [str(here), str(home) + "/"]
+    if not _shared(here.parent):
+        locals_.append(str(here.parent))
+    for local in locals_:
         if len(local) > 2 and local in text:  # never "/" (a root home or checkout would match everything)
             found.append(local)
     return found
+
+
+def _shared(directory: Path) -> bool:
+    """Whether ``directory`` is one every machine has (the temp directory, or directly under the root)."""
+    temp = Path(tempfile.gettempdir()).resolve()
+    return directory.resolve() == temp or directory.parent == directory.parent.parent
 
 
 def _allowed(relative: str, line: str) -> bool:
@@ -131,3 +147,30 @@ def test_the_checkout_and_home_are_found(tmp_path: Path) -> None:
 def test_paths_of_the_deployed_software_are_not_machine_paths(line: str) -> None:
     """Container, Kubernetes, Debian and scratch paths are not a developer's machine."""
     assert machine_paths(line, home=Path("/nonexistent-home")) == []
+
+
+def test_the_checkout_and_home_are_found_under_a_deeper_parent() -> None:
+    """A checkout directly under the temp directory still finds itself, but not the temp directory."""
+    checkout = Path(tempfile.gettempdir()) / "project"
+    home = Path("/nonexistent-home")
+    assert machine_paths(f"cd {checkout}/tests", here=checkout, home=home)
+    scratch = f"pip install --target {Path(tempfile.gettempdir()) / 'uvicorn-cmp'} uvicorn"
+    assert machine_paths(scratch, here=checkout, home=home) == []
+
+
+def test_a_clone_directly_under_the_temp_directory_passes() -> None:
+    """A fresh clone at ``<temp>/<name>`` passes the tree check above (the checkout's parent is no machine path)."""
+    clone = Path(tempfile.mkdtemp(prefix="cpo-clone-"))  # directly under the temp directory, as a new user's
+    try:
+        subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, capture_output=True)
+        assert clone.parent == Path(tempfile.gettempdir())
+        shutil.copyfile(__file__, clone / "tests" / Path(__file__).name)  # the check as in this tree, if uncommitted
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "tests/test_no_machine_paths.py::test_no_tracked_file_names_a_machine_path",
+             "-q", "-p", "no:cacheprovider"],
+            cwd=clone, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+        assert "1 passed" in run.stdout
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)

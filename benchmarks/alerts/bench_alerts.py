@@ -59,8 +59,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import block_network, machine_line, markdown_table
-
-from cp_observe._stats._sequential import OracleCusum, lorden_threshold
+from _oracle import OracleCusum, lorden_threshold
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "deploy" / "prometheus" / "rules" / "context_precision.rules.yml"

@@ -65,14 +65,6 @@ class MeanEstimate:
     labelled: int
     unlabelled: int
 
-    def lower_bound(self, alpha: float = 0.05) -> float:
-        """The one-sided ``1 - alpha`` lower confidence bound (what a "MAP fell below" alert compares)."""
-        return self.estimate - z_value(alpha, two_sided=False) * self.standard_error
-
-    def upper_bound(self, alpha: float = 0.05) -> float:
-        """The one-sided ``1 - alpha`` upper confidence bound (what a "MAP is below the line" alert compares)."""
-        return self.estimate + z_value(alpha, two_sided=False) * self.standard_error
-
 
 @dataclass(frozen=True)
 class PpiSums:
@@ -220,6 +212,11 @@ def ppi_drop_z(
     window: PpiSums, baseline: PpiSums, *, margin: float, var_floor: float, min_count: float, level_sd: float
 ) -> PpiDrop | None:
     """The drop of a window's PPI++ MAP below a pooled baseline's, in standard errors less a margin.
+
+    No code of the live path calls it: it is the reference, in Python, for the arithmetic the drop-detection rules
+    compute in PromQL where the cascade runs (``deploy/prometheus/detection_rules.py`` writes them; the deploy
+    README and the cascade how-to cite it), and the rules' promtool scenarios and the alert benchmark are checked
+    against it. So it ships with the wheel, beside the PPI++ weight it shares.
 
     The weight and the variances are the baseline's (seven days of evidence against the window's minutes; the
     same under no change), so one noisy window cannot tune its own weight towards a false alarm::

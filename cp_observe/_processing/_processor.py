@@ -8,7 +8,6 @@ raises. Everything else runs on the evaluator thread (see ``_evaluator``).
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 import weakref
@@ -33,6 +32,7 @@ from cp_observe._capture._payloads import PAYLOADS
 from cp_observe._config import _runtime
 from cp_observe._config._sampling import TraceIdRatio, sampling_reason
 from cp_observe._config._settings import Settings
+from cp_observe._config._signature import TableSignature
 from cp_observe._emission._emit import Emitter
 from cp_observe._emission._sinks import Sink, SinkRunner
 from cp_observe._fork import at_fork_method
@@ -98,25 +98,6 @@ def takes_as_target(span: ReadableSpan) -> bool:
 
 def _millis_left(deadline: float) -> int:
     return max(0, int((deadline - time.monotonic()) * 1000))
-
-
-class _Signature:
-    """``inspect.signature(ContextPrecisionProcessor)``: its own keywords, then each processor setting of the table.
-
-    The settings are not spelled in ``__init__``: they arrive as ``**options`` and are validated by the field table
-    (``_config/_settings.py``). This gives ``help()``, IDEs and ``inspect`` the full keyword list with each
-    setting's default and type, built from that table on first use.
-    """
-
-    def __get__(self, instance: object, owner: type[Any]) -> inspect.Signature:
-        own = list(inspect.signature(owner.__init__).parameters.values())[1:]  # without self
-        params = [p for p in own if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        taken = {p.name for p in params}
-        fields = Settings.model_fields
-        params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=fields[name].default,
-                                     annotation=fields[name].annotation)
-                   for name in Settings.processor_fields() if name not in taken]
-        return inspect.Signature(params)
 
 
 def processor_options(given: Mapping[str, Any], *, data_source: DataSource, segments: Sequence[str] | str | None,
@@ -186,7 +167,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         **options: the other processor settings.
     """
 
-    __signature__ = _Signature()
+    __signature__ = TableSignature()
 
     def __init__(
         self,

@@ -7,31 +7,29 @@ providers are created with OTLP exporters configured from the standard ``OTEL_*`
 
 from __future__ import annotations
 
-import inspect
+import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import _logs, metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SynchronousMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 
 from cp_observe._config import _runtime
 from cp_observe._config._sampling import TraceIdRatio
 from cp_observe._config._settings import Settings
+from cp_observe._config._signature import table_signature
 from cp_observe._emission._sinks import Sink
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
 from cp_observe._processing._processor import ContextPrecisionProcessor
 from cp_observe._types import Judge
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from cp_observe._wiring._providers import (
-    build_log_exporter,
-    build_metric_readers,
-    build_span_exporter,
+    build_providers,
+    export_choice,
     judge_from_settings,
     processor_from_settings,
     sinks_from_settings,
@@ -40,12 +38,17 @@ from cp_observe._wiring._providers import (
 __all__ = ["configure", "current_processor", "replace_current_processor"]
 
 _CURRENT: list[ContextPrecisionProcessor | None] = [None]  # the processor the last configure() installed
+# The one forwarding processor configure() attached to each tracer provider, and the one a processor is behind.
+_FORWARDERS: weakref.WeakKeyDictionary[TracerProvider, _Forwarder] = weakref.WeakKeyDictionary()
+_BEHIND: weakref.WeakKeyDictionary[ContextPrecisionProcessor, _Forwarder] = weakref.WeakKeyDictionary()
+# What each provider configure() created exports to (see export_choice), to warn when a later call asks for another.
+_EXPORTS: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 
 
 def current_processor() -> ContextPrecisionProcessor | None:
     """The processor the last ``configure()`` installed (``None``: none, or capture-only).
 
-    The next ``configure()`` shuts it down before it installs its own. The test kit's ``IsolatedRuntime`` reads it
+    The next ``configure()`` shuts it down before it installs its own, behind the same forwarding processor. The test kit's ``IsolatedRuntime`` reads it
     when it opens, to put it back when it closes.
     """
     return _CURRENT[0]
@@ -54,10 +57,15 @@ def current_processor() -> ContextPrecisionProcessor | None:
 def replace_current_processor(processor: ContextPrecisionProcessor | None) -> ContextPrecisionProcessor | None:
     """Make ``processor`` the one the next ``configure()`` shuts down, without shutting down the one it replaces.
 
-    For the test kit's ``IsolatedRuntime``, which shuts down what ``configure()`` installed while it was open and
+    The forwarding processor the replaced one was behind stops calling it, and the one ``processor`` was
+    installed behind (if any) calls it again. For the test kit's ``IsolatedRuntime``, which shuts down what ``configure()`` installed while it was open and
     then puts back the processor that was current before. Returns the processor it replaced.
     """
     previous, _CURRENT[0] = _CURRENT[0], processor
+    if previous is not None and (forwarder := _BEHIND.get(previous)) is not None and forwarder.target is previous:
+        forwarder.target = None
+    if processor is not None and (forwarder := _BEHIND.get(processor)) is not None:
+        forwarder.target = processor
     return previous
 
 
@@ -115,36 +123,24 @@ def configure(
     data_source_callable = _data_source_setting(data_source, settings)
     resolved = Settings.resolve(settings)
     resource = Resource.create({"service.name": resolved.service_name} if resolved.service_name else {})
-    tracer_provider = tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider)
-    export_processor: BatchSpanProcessor | None = None
-    if tracer_provider is None:
-        tracer_provider = TracerProvider(
-            resource=resource, active_span_processor=_ScorersFirst())  # type: ignore[no-untyped-call]  # untyped in the SDK
-        exporter = build_span_exporter(resolved)
-        if exporter is not None:
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor  # only with an exporter (and its cost)
-
-            export_processor = BatchSpanProcessor(exporter)
-            if not (resolved.hold_spans and not resolved.capture_only):
-                tracer_provider.add_span_processor(export_processor)
-        trace.set_tracer_provider(tracer_provider)
-    if resolved.hold_spans and export_processor is None:
+    hold = resolved.hold_spans and not resolved.capture_only
+    given = {"tracer": tracer_provider, "meter": meter_provider, "logger": logger_provider}
+    providers = build_providers(
+        resolved, resource,
+        tracer_provider=tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider),
+        meter_provider=meter_provider or _global_sdk(metrics.get_meter_provider(), MeterProvider),
+        logger_provider=logger_provider or _global_sdk(_logs.get_logger_provider(), LoggerProvider),
+        active_span_processor=_ScorersFirst(),  # type: ignore[no-untyped-call]  # untyped in the SDK
+        attach_export=not hold,
+    )
+    tracer_provider, meter_provider = providers.tracer_provider, providers.meter_provider
+    logger_provider = providers.logger_provider
+    _publish(providers.created, export_choice(resolved))
+    _warn_on_other_exports(given, providers, export_choice(resolved))
+    if resolved.hold_spans and providers.export_processor is None:
         logger.warning("hold_spans needs cp-observe to create the exporting pipeline; ignored")
-    meter_provider = meter_provider or _global_sdk(metrics.get_meter_provider(), MeterProvider)
-    if meter_provider is None:
-        meter_provider = MeterProvider(resource=resource, metric_readers=build_metric_readers(resolved))
-        metrics.set_meter_provider(meter_provider)
-    elif resolved.metrics_port is not None:
+    if resolved.metrics_port is not None and meter_provider not in providers.created:
         logger.warning("metrics_port ignored: the application already has a meter provider")
-    logger_provider = logger_provider or _global_sdk(_logs.get_logger_provider(), LoggerProvider)
-    if logger_provider is None:
-        logger_provider = LoggerProvider(resource=resource)
-        log_exporter = build_log_exporter(resolved)
-        if log_exporter is not None:
-            from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-
-            logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
-        _logs.set_logger_provider(logger_provider)
 
     sampler = TraceIdRatio(resolved.sample_rate)
     _runtime.install(
@@ -158,10 +154,9 @@ def configure(
         configured=True,
         keep_payloads=not resolved.capture_only,
     )
-    previous = _CURRENT[0]
+    previous = replace_current_processor(None)
     if previous is not None:
         previous.shutdown()
-        _CURRENT[0] = None
     if resolved.capture_only:
         if resolved.phoenix_url or sinks:
             logger.warning("evaluation sinks ignored in capture-only mode: nothing is scored here; give "
@@ -174,16 +169,56 @@ def configure(
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
         logger_provider=logger_provider,
-        export_processor=export_processor if resolved.hold_spans else None,
+        export_processor=providers.export_processor if resolved.hold_spans else None,
         sinks=[*sinks_from_settings(resolved), *(sinks or ())],
         **({"data_source": data_source_callable} if data_source_callable is not None else {}),
         **({"document_resolver": document_resolver} if callable(document_resolver) else {}),
     )
-    tracer_provider.add_span_processor(processor)
-    _CURRENT[0] = processor
+    forwarder = _FORWARDERS.get(tracer_provider)
+    if forwarder is None:
+        forwarder = _FORWARDERS[tracer_provider] = _Forwarder()
+        tracer_provider.add_span_processor(forwarder)
+    _BEHIND[processor] = forwarder
+    replace_current_processor(processor)
     logger.info("cp-observe configured", judge=processor.judge.model, sample_rate=resolved.sample_rate,
                 capture_content=resolved.capture_content)
     return processor
+
+
+class _Forwarder(SpanProcessor):
+    """The one span processor ``configure()`` adds to a provider, forwarding to the processor of the last call.
+
+    The SDK cannot remove a span processor from a provider. A second ``configure()`` (a notebook cell run again)
+    re-points this one instead of adding another, so exactly one scoring processor is live on the provider; the
+    one it replaced is shut down and no longer called. ``target`` is one reference, read once per call, so
+    ``on_end`` (which the garbage collector can reach) takes no lock.
+    """
+
+    def __init__(self) -> None:
+        self.target: ContextPrecisionProcessor | None = None
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """The current processor's ``on_start``."""
+        target = self.target
+        if target is not None:
+            target.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """The current processor's ``on_end``."""
+        target = self.target
+        if target is not None:
+            target.on_end(span)
+
+    def shutdown(self) -> None:
+        """Shut the current processor down (the provider is shutting down)."""
+        target = self.target
+        if target is not None:
+            target.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Flush the current processor."""
+        target = self.target
+        return target.force_flush(timeout_millis) if target is not None else True
 
 
 class _ScorersFirst(SynchronousMultiSpanProcessor):
@@ -197,25 +232,42 @@ class _ScorersFirst(SynchronousMultiSpanProcessor):
     def shutdown(self) -> None:
         """Stop the scoring processors (they emit their last evaluations), then the rest in order."""
         processors = self._span_processors
+        scoring = (ContextPrecisionProcessor, _Forwarder)
         for processor in processors:
-            if isinstance(processor, ContextPrecisionProcessor):
+            if isinstance(processor, scoring):
                 processor.shutdown()
         for processor in processors:
-            if not isinstance(processor, ContextPrecisionProcessor):
+            if not isinstance(processor, scoring):
                 processor.shutdown()
 
 
-def _signature() -> inspect.Signature:
-    """``configure``'s own keywords, then every other setting of the field table (``None``: unset)."""
-    own = [p for p in inspect.signature(configure).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    taken = {p.name for p in own}
-    fields = Settings.model_fields
-    return inspect.Signature(
-        [*own, *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                   annotation=field.annotation if field.optional else f"{field.annotation.__name__} | None")
-                 for name, field in fields.items() if name not in taken)],
-        return_annotation=inspect.signature(configure).return_annotation,
-    )
+def _publish(created: Sequence[Any], exports: tuple[Any, ...]) -> None:
+    """Make the providers this call created the global ones, remembering what they export to."""
+    for provider in created:
+        _EXPORTS[provider] = exports
+        if isinstance(provider, TracerProvider):
+            trace.set_tracer_provider(provider)
+        elif isinstance(provider, MeterProvider):
+            metrics.set_meter_provider(provider)
+        else:
+            _logs.set_logger_provider(provider)
+
+
+def _warn_on_other_exports(given: Mapping[str, Any], providers: Any, exports: tuple[Any, ...]) -> None:
+    """Warn when this call asks for other exporters than the global providers an earlier call created keep.
+
+    Their exporters cannot be swapped (a meter provider's readers are fixed when it is built, and no provider can
+    drop a processor), so a changed ``otlp_endpoint``, ``metrics_port`` or OTLP variable would silently not apply.
+    """
+    kept = [provider for name, provider in (("tracer", providers.tracer_provider), ("meter", providers.meter_provider),
+                                            ("logger", providers.logger_provider))
+            if given[name] is None and provider not in providers.created and _EXPORTS.get(provider, exports) != exports]
+    if kept:
+        changed = sorted({name for name, _ in set(_EXPORTS[kept[0]][2]) ^ set(exports[2])})  # names, never values
+        logger.warning("configure() called again with other exporters: the providers an earlier call created keep "
+                       "theirs (restart the process, or pass providers in)", signals=len(kept),
+                       otlp_endpoint_changed=_EXPORTS[kept[0]][0] != exports[0],
+                       metrics_port_changed=_EXPORTS[kept[0]][1] != exports[1], variables_changed=",".join(changed))
 
 
 def _data_source_setting(data_source: Any, settings: dict[str, Any]) -> Callable[[Mapping[str, Any]], Any] | None:
@@ -235,4 +287,4 @@ def _global_sdk(provider: Any, sdk_type: type[Any]) -> Any:
     return provider if isinstance(provider, sdk_type) else None
 
 
-configure.__signature__ = _signature()  # type: ignore[attr-defined]
+configure.__signature__ = table_signature(configure)  # type: ignore[attr-defined]

@@ -1,14 +1,22 @@
-"""The one provider factory: exporters, metric readers, the judge and the processor, from settings.
+"""The one provider factory: the tracer, meter and logger providers with their exporters, the judges and the processor.
 
-Shared by ``configure()`` and ``cp-observe serve`` (and ``replay``), so the two set-ups cannot drift. What only
-building an exporter needs (the quiet wrappers, urllib, the metric reader) is imported when one is built, not
-when ``configure()`` attaches to the application's providers.
+Shared by ``configure()``, ``cp-observe serve`` and ``replay`` (and ``calibrate --push``'s metric exporter), so
+the set-ups cannot drift. What only building an exporter needs (the quiet wrappers, urllib, the metric reader)
+is imported when one is built, not when ``configure()`` attaches to the application's providers.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
 
 from cp_observe._config._settings import Settings
 from cp_observe._emission._sinks import Sink
@@ -23,17 +31,106 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
 
 __all__ = [
+    "Providers",
     "build_log_exporter",
     "build_metric_exporter",
     "build_metric_readers",
+    "build_providers",
     "build_span_exporter",
-    "cheap_judge_from_settings",
     "exemplar_prometheus_reader",
+    "export_choice",
     "judge_from_settings",
     "processor_from_settings",
     "sinks_from_settings",
     "start_prometheus_endpoint",
 ]
+
+
+_BUILD: Any = object()  # build_providers' default: the span exporter the settings ask for
+
+
+@dataclass
+class Providers:
+    """The tracer, meter and logger providers one set-up scores into, and which of them it created.
+
+    Attributes:
+        export_processor: the span export pipeline created with the tracer provider (``None``: none created).
+        created: the providers created here, in the order they are to be flushed and shut down (traces, logs,
+            then metrics: the meter provider's last collection counts everything that happened before it).
+        metric_readers: the metric readers exporting over OTLP that were created here.
+    """
+
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    logger_provider: LoggerProvider
+    export_processor: Any = None
+    created: list[Any] = field(default_factory=list)
+    metric_readers: list[MetricReader] = field(default_factory=list)
+
+    def close(self, timeout_s: float) -> None:
+        """Flush and shut down the providers created here, within ``timeout_s`` (at least a second each)."""
+        deadline = time.monotonic() + timeout_s
+        for provider in self.created:
+            remaining_ms = max(1_000, int((deadline - time.monotonic()) * 1000))
+            try:
+                if provider is not self.meter_provider:  # its shutdown collects and exports one last time
+                    provider.force_flush(remaining_ms)
+            finally:
+                provider.shutdown()
+
+
+def build_providers(
+    settings: Settings,
+    resource: Resource,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    logger_provider: LoggerProvider | None = None,
+    span_exporter: Any = _BUILD,
+    otlp: bool = True,
+    span_processors: Sequence[Any] = (),
+    metric_readers: Sequence[MetricReader] = (),
+    export_queue_size: int | None = None,
+    attach_export: bool = True,
+    **tracer_options: Any,
+) -> Providers:
+    """The providers a set-up scores into: each one given is used as it is, each one missing is created.
+
+    A created tracer provider gets ``span_processors`` first, then a batch export of ``span_exporter`` (by default
+    the one ``build_span_exporter`` names; ``None``: no export), attached unless ``attach_export`` is False (the
+    hold attaches it through the processor instead). A created logger provider exports over OTLP, and a created
+    meter provider reads into OTLP and the ``metrics_port`` endpoint plus ``metric_readers``, when ``otlp``.
+    ``tracer_options`` (``sampler``, ``active_span_processor``) go to a created ``TracerProvider``.
+    """
+    created: list[Any] = []
+    export_processor = None
+    if tracer_provider is None:
+        tracer_provider = TracerProvider(resource=resource, **tracer_options)
+        for processor in span_processors:
+            tracer_provider.add_span_processor(processor)
+        exporter = (build_span_exporter(settings) if otlp else None) if span_exporter is _BUILD else span_exporter
+        if exporter is not None:
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor  # only with an exporter (and its cost)
+
+            queue = {"max_queue_size": export_queue_size} if export_queue_size else {}
+            export_processor = BatchSpanProcessor(exporter, **queue)
+            if attach_export:
+                tracer_provider.add_span_processor(export_processor)
+        created.append(tracer_provider)
+    if logger_provider is None:
+        logger_provider = LoggerProvider(resource=resource)
+        log_exporter = build_log_exporter(settings) if otlp else None
+        if log_exporter is not None:
+            from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+
+            logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
+        created.append(logger_provider)
+    readers: list[MetricReader] = []
+    if meter_provider is None:
+        readers = build_metric_readers(settings) if otlp else []
+        meter_provider = MeterProvider(resource=resource, metric_readers=[*readers, *metric_readers])
+        created.append(meter_provider)
+    return Providers(tracer_provider, meter_provider, logger_provider, export_processor, created, readers)
 
 
 def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) -> ContextPrecisionProcessor:
@@ -43,7 +140,7 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
     what is built from settings (the cheap judge, the sinks) is made here.
     """
     options: dict[str, Any] = settings.processor_options()
-    options["cheap_judge"] = cheap_judge_from_settings(settings)
+    options["cheap_judge"] = judge_from_settings(settings, settings.cheap_judge) if settings.cheap_judge else None
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)
     options.update(overrides)
@@ -61,10 +158,14 @@ def sinks_from_settings(settings: Settings) -> list[Sink]:
                         timeout_s=settings.sink_timeout_s)]
 
 
-def judge_from_settings(settings: Settings) -> Judge:
-    """The judge ``settings.judge`` names, with the settings' endpoint, key, timeout and retries for an LLM."""
+def judge_from_settings(settings: Settings, model: str | None = None) -> Judge:
+    """The judge ``model`` names (default ``settings.judge``), with the settings' endpoint, key, timeout and transport.
+
+    The one factory of both judges: the cascade's cheap judge (``settings.cheap_judge``) is built here too, so an
+    LLM one takes the judge's endpoint, key, retries and ``judge_transport`` alike.
+    """
     return resolve_judge(
-        settings.judge,
+        model if model is not None else settings.judge,
         api_base=settings.judge_api_base,
         api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
         timeout=settings.judge_timeout_s,
@@ -73,28 +174,25 @@ def judge_from_settings(settings: Settings) -> Judge:
     )
 
 
-def cheap_judge_from_settings(settings: Settings) -> Judge | None:
-    """The cascade's cheap judge ``settings.cheap_judge`` names (an LLM one on the judge's endpoint), or None."""
-    if not settings.cheap_judge:
-        return None
-    return resolve_judge(
-        settings.cheap_judge,
-        api_base=settings.judge_api_base,
-        api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
-        timeout=settings.judge_timeout_s,
-        max_retries=settings.judge_max_retries,
-    )
+_OTLP_VARIABLES = "OTEL_EXPORTER_OTLP_"  # the OTLP exporters' variables: endpoints, protocol, headers, per signal
+
+
+def export_choice(settings: Settings) -> tuple[Any, ...]:
+    """What providers built from ``settings`` now would export to: endpoint, metrics port, the exporter variables."""
+    variables = sorted((name, value) for name, value in os.environ.items()
+                       if name.startswith(_OTLP_VARIABLES) or name == ENV_OTEL_TRACES_EXPORTER)
+    return settings.otlp_endpoint, settings.metrics_port, tuple(variables)
 
 
 def _protocol() -> str:
-    return os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").strip().lower()
+    return os.environ.get(f"{_OTLP_VARIABLES}PROTOCOL", "http/protobuf").strip().lower()
 
 
 def _wants_otlp(settings: Settings, signal: str) -> bool:
     return bool(
         settings.otlp_endpoint
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+        or os.environ.get(f"{_OTLP_VARIABLES}ENDPOINT")
+        or os.environ.get(f"{_OTLP_VARIABLES}{signal.upper()}_ENDPOINT")
     )
 
 

@@ -24,11 +24,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from cp_observe import _names as n
@@ -40,8 +37,7 @@ from cp_observe._traces._otlp_json import JsonLinesSpanExporter
 from cp_observe._traces._source import ReplayInputError, Source
 from cp_observe._types import Judge
 from cp_observe._wiring._providers import (
-    build_log_exporter,
-    build_metric_readers,
+    build_providers,
     build_span_exporter,
     judge_from_settings,
     processor_from_settings,
@@ -291,49 +287,35 @@ class _Pipeline:
     def __init__(self, settings: Settings, options: ReplayOptions, tracer_provider: TracerProvider | None) -> None:
         from cp_observe.serve._service import service_resource
 
-        resource = service_resource(settings.service_name or DEFAULT_SERVICE_NAME)
-        self._owned: list[Any] = []
         self.scored_spans: JsonLinesSpanExporter | None = None
         self._file: JsonLinesSpanExporter | None = None
-        self.tracer_provider = tracer_provider or TracerProvider(resource=resource, sampler=ALWAYS_ON)
-        if tracer_provider is None:
-            self._owned.append(self.tracer_provider)
         export = not options.dry_run and tracer_provider is None
         # OTLP when asked for explicitly, or when there is no file and the environment names an endpoint.
         otlp = export and (options.otlp_endpoint is not None or options.output is None)
+        file_processors = []
         if export and options.output is not None:
             self._file = JsonLinesSpanExporter(options.output)
             # Synchronous: a file takes every evaluation, none is dropped from a full export queue.
-            self.tracer_provider.add_span_processor(SimpleSpanProcessor(self._file))
+            file_processors.append(SimpleSpanProcessor(self._file))
             # The scored spans go next to their evaluations (query, contexts, time: the report reads them),
             # unless content capture is off: then the file holds the evaluations only.
             self.scored_spans = self._file if settings.capture_content else None
-        if otlp:
-            exporter = build_span_exporter(settings)
-            if exporter is None:
-                raise ConfigurationError("evaluations have nowhere to go: give --output FILE or --otlp-endpoint "
-                                         "(or set OTEL_EXPORTER_OTLP_ENDPOINT), or use --dry-run")
-            self.tracer_provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65_536))
-        self.logger_provider = LoggerProvider(resource=resource)
-        self._owned.append(self.logger_provider)
-        readers = []
-        if otlp:
-            log_exporter = build_log_exporter(settings)
-            if log_exporter is not None:
-                self.logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
-            readers = build_metric_readers(settings.model_copy(update={"metrics_port": None}))
-        self.meter_provider = MeterProvider(resource=resource, metric_readers=readers)
-        self._owned.append(self.meter_provider)
+        exporter = build_span_exporter(settings) if otlp else None
+        if otlp and exporter is None:
+            raise ConfigurationError("evaluations have nowhere to go: give --output FILE or --otlp-endpoint "
+                                     "(or set OTEL_EXPORTER_OTLP_ENDPOINT), or use --dry-run")
+        self.providers = build_providers(
+            settings.model_copy(update={"metrics_port": None}),
+            service_resource(settings.service_name or DEFAULT_SERVICE_NAME),
+            tracer_provider=tracer_provider, span_exporter=exporter, otlp=otlp, span_processors=file_processors,
+            export_queue_size=65_536, sampler=ALWAYS_ON,
+        )
+        self.tracer_provider = self.providers.tracer_provider
+        self.meter_provider = self.providers.meter_provider
+        self.logger_provider = self.providers.logger_provider
 
     def lines(self) -> int:
         return self._file.lines if self._file is not None else 0
 
     def close(self) -> None:
-        for provider in self._owned:
-            try:
-                if not isinstance(provider, MeterProvider):
-                    provider.force_flush(30_000)
-            finally:
-                provider.shutdown()
-
-
+        self.providers.close(30.0)

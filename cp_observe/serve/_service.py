@@ -29,11 +29,9 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from prometheus_client import CollectorRegistry
 
@@ -44,8 +42,7 @@ from cp_observe._log import logger
 from cp_observe._traces._convert import spans_from_request
 from cp_observe._types import Judge
 from cp_observe._wiring._providers import (
-    build_log_exporter,
-    build_metric_readers,
+    build_providers,
     build_span_exporter,
     exemplar_prometheus_reader,
     judge_from_settings,
@@ -108,38 +105,26 @@ class ScorerService:
             s.data_dir or default_data_dir(), max_bytes=s.durable_max_bytes, max_age_s=s.durable_max_age_s,
             linger_s=s.turn_timeout_s) if s.durable else None
         acknowledging: AcknowledgingExporter | None = None
-        self._owned: list[Any] = []  # providers created here: flushed and shut down by stop(), in this order
-        resource = service_resource(s.service_name)
-        if tracer_provider is None:
-            tracer_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
-            exporter = build_span_exporter(s)
-            if exporter is not None and self.store is not None:
-                exporter = acknowledging = AcknowledgingExporter(exporter, self.store)
-            if exporter is not None:
-                tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
-            else:
-                logger.warning("no OTLP endpoint: evaluation spans and events are not exported (set "
-                               "OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint); metrics stay on /metrics")
-            self._owned.append(tracer_provider)
-        if logger_provider is None:
-            logger_provider = LoggerProvider(resource=resource)
-            log_exporter = build_log_exporter(s)
-            if log_exporter is not None:
-                logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
-            self._owned.append(logger_provider)
+        exporter = build_span_exporter(s) if tracer_provider is None else None
+        if exporter is not None and self.store is not None:
+            exporter = acknowledging = AcknowledgingExporter(exporter, self.store)
+        if tracer_provider is None and exporter is None:
+            logger.warning("no OTLP endpoint: evaluation spans and events are not exported (set "
+                           "OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint); metrics stay on /metrics")
         self.registry = CollectorRegistry()
-        if meter_provider is None:
-            readers = build_metric_readers(s.model_copy(update={"metrics_port": None}))
-            # Flush these only: a flushed Prometheus reader would serve that collection again at the next scrape.
-            self.metric_readers: list[Any] = list(readers)
-            readers.append(exemplar_prometheus_reader(self.registry))  # /metrics: OpenMetrics exemplars too
-            meter_provider = MeterProvider(resource=resource, metric_readers=readers)
-            self._owned.append(meter_provider)  # last: its final export counts everything that happened
-        else:
-            self.metric_readers = [meter_provider]
-        self.tracer_provider = tracer_provider
-        self.meter_provider = meter_provider
-        self.logger_provider = logger_provider
+        providers = build_providers(
+            s.model_copy(update={"metrics_port": None}), service_resource(s.service_name),
+            tracer_provider=tracer_provider, meter_provider=meter_provider, logger_provider=logger_provider,
+            span_exporter=exporter, sampler=ALWAYS_ON,
+            metric_readers=[exemplar_prometheus_reader(self.registry)] if meter_provider is None else [],
+        )
+        self._providers = providers  # those created here: flushed and shut down by stop()
+        # Flush the OTLP readers only: a flushed Prometheus reader would serve that collection again at the next
+        # scrape.
+        self.metric_readers: list[Any] = list(providers.metric_readers) if meter_provider is None else [meter_provider]
+        self.tracer_provider = tracer_provider = providers.tracer_provider
+        self.meter_provider = meter_provider = providers.meter_provider
+        self.logger_provider = logger_provider = providers.logger_provider
         self.processor = processor_from_settings(
             chosen,
             s,
@@ -230,13 +215,7 @@ class ScorerService:
         if self.intake is not None:
             self.intake.handover = True  # what shutdown drops now stays in the store for the next start
         self.processor.shutdown()
-        for provider in self._owned:
-            remaining_ms = max(1_000, int((deadline - time.monotonic()) * 1000))
-            try:
-                if provider is not self.meter_provider:
-                    provider.force_flush(remaining_ms)
-            finally:
-                provider.shutdown()  # a meter provider's shutdown collects and exports one last time
+        self._providers.close(max(0.0, deadline - time.monotonic()))
         self._close_servers(1.0)
         if self.store is not None:
             self.store.close()  # after the exporters' last flush: their acknowledgements are committed
