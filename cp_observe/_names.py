@@ -313,3 +313,8 @@ ANNOTATOR_HUMAN: Final = "HUMAN"
 PHOENIX_NEEDS_LABEL_ANNOTATION_NAME: Final = "needs_label"
 #: Phoenix's own variable for its API key, read when CP_OBSERVE_PHOENIX_API_KEY is unset.
 ENV_PHOENIX_API_KEY: Final = "PHOENIX_API_KEY"
+
+# --- the programs' log lines ------------------------------------------------------------------------------------------
+#: ``text`` or ``json`` (one object per line): the format of serve's and the offline commands' log lines on
+#: stderr, when ``--log-format`` is not given.
+ENV_LOG_FORMAT: Final = "CP_OBSERVE_LOG_FORMAT"

@@ -44,12 +44,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_dataset_arguments(dataset)
 
+    from cp_observe._log import add_log_format_argument
+
+    for offline in (replay, report, calibrate, dataset):
+        add_log_format_argument(offline)
+
     deploy = commands.add_parser("deploy", help="write the dashboard, alert rules and Collector configs shipped")
     from cp_observe.deploy._cli import add_arguments as add_deploy_arguments
 
     add_deploy_arguments(deploy)
 
     args = parser.parse_args(argv)
+    if args.command in ("replay", "report", "dataset", "calibrate"):
+        from cp_observe._log import log_to_stderr
+
+        restore = log_to_stderr(args.log_format)  # the library's warnings, as text or JSON lines
+        try:
+            return _offline(args)
+        finally:
+            restore()  # an in-process caller (a test) gets its logging set-up back
     if args.command == "demo":
         from cp_observe.demo._cli import run as run_demo
 
@@ -58,6 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cp_observe.serve._cli import run as run_serve
 
         return int(run_serve(args))
+    if args.command == "deploy":
+        from cp_observe.deploy._cli import run as run_deploy
+
+        return int(run_deploy(args))
+    parser.print_help()
+    return 2
+
+
+def _offline(args: argparse.Namespace) -> int:
+    """Run one offline command (``replay``, ``report``, ``dataset``, ``calibrate``)."""
     if args.command == "replay":
         from cp_observe._cli._replay import run_replay
 
@@ -70,16 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cp_observe._cli._dataset import run_dataset
 
         return int(run_dataset(args))
-    if args.command == "calibrate":
-        from cp_observe._cli._calibrate import run_calibrate
+    from cp_observe._cli._calibrate import run_calibrate
 
-        return int(run_calibrate(args))
-    if args.command == "deploy":
-        from cp_observe.deploy._cli import run as run_deploy
-
-        return int(run_deploy(args))
-    parser.print_help()
-    return 2
+    return int(run_calibrate(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

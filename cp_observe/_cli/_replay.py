@@ -9,6 +9,7 @@ from typing import Any
 
 from cp_observe._cli._inputs import add_source_arguments, sources_from_args
 from cp_observe._errors import ConfigurationError
+from cp_observe._log import log_format
 
 __all__ = ["add_replay_arguments", "run_replay", "summary_lines"]
 
@@ -60,7 +61,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                              "text [CP_OBSERVE_DOCUMENT_RESOLVER]")
     parser.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
                         help="seconds between progress lines when stderr is not a terminal (default 10)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress, only the summary")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress, only the summary (so too with --log-format json)")
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -91,7 +93,9 @@ def run_replay(args: argparse.Namespace) -> int:
             output=args.output, otlp_endpoint=args.otlp_endpoint, segments=args.segments,
             max_segment_values=args.max_segment_values, document_resolver=args.document_resolver,
         )
-        progress = Progress(interval_s=args.progress_interval, enabled=not args.quiet)
+        # JSON log lines: stderr carries one object per line, so no progress lines between them.
+        quiet = args.quiet or log_format(getattr(args, "log_format", None)) == "json"
+        progress = Progress(interval_s=args.progress_interval, enabled=not quiet)
         result = replay(sources, options, progress=progress)
     except (ConfigurationError, ReplayInputError, ValueError) as exc:
         print(f"cp-observe replay: {exc}", file=sys.stderr)

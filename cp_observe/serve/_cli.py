@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cp_observe._errors import ConfigurationError
-from cp_observe._log import LOGGER_NAME, log_to_stderr
+from cp_observe._log import LOGGER_NAME, add_log_format_argument, log_to_stderr
 from cp_observe._names import ENV_PREFIX
 from cp_observe.serve._settings import SERVE_FIELDS, ServeSettings
 
@@ -36,7 +36,7 @@ RESOURCE_EXHAUSTED / 429 with a retry delay; SIGTERM drains (new requests get UN
 
 Secure by default: every port binds 127.0.0.1 unless --listen-host / --admin-host say otherwise. TLS on all
 three ports with --tls-cert-file and --tls-key-file (mTLS with --tls-client-ca-file); bearer tokens as the
-Collector's bearertokenauth sends them. Log lines go to stderr (--log-level)."""
+Collector's bearertokenauth sends them. Log lines go to stderr (--log-level; --log-format json: one object per line)."""
 
 # Evaluation sinks.
 _EPILOG += f"""
@@ -62,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
             parser.add_argument(flag, dest=name, type=kind, default=None, metavar=_metavar(kind), help=help_text)
+    add_log_format_argument(parser)
 
 
 def _scalar(annotation: Any) -> type[Any]:
@@ -81,7 +82,7 @@ _FULL_COLLECTION_AFTER = 100  # collections of the middle generation between ful
 
 def run(args: argparse.Namespace) -> int:
     """Start the service, wait for SIGTERM or SIGINT, drain; returns the exit code."""
-    restore = log_to_stderr()  # before resolving: warnings about bad environment values are shown too
+    restore = log_to_stderr(getattr(args, "log_format", None))  # before resolving: warnings about bad environment values are shown too
     try:
         return _serve(args)
     finally:
