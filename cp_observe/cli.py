@@ -3,99 +3,64 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = ["main"]
+
+#: Each command: its help line, and the module holding its ``add_arguments`` and ``run`` (in that order).
+_COMMANDS = {
+    "demo": ("run the bundled RAG demo through the hook and print the scores", "cp_observe.demo._cli"),
+    "serve": ("score retrievals received over OTLP (behind a Collector)", "cp_observe.serve._cli"),
+    "replay": ("score stored traces (files, Jaeger, Tempo, Phoenix) like live traffic", "cp_observe._cli._replay"),
+    "report": ("write an HTML report of evaluations (MAP, ranks, worst retrievals)", "cp_observe._cli._report"),
+    "calibrate": ("judge agreement with people's labels, and MAP corrected by them", "cp_observe._cli._calibrate"),
+    "dataset": ("select failing retrievals from stored traces as a test set", "cp_observe._cli._dataset"),
+    "deploy": ("write the dashboard, alert rules and Collector configs shipped", "cp_observe.deploy._cli"),
+}
+#: The offline commands: their command lines sit in ``_cli/`` as ``add_<command>_arguments`` and ``run_<command>``,
+#: and they take ``--log-format`` here (``serve`` takes it among its own options).
+_OFFLINE = ("replay", "report", "calibrate", "dataset")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     from cp_observe import __version__
+    from cp_observe._log import add_log_format_argument, log_to_stderr
 
     parser = argparse.ArgumentParser(prog="cp-observe", description="Live context precision of RAG retrieval.")
     parser.add_argument("--version", action="version", version=f"cp-observe {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    demo = commands.add_parser("demo", help="run the bundled RAG demo through the hook and print the scores")
-    from cp_observe.demo._cli import add_arguments as add_demo_arguments
-
-    add_demo_arguments(demo)
-
-    serve = commands.add_parser("serve", help="score retrievals received over OTLP (behind a Collector)")
-    from cp_observe.serve._cli import add_arguments as add_serve_arguments
-
-    add_serve_arguments(serve)
-
-    replay = commands.add_parser("replay", help="score stored traces (files, Jaeger, Tempo, Phoenix) like live traffic")
-    from cp_observe._cli._replay import add_replay_arguments
-    from cp_observe._cli._report import add_report_arguments
-
-    add_replay_arguments(replay)
-    report = commands.add_parser("report", help="write an HTML report of evaluations (MAP, ranks, worst retrievals)")
-    add_report_arguments(report)
-    calibrate = commands.add_parser("calibrate", help="judge agreement with people's labels, and MAP corrected by them")
-    from cp_observe._cli._calibrate import add_calibrate_arguments
-
-    add_calibrate_arguments(calibrate)
-
-    dataset = commands.add_parser("dataset", help="select failing retrievals from stored traces as a test set")
-    from cp_observe._cli._dataset import add_dataset_arguments
-
-    add_dataset_arguments(dataset)
-
-    from cp_observe._log import add_log_format_argument
-
-    for offline in (replay, report, calibrate, dataset):
-        add_log_format_argument(offline)
-
-    deploy = commands.add_parser("deploy", help="write the dashboard, alert rules and Collector configs shipped")
-    from cp_observe.deploy._cli import add_arguments as add_deploy_arguments
-
-    add_deploy_arguments(deploy)
-
+    for name, (help_text, module_name) in _COMMANDS.items():
+        command = commands.add_parser(name, help=help_text)
+        _entry(module_name, name, "add")(command)
+        if name in _OFFLINE:
+            add_log_format_argument(command)
     args = parser.parse_args(argv)
-    if args.command in ("replay", "report", "dataset", "calibrate"):
-        from cp_observe._log import log_to_stderr
-
-        restore = log_to_stderr(args.log_format)  # the library's warnings, as text or JSON lines
-        try:
-            return _offline(args)
-        finally:
-            restore()  # an in-process caller (a test) gets its logging set-up back
-    if args.command == "demo":
-        from cp_observe.demo._cli import run as run_demo
-
-        return int(run_demo(args))
-    if args.command == "serve":
-        from cp_observe.serve._cli import run as run_serve
-
-        return int(run_serve(args))
-    if args.command == "deploy":
-        from cp_observe.deploy._cli import run as run_deploy
-
-        return int(run_deploy(args))
-    parser.print_help()
-    return 2
+    if args.command not in _COMMANDS:
+        parser.print_help()
+        return 2
+    run = _entry(_COMMANDS[args.command][1], args.command, "run")
+    if args.command not in _OFFLINE:
+        return int(run(args))
+    restore = log_to_stderr(args.log_format)  # the library's warnings, as text or JSON lines
+    try:
+        return int(run(args))
+    finally:
+        restore()  # an in-process caller (a test) gets its logging set-up back
 
 
-def _offline(args: argparse.Namespace) -> int:
-    """Run one offline command (``replay``, ``report``, ``dataset``, ``calibrate``)."""
-    if args.command == "replay":
-        from cp_observe._cli._replay import run_replay
-
-        return int(run_replay(args))
-    if args.command == "report":
-        from cp_observe._cli._report import run_report
-
-        return int(run_report(args))
-    if args.command == "dataset":
-        from cp_observe._cli._dataset import run_dataset
-
-        return int(run_dataset(args))
-    from cp_observe._cli._calibrate import run_calibrate
-
-    return int(run_calibrate(args))
+def _entry(module_name: str, command: str, which: str) -> Callable[[Any], Any]:
+    """A command's ``add_arguments`` or ``run`` (offline ones: ``add_<command>_arguments``, ``run_<command>``)."""
+    offline = command in _OFFLINE
+    if which == "add":
+        name = f"add_{command}_arguments" if offline else "add_arguments"
+    else:
+        name = f"run_{command}" if offline else "run"
+    entry: Callable[[Any], Any] = getattr(importlib.import_module(module_name), name)
+    return entry
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -166,8 +166,8 @@ def test_a_clone_directly_under_the_temp_directory_passes() -> None:
         assert clone.parent == Path(tempfile.gettempdir())
         shutil.copyfile(__file__, clone / "tests" / Path(__file__).name)  # the check as in this tree, if uncommitted
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "tests/test_no_machine_paths.py::test_no_tracked_file_names_a_machine_path",
-             "-q", "-p", "no:cacheprovider"],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "tests/test_no_machine_paths.py::test_no_tracked_file_names_a_machine_path"],
             cwd=clone, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]

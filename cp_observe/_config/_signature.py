@@ -1,8 +1,7 @@
 """The one generator of signatures from the field table: ``configure()``'s and ``ContextPrecisionProcessor``'s.
 
 Both take the settings as ``**keywords`` validated by the table (``_config/_settings.py``) rather than spelling
-them. The signature this builds gives ``help()``, IDEs and ``inspect`` the full keyword list anyway: the
-function's own parameters, then each setting of the table it takes.
+them; the signature built here gives ``help()``, IDEs and ``inspect`` the full keyword list anyway.
 """
 
 from __future__ import annotations
@@ -16,33 +15,28 @@ from cp_observe._config._settings import Settings
 __all__ = ["TableSignature", "table_signature"]
 
 
-def table_signature(
-    function: Callable[..., Any], *, processor: bool = False, skip_first: bool = False
-) -> inspect.Signature:
-    """``function``'s own parameters (without ``**``), then the settings it takes as keywords.
+def table_signature(function: Callable[..., Any], *, processor: bool = False) -> inspect.Signature:
+    """``function``'s own parameters (without ``**``), then each setting of the table it takes as a keyword.
 
-    With ``processor``, the table's ``processor=True`` settings with their defaults and types (the processor's
-    keywords); else every setting defaulting to ``None`` (``configure()``: unset falls back to the environment).
-    ``skip_first`` leaves out ``self`` (a class's ``__init__``, whose ``-> None`` is not the class's).
+    ``configure()``: every setting, defaulting to ``None`` (unset falls back to the environment). ``processor``:
+    ``function`` is the processor's ``__init__`` (without ``self`` or its ``-> None``), and the table's
+    ``processor=True`` settings come with their defaults and types.
     """
     signature = inspect.signature(function)
-    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    own = own[1:] if skip_first else own
+    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD][processor:]
     taken = {p.name for p in own}
     fields = Settings.model_fields
-    names = Settings.processor_fields() if processor else tuple(fields)
     added = []
-    for name in names:
-        if name in taken:
-            continue
+    for name in Settings.processor_fields() if processor else fields:
         field = fields[name]
         if processor:
-            added.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field.default,
-                                           annotation=field.annotation))
+            default, annotation = field.default, field.annotation
         else:
-            annotation = field.annotation if field.optional else f"{field.annotation.__name__} | None"
-            added.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
-    returns = inspect.Signature.empty if skip_first else signature.return_annotation  # a class returns itself
+            default, annotation = None, field.annotation if field.optional else f"{field.annotation.__name__} | None"
+        if name not in taken:
+            added.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                           annotation=annotation))
+    returns = inspect.Signature.empty if processor else signature.return_annotation
     return inspect.Signature([*own, *added], return_annotation=returns)
 
 
@@ -50,4 +44,4 @@ class TableSignature:
     """A class's ``__signature__``, built from the table on first read: ``__init__``'s keywords, then its settings."""
 
     def __get__(self, instance: object, owner: type[Any]) -> inspect.Signature:
-        return table_signature(owner.__init__, processor=True, skip_first=True)  # type: ignore[misc]
+        return table_signature(owner.__init__, processor=True)  # type: ignore[misc]

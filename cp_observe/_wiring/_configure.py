@@ -28,6 +28,7 @@ from cp_observe._log import logger
 from cp_observe._processing._processor import ContextPrecisionProcessor
 from cp_observe._types import Judge
 from cp_observe._wiring._providers import (
+    Providers,
     build_providers,
     export_choice,
     judge_from_settings,
@@ -48,8 +49,8 @@ _EXPORTS: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDicti
 def current_processor() -> ContextPrecisionProcessor | None:
     """The processor the last ``configure()`` installed (``None``: none, or capture-only).
 
-    The next ``configure()`` shuts it down before it installs its own, behind the same forwarding processor. The test kit's ``IsolatedRuntime`` reads it
-    when it opens, to put it back when it closes.
+    The next ``configure()`` shuts it down before it installs its own, behind the same forwarding processor. The
+    test kit's ``IsolatedRuntime`` reads it when it opens, to put it back when it closes.
     """
     return _CURRENT[0]
 
@@ -57,9 +58,9 @@ def current_processor() -> ContextPrecisionProcessor | None:
 def replace_current_processor(processor: ContextPrecisionProcessor | None) -> ContextPrecisionProcessor | None:
     """Make ``processor`` the one the next ``configure()`` shuts down, without shutting down the one it replaces.
 
-    The forwarding processor the replaced one was behind stops calling it, and the one ``processor`` was
-    installed behind (if any) calls it again. For the test kit's ``IsolatedRuntime``, which shuts down what ``configure()`` installed while it was open and
-    then puts back the processor that was current before. Returns the processor it replaced.
+    The forwarding processor the replaced one was behind stops calling it, and the one ``processor`` was installed
+    behind (if any) calls it again. For the test kit's ``IsolatedRuntime``, which shuts down what ``configure()``
+    installed while it was open and then puts back the processor that was current before. Returns the one replaced.
     """
     previous, _CURRENT[0] = _CURRENT[0], processor
     if previous is not None and (forwarder := _BEHIND.get(previous)) is not None and forwarder.target is previous:
@@ -124,7 +125,6 @@ def configure(
     resolved = Settings.resolve(settings)
     resource = Resource.create({"service.name": resolved.service_name} if resolved.service_name else {})
     hold = resolved.hold_spans and not resolved.capture_only
-    given = {"tracer": tracer_provider, "meter": meter_provider, "logger": logger_provider}
     providers = build_providers(
         resolved, resource,
         tracer_provider=tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider),
@@ -136,7 +136,7 @@ def configure(
     tracer_provider, meter_provider = providers.tracer_provider, providers.meter_provider
     logger_provider = providers.logger_provider
     _publish(providers.created, export_choice(resolved))
-    _warn_on_other_exports(given, providers, export_choice(resolved))
+    _warn_on_other_exports(providers, export_choice(resolved))
     if resolved.hold_spans and providers.export_processor is None:
         logger.warning("hold_spans needs cp-observe to create the exporting pipeline; ignored")
     if resolved.metrics_port is not None and meter_provider not in providers.created:
@@ -253,21 +253,21 @@ def _publish(created: Sequence[Any], exports: tuple[Any, ...]) -> None:
             _logs.set_logger_provider(provider)
 
 
-def _warn_on_other_exports(given: Mapping[str, Any], providers: Any, exports: tuple[Any, ...]) -> None:
-    """Warn when this call asks for other exporters than the global providers an earlier call created keep.
+def _warn_on_other_exports(providers: Providers, exports: tuple[Any, ...]) -> None:
+    """Warn when this call asks for other exporters than providers an earlier call created, which keep theirs.
 
     Their exporters cannot be swapped (a meter provider's readers are fixed when it is built, and no provider can
     drop a processor), so a changed ``otlp_endpoint``, ``metrics_port`` or OTLP variable would silently not apply.
     """
-    kept = [provider for name, provider in (("tracer", providers.tracer_provider), ("meter", providers.meter_provider),
-                                            ("logger", providers.logger_provider))
-            if given[name] is None and provider not in providers.created and _EXPORTS.get(provider, exports) != exports]
-    if kept:
-        changed = sorted({name for name, _ in set(_EXPORTS[kept[0]][2]) ^ set(exports[2])})  # names, never values
+    used = (providers.tracer_provider, providers.meter_provider, providers.logger_provider)
+    earlier = {_EXPORTS.get(provider, exports) for provider in used} - {exports}
+    if earlier:
+        before = earlier.pop()
+        changed = sorted({name for name, _ in set(before[2]) ^ set(exports[2])})  # names, never values
         logger.warning("configure() called again with other exporters: the providers an earlier call created keep "
-                       "theirs (restart the process, or pass providers in)", signals=len(kept),
-                       otlp_endpoint_changed=_EXPORTS[kept[0]][0] != exports[0],
-                       metrics_port_changed=_EXPORTS[kept[0]][1] != exports[1], variables_changed=",".join(changed))
+                       "theirs (restart the process, or pass providers in)",
+                       otlp_endpoint_changed=before[0] != exports[0], metrics_port_changed=before[1] != exports[1],
+                       variables_changed=",".join(changed))
 
 
 def _data_source_setting(data_source: Any, settings: dict[str, Any]) -> Callable[[Mapping[str, Any]], Any] | None:

@@ -34,7 +34,6 @@ __all__ = [
     "Providers",
     "build_log_exporter",
     "build_metric_exporter",
-    "build_metric_readers",
     "build_providers",
     "build_span_exporter",
     "exemplar_prometheus_reader",
@@ -127,7 +126,13 @@ def build_providers(
         created.append(logger_provider)
     readers: list[MetricReader] = []
     if meter_provider is None:
-        readers = build_metric_readers(settings) if otlp else []
+        exporter = build_metric_exporter(settings) if otlp else None
+        if exporter is not None:
+            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+            readers.append(PeriodicExportingMetricReader(exporter))
+        if otlp and settings.metrics_port is not None:
+            readers.append(start_prometheus_endpoint(settings.metrics_port))
         meter_provider = MeterProvider(resource=resource, metric_readers=[*readers, *metric_readers])
         created.append(meter_provider)
     return Providers(tracer_provider, meter_provider, logger_provider, export_processor, created, readers)
@@ -293,19 +298,6 @@ def build_metric_exporter(settings: Settings) -> Any:
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
     return QuietMetricExporter(OTLPMetricExporter(**_endpoint(settings, "metrics")))  # see the logs
-
-
-def build_metric_readers(settings: Settings) -> list[MetricReader]:
-    """The OTLP metric reader and the Prometheus endpoint the settings ask for."""
-    readers: list[MetricReader] = []
-    exporter = build_metric_exporter(settings)
-    if exporter is not None:
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
-        readers.append(PeriodicExportingMetricReader(exporter))
-    if settings.metrics_port is not None:
-        readers.append(start_prometheus_endpoint(settings.metrics_port))
-    return readers
 
 
 def exemplar_prometheus_reader(registry: Any) -> MetricReader:

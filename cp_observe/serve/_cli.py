@@ -82,7 +82,8 @@ _FULL_COLLECTION_AFTER = 100  # collections of the middle generation between ful
 
 def run(args: argparse.Namespace) -> int:
     """Start the service, wait for SIGTERM or SIGINT, drain; returns the exit code."""
-    restore = log_to_stderr(getattr(args, "log_format", None))  # before resolving: warnings about bad environment values are shown too
+    # Before resolving: warnings about bad environment values are shown too.
+    restore = log_to_stderr(getattr(args, "log_format", None))
     try:
         return _serve(args)
     finally:
