@@ -59,18 +59,12 @@ from cp_observe.serve._tls import ServerTls
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
-    "SERVE_METRIC_OCCUPANCY",
-    "SERVE_METRIC_REQUESTS",
-    "SERVE_METRIC_SPANS",
     "Ingested",
     "ScorerService",
     "service_resource",
 ]
 
 DEFAULT_SERVICE_NAME = "cp-observe-scorer"
-SERVE_METRIC_REQUESTS = n.SERVE_METRIC_REQUESTS
-SERVE_METRIC_SPANS = n.SERVE_METRIC_SPANS
-SERVE_METRIC_OCCUPANCY = n.SERVE_METRIC_OCCUPANCY
 
 
 class ScorerService:
@@ -144,9 +138,9 @@ class ScorerService:
             description="Targets a restarted service resumed from its durable store.",
         )) if self.store is not None else None
         self._requests = meter.create_counter(
-            SERVE_METRIC_REQUESTS, unit="{request}", description="OTLP trace requests by protocol and result."
+            n.SERVE_METRIC_REQUESTS, unit="{request}", description="OTLP trace requests by protocol and result."
         )
-        self._spans = meter.create_counter(SERVE_METRIC_SPANS, unit="{span}", description="Spans received.")
+        self._spans = meter.create_counter(n.SERVE_METRIC_SPANS, unit="{span}", description="Spans received.")
         self.refusals = Refusals(meter.create_counter(
             n.SERVE_METRIC_REFUSALS, unit="{request}",
             description="OTLP requests refused before admission, by protocol and reason."))
@@ -155,7 +149,7 @@ class ScorerService:
             return [Observation(self.admission.occupancy())]
 
         meter.create_observable_gauge(
-            SERVE_METRIC_OCCUPANCY, callbacks=[observe], unit="{item}",
+            n.SERVE_METRIC_OCCUPANCY, callbacks=[observe], unit="{item}",
             description="Upper bound on the items the scorer holds; requests are refused at queue_size.",
         )
         self._lock = threading.Lock()  # guards _counts, _servers, _started and _stopped
