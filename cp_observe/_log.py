@@ -6,7 +6,8 @@ counts, names and error types rather than payloads.
 
 Each record reaches the host's handlers twice over: its message is the event and its fields rendered as
 ``event='...' key=value`` (what a plain handler prints), and the event and each field are also attributes of the
-``LogRecord`` (structlog's ``render_to_log_kwargs``), so a JSON handler writes them as fields. A field named like
+``LogRecord`` (passed as ``extra``, as structlog's ``render_to_log_kwargs`` does), so a JSON handler writes them
+as fields. A field named like
 one of ``LogRecord``'s own attributes (``name``, ``module``, ``process``, ...) is prefixed ``cp_`` there: the
 stdlib refuses to overwrite them. ``log_to_stderr`` gives our own programs text or JSON lines (``--log-format``).
 """
@@ -138,17 +139,14 @@ def add_log_format_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def log_format(chosen: str | None, *, warn: bool = False) -> str:
-    """``chosen``, else ``CP_OBSERVE_LOG_FORMAT``, else text; a bad variable falls back to text (and, with
-    ``warn``, says so)."""
-    if chosen is not None:
-        return chosen
-    value = os.environ.get(ENV_LOG_FORMAT, "").strip().lower()
-    if value and value not in LOG_FORMATS:
+    """``chosen``, else ``CP_OBSERVE_LOG_FORMAT``, else text; a bad variable is text (said, with ``warn``)."""
+    value = chosen or os.environ.get(ENV_LOG_FORMAT, "").strip().lower() or "text"
+    if value not in LOG_FORMATS:
         if warn:
-                logger.warning("ignoring an unknown log format", variable=ENV_LOG_FORMAT, value=value[:40],
+            logger.warning("ignoring an unknown log format", variable=ENV_LOG_FORMAT, value=value[:40],
                            known=",".join(LOG_FORMATS))
         return "text"
-    return value or "text"
+    return value
 
 
 def log_to_stderr(chosen: str | None = None) -> Callable[[], None]:

@@ -7,6 +7,7 @@ is imported when one is built, not when ``configure()`` attaches to the applicat
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from collections.abc import Sequence
@@ -219,11 +220,11 @@ def build_span_exporter(settings: Settings) -> Any:
     """
     chosen = os.environ.get(ENV_OTEL_TRACES_EXPORTER, "").strip().lower()
     if not chosen:
-        return _otlp_span_exporter(settings) if _wants_otlp(settings, "traces") else None
+        return _otlp_exporter(settings, "traces") if _wants_otlp(settings, "traces") else None
     exporters = []
     for name in dict.fromkeys(part.strip() for part in chosen.split(",") if part.strip()):
         if name == "otlp":
-            exporters.append(_otlp_span_exporter(settings))
+            exporters.append(_otlp_exporter(settings, "traces"))
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
@@ -259,14 +260,19 @@ class _FanOut:
             exporter.shutdown()
 
 
-def _otlp_span_exporter(settings: Settings) -> Any:
-    if _protocol() == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+#: The OTLP exporter class of each signal, in its gRPC module and its HTTP one (imported when one is built).
+_OTLP_EXPORTERS = {
+    "traces": ("grpc.trace_exporter", "http.trace_exporter", "OTLPSpanExporter"),
+    "logs": ("grpc._log_exporter", "http._log_exporter", "OTLPLogExporter"),
+    "metrics": ("grpc.metric_exporter", "http.metric_exporter", "OTLPMetricExporter"),
+}
 
-        return GrpcSpanExporter(**_endpoint(settings, "traces"))
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(**_endpoint(settings, "traces"))
+def _otlp_exporter(settings: Settings, signal: str) -> Any:
+    """The OTLP exporter of ``signal`` over the protocol ``OTEL_EXPORTER_OTLP_PROTOCOL`` names (HTTP by default)."""
+    grpc, http, name = _OTLP_EXPORTERS[signal]
+    module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{grpc if _protocol() == 'grpc' else http}")
+    return getattr(module, name)(**_endpoint(settings, signal))
 
 
 def build_log_exporter(settings: Settings) -> Any:
@@ -275,14 +281,8 @@ def build_log_exporter(settings: Settings) -> Any:
         return None
     from cp_observe._emission._quiet_export import QuietLogExporter
 
-    if _protocol() == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
-
-        return QuietLogExporter(GrpcLogExporter(**_endpoint(settings, "logs")))
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-
     # Trace-only backends (Phoenix) refuse logs: say so once and stop, rather than an error per batch.
-    return QuietLogExporter(OTLPLogExporter(**_endpoint(settings, "logs")))
+    return QuietLogExporter(_otlp_exporter(settings, "logs"))
 
 
 def build_metric_exporter(settings: Settings) -> Any:
@@ -291,13 +291,7 @@ def build_metric_exporter(settings: Settings) -> Any:
         return None
     from cp_observe._emission._quiet_export import QuietMetricExporter
 
-    if _protocol() == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
-
-        return QuietMetricExporter(GrpcExporter(**_endpoint(settings, "metrics")))  # see the logs
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-    return QuietMetricExporter(OTLPMetricExporter(**_endpoint(settings, "metrics")))  # see the logs
+    return QuietMetricExporter(_otlp_exporter(settings, "metrics"))  # see the logs
 
 
 def exemplar_prometheus_reader(registry: Any) -> MetricReader:
