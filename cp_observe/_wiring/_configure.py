@@ -30,6 +30,7 @@ from cp_observe._types import Judge
 from cp_observe._wiring._providers import (
     Providers,
     build_providers,
+    build_span_exporter,
     export_choice,
     judge_from_settings,
     processor_from_settings,
@@ -125,9 +126,10 @@ def configure(
     resolved = Settings.resolve(settings)
     resource = Resource.create({"service.name": resolved.service_name} if resolved.service_name else {})
     hold = resolved.hold_spans and not resolved.capture_only
+    tracer_provider = tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider)
     providers = build_providers(
-        resolved, resource,
-        tracer_provider=tracer_provider or _global_sdk(trace.get_tracer_provider(), TracerProvider),
+        resolved, resource, tracer_provider=tracer_provider,
+        span_exporter=build_span_exporter(resolved) if tracer_provider is None else None,  # only when created
         meter_provider=meter_provider or _global_sdk(metrics.get_meter_provider(), MeterProvider),
         logger_provider=logger_provider or _global_sdk(_logs.get_logger_provider(), LoggerProvider),
         active_span_processor=_ScorersFirst(),  # type: ignore[no-untyped-call]  # untyped in the SDK

@@ -46,9 +46,6 @@ __all__ = [
 ]
 
 
-_BUILD: Any = object()  # build_providers' default: the span exporter the settings ask for
-
-
 @dataclass
 class Providers:
     """The tracer, meter and logger providers one set-up scores into, and which of them it created.
@@ -86,7 +83,7 @@ def build_providers(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     logger_provider: LoggerProvider | None = None,
-    span_exporter: Any = _BUILD,
+    span_exporter: Any = None,
     otlp: bool = True,
     span_processors: Sequence[Any] = (),
     metric_readers: Sequence[MetricReader] = (),
@@ -96,9 +93,9 @@ def build_providers(
 ) -> Providers:
     """The providers a set-up scores into: each one given is used as it is, each one missing is created.
 
-    A created tracer provider gets ``span_processors`` first, then a batch export of ``span_exporter`` (by default
-    the one ``build_span_exporter`` names; ``None``: no export), attached unless ``attach_export`` is False (the
-    hold attaches it through the processor instead). A created logger provider exports over OTLP, and a created
+    A created tracer provider gets ``span_processors`` first, then a batch export of ``span_exporter`` (``None``:
+    no export; ``build_span_exporter`` names the one the settings ask for), attached unless ``attach_export`` is
+    False (the hold attaches it through the processor instead). A created logger provider exports over OTLP, and a created
     meter provider reads into OTLP and the ``metrics_port`` endpoint plus ``metric_readers``, when ``otlp``.
     ``tracer_options`` (``sampler``, ``active_span_processor``) go to a created ``TracerProvider``.
     """
@@ -108,12 +105,11 @@ def build_providers(
         tracer_provider = TracerProvider(resource=resource, **tracer_options)
         for processor in span_processors:
             tracer_provider.add_span_processor(processor)
-        exporter = (build_span_exporter(settings) if otlp else None) if span_exporter is _BUILD else span_exporter
-        if exporter is not None:
+        if span_exporter is not None:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor  # only with an exporter (and its cost)
 
             queue = {"max_queue_size": export_queue_size} if export_queue_size else {}
-            export_processor = BatchSpanProcessor(exporter, **queue)
+            export_processor = BatchSpanProcessor(span_exporter, **queue)
             if attach_export:
                 tracer_provider.add_span_processor(export_processor)
         created.append(tracer_provider)

@@ -17,6 +17,7 @@ reading only: what was fed is judged, emitted and counted, and the report says w
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -82,14 +83,9 @@ class ReplayOptions:
 
     def settings(self) -> Settings:
         """The library settings this replay runs with (explicit options, then ``CP_OBSERVE_*``, then defaults)."""
-        explicit = {
-            "judge": self.judge, "judge_api_base": self.judge_api_base, "sample_rate": self.sample_rate,
-            "threshold": self.threshold, "concurrency": self.concurrency, "queue_size": self.queue_size,
-            "turn_timeout_s": self.turn_timeout_s, "capture_content": self.capture_content,
-            "daily_budget_usd": self.budget_usd, "otlp_endpoint": self.otlp_endpoint,
-            "service_name": self.service_name, "segments": self.segments,
-            "max_segment_values": self.max_segment_values, "document_resolver": self.document_resolver,
-        }
+        fields = Settings.model_fields
+        explicit = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in fields}
+        explicit["daily_budget_usd"] = self.budget_usd  # the one option named apart from its setting
         return Settings.resolve(explicit)
 
 
