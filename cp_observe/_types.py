@@ -28,11 +28,27 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens and calls spent on one judgement, as the provider reported them."""
+    """Tokens and calls spent on one judgement, as the provider reported them.
+
+    ``prompt_tokens`` counts every prompt token, the cache reads and writes among them; ``completion_tokens``
+    counts every completion token, the reasoning tokens among them (each provider's usage is read into this
+    shape, whatever its own counts include).
+
+    Attributes:
+        calls: model calls made, failed and unparsable ones included.
+        prompt_tokens: prompt (input) tokens.
+        completion_tokens: completion (output) tokens.
+        cache_read_tokens: prompt tokens read from the provider's prompt cache.
+        cache_creation_tokens: prompt tokens written to the provider's prompt cache.
+        reasoning_tokens: completion tokens the model spent reasoning (not in the reply's text).
+    """
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -44,6 +60,9 @@ class Usage:
             self.calls + other.calls,
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_creation_tokens + other.cache_creation_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
