@@ -171,8 +171,7 @@ class LLMJudge:
     def price(self) -> Price | None:
         """The model's prices from litellm's table, looked up once; ``None``: unknown, so is every call's cost."""
         if not self._price_resolved:
-            lean = self._lean_here()
-            self._price = lean.route.price if lean is not None else model_price(self._model)
+            self._price = model_price(self._model)  # the lean route's price too: both look up provider/name
             self._price_resolved = True
         return self._price
 

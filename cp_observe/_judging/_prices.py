@@ -32,10 +32,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from cp_observe._errors import ConfigurationError
 from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
 from cp_observe._types import Usage
 
-__all__ = ["TIERS", "Price", "Rates", "Tier", "cost_of", "model_price", "price_from_entry", "price_of", "tier_of"]
+__all__ = ["TIERS", "Price", "Rates", "Tier", "billed_usd", "cost_of", "model_price", "price_from_entry", "price_of", "require_prices",
+           "tier_of"]
 
 Tier = Literal["standard", "flex", "batch", "priority"]
 #: The tiers a reply can be billed on, each priced from its own variant of litellm's keys.
@@ -119,10 +121,39 @@ def cost_of(model: str, usage: Usage, tier: Tier = "standard") -> float | None:
     return price.cost(usage, tier) if price is not None else None
 
 
+def billed_usd(error: BaseException) -> float | None:
+    """What the replies a failed judgement received cost (``JudgeError.cost_usd``); ``None`` when not known.
+
+    A reply that could not be parsed, and the corrective and per-context calls after it, are billed whether or
+    not a verdict came of them; an error of another kind (a timeout cancelling the calls) carries no cost.
+    """
+    cost = getattr(error, "cost_usd", None)
+    return float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
+
+
 def model_price(model: str) -> Price | None:
     """The price of a litellm model string: ``provider/name``, or a bare name whatever its provider."""
     provider, slash, name = model.partition("/")
     return price_of(provider, name) if slash and name else price_of("", model)
+
+
+def require_prices(*judges: object, setting: str = "daily_budget_usd") -> None:
+    """Refuse a budget over a model whose price is unknown, since its calls would spend nothing against it.
+
+    ``judges``: the judges the budget governs (``None`` entries skipped). A judge with a ``price`` property
+    (``LLMJudge``) is checked; any other judge reports its own ``cost_usd`` and is taken at its word.
+
+    Raises:
+        ConfigurationError: naming each model litellm's price table has no price for.
+    """
+    unpriced = [getattr(judge, "model", "?") for judge in judges
+                if isinstance(getattr(type(judge), "price", None), property) and getattr(judge, "price") is None]
+    if unpriced:
+        names = ", ".join(repr(model) for model in unpriced)
+        raise ConfigurationError(
+            f"{setting} is set, but litellm's price table has no price for the judge model {names}: its calls "
+            "would spend nothing against the budget. Register the model's price with litellm.register_model "
+            "(before configuring), price it under a model name the table has, or leave the budget unset.")
 
 
 def price_of(provider: str, name: str) -> Price | None:

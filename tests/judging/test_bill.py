@@ -204,3 +204,20 @@ def test_tiers_read_from_replies_and_the_cost_function_for_other_callers() -> No
     assert cost_of("openai/gpt-5-mini", trial, "batch") == pytest.approx(0.000055, abs=_USD)
     assert cost_of("openai/gpt-5-mini", trial) == pytest.approx(0.000110, abs=_USD)
     assert cost_of("openai/judge-with-no-price", trial) is None
+
+
+def test_a_budget_over_an_unpriced_model_is_refused_at_configuration() -> None:
+    """daily_budget_usd with a judge (or an LLM cheap judge) litellm has no price for: ConfigurationError naming it."""
+    from cp_observe import ContextPrecisionProcessor, LexicalJudge
+    from cp_observe._errors import ConfigurationError
+
+    unpriced = LLMJudge("openai/judge-with-no-price", api_key="sk-loopback-0000")
+    with pytest.raises(ConfigurationError, match="'openai/judge-with-no-price'"):
+        ContextPrecisionProcessor(unpriced, daily_budget_usd=1.0)
+    with pytest.raises(ConfigurationError, match="'hosted_vllm/cheap-one'"):
+        ContextPrecisionProcessor(LLMJudge("openai/gpt-5-mini"), cheap_judge="hosted_vllm/cheap-one",
+                                  daily_budget_usd=1.0)
+    # No budget, a budget of 0 (no call at all, whatever the price), a priced model, a judge pricing itself.
+    for judge, budget in ((unpriced, None), (unpriced, 0.0), (LLMJudge("openai/gpt-5-mini"), 1.0),
+                          (LexicalJudge(), 1.0)):
+        ContextPrecisionProcessor(judge, daily_budget_usd=budget).shutdown()
