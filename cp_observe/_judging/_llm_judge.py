@@ -34,7 +34,7 @@ from cp_observe._judging._cache import LRUCache
 from cp_observe._judging._digest import content_digest
 from cp_observe._judging._lean import LeanReply, LeanTransport, route
 from cp_observe._judging._litellm import load_litellm
-from cp_observe._judging._prices import Price, model_price
+from cp_observe._judging._prices import Price, model_price, price_of
 from cp_observe._judging._prompt import PROMPT_VERSION, VERDICTS_SCHEMA, Budget, build_prompt, corrective_message
 from cp_observe._judging._usage import read_usage
 from cp_observe._judging._verdicts import Alignment, align, parse_reply
@@ -169,9 +169,18 @@ class LLMJudge:
 
     @property
     def price(self) -> Price | None:
-        """The model's prices from litellm's table, looked up once; ``None``: unknown, so is every call's cost."""
+        """The model's prices from litellm's table, looked up once; ``None``: unknown, so is every call's cost.
+
+        A ``base_model`` keyword (litellm's way to price an Azure deployment by the model it runs) is priced
+        instead of the model string, under the model's provider when it names none.
+        """
         if not self._price_resolved:
-            self._price = model_price(self._model)  # the lean route's price too: both look up provider/name
+            base = self._kwargs.get("base_model")
+            if isinstance(base, str) and base.strip():
+                provider = self._model.partition("/")[0] if "/" in self._model else ""
+                self._price = model_price(base) if "/" in base else price_of(provider, base.strip())
+            else:
+                self._price = model_price(self._model)  # the lean route's price too: both look up provider/name
             self._price_resolved = True
         return self._price
 

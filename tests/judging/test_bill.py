@@ -112,6 +112,19 @@ def test_azure_cache_writes_reads_and_reasoning_on_the_priority_tier() -> None:
     assert judgement.cost_usd == pytest.approx(hand, abs=_USD)
 
 
+@pytest.mark.parametrize("base_model", ["azure/gpt-5.6", "gpt-5.6"])
+def test_an_azure_deployment_is_priced_by_its_base_model(base_model: str) -> None:
+    """A deployment name the table does not know, priced by litellm's ``base_model`` keyword."""
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100,
+             "prompt_tokens_details": {"cached_tokens": 600}}
+    with ProviderServer("azure", usage_fixture=usage) as server:
+        judge = _judge(server, "azure/our-judge-deployment", api_version="2024-10-21", temperature=1,
+                       base_model=base_model)
+        judgement = _run(judge)
+    assert judgement.cost_usd == pytest.approx(400 * 4e-06 + 600 * 4e-07 + 100 * 2e-05, abs=_USD)
+    assert server.requests[0].path.startswith("/openai/deployments/our-judge-deployment/")
+
+
 @pytest.mark.parametrize(("tier", "rates"), [
     ("standard", _PINNED["anthropic", "claude-haiku-4-5", "standard"]),
     ("batch", _PINNED["anthropic", "claude-haiku-4-5", "batch"]),
