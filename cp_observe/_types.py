@@ -74,7 +74,8 @@ class Judgement:
         verdicts: exactly one ``Verdict`` per context, ``verdicts[i].index == i``.
         model: the judge's model name.
         usage: calls and tokens spent (cache hits cost nothing).
-        cost_usd: the price litellm knows for those tokens, or ``None`` when it does not know it.
+        cost_usd: those tokens at the prices of litellm's table for the tier each reply ran on, or ``None``
+            when the table has no price for the model.
         truncated: indices of contexts that were cut to the prompt budget before judging.
         cached: how many verdicts came from the verdict cache.
         reason: an LLM-written overall reason, when the judge was asked for one.
@@ -147,6 +148,8 @@ class CascadeResult:
         llm_status: ``judged``, ``not_drawn``, a gate's skip reason, or ``failed:<reason>``.
         cheap_seconds: how long the cheap judgement took.
         llm_seconds: how long the LLM judgement took (0 when it was not asked).
+        llm_failed_cost_usd: what a failed LLM judgement's billed replies cost (0 when it did not fail,
+            ``None`` when unknown).
     """
 
     cheap: ScoreResult
@@ -154,6 +157,7 @@ class CascadeResult:
     llm_status: str
     cheap_seconds: float = 0.0
     llm_seconds: float = 0.0
+    llm_failed_cost_usd: float | None = 0.0
 
     @property
     def reported(self) -> ScoreResult:

@@ -25,6 +25,7 @@ from cp_observe._emission._segments import SegmentValues
 from cp_observe._emission._sinks import EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._emission._sums import Key, key, sums_for
 from cp_observe._judging._calibration import needs_label
+from cp_observe._judging._evaluate import judge_model_name
 from cp_observe._judging._identity import JudgeIdentity, judge_identity, same_family
 from cp_observe._judging._prices import billed_usd
 from cp_observe._types import CascadeResult, ScoreResult
@@ -111,6 +112,7 @@ class Emitter:
         self.capture_content = options.capture_content
         self.calibration_rate = options.calibration_rate
         self.identity = judge_identity(judge) if judge is not None else JudgeIdentity(n.JUDGE_KIND_CUSTOM, "none")
+        self._llm_cost_key = key({n.GEN_AI_REQUEST_MODEL: judge_model_name(judge) if judge is not None else "none"})
         # The cascade's cheap judge, when there is one: its scores carry its own identity.
         self.cheap_identity = judge_identity(cheap_judge) if cheap_judge is not None else self.identity
         # Keyed by the full label tuple (every label ``labels()`` gives, whatever is added there) and the model.
@@ -366,6 +368,8 @@ class Emitter:
                             cache_creation=cheap.usage.cache_creation_tokens, cost=cheap.cost_usd,
                             seconds=cascade.cheap_seconds, outcome=n.OUTCOME_SCORED, sums=sums)
         llm = cascade.llm
+        if llm is None and cascade.llm_failed_cost_usd:  # a failed LLM judgement's billed replies
+            sums.append((n.METRIC_JUDGE_COST, self._llm_cost_key, cascade.llm_failed_cost_usd))
         if llm is not None:
             self._judge_metrics(llm.judge_model, prompt=llm.usage.prompt_tokens,
                                 completion=llm.usage.completion_tokens, cache_read=llm.usage.cache_read_tokens,

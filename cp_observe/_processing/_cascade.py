@@ -93,8 +93,9 @@ class Cascade:
             raise
         except Exception as exc:  # noqa: BLE001 - the LLM failing loses one subsample point, never the evaluation
             gates.failed()
-            gates.budget.spend(billed_usd(exc))
+            billed = billed_usd(exc)
+            gates.budget.spend(billed)
             return CascadeResult(cheap, None, f"{n.OUTCOME_FAILED}:{failure_reason(exc)}", cheap_seconds,
-                                 time.perf_counter() - started)
+                                 time.perf_counter() - started, llm_failed_cost_usd=billed)
         gates.judged(result.cost_usd)
         return CascadeResult(cheap, result, n.CASCADE_LLM_JUDGED, cheap_seconds, time.perf_counter() - started)

@@ -82,3 +82,17 @@ def test_an_llm_cheap_judges_cost_spends_the_budget(otel: Otel) -> None:
     assert evaluation.attributes[n.CP_CASCADE_LLM] == "budget_exhausted"
     (cost,) = [p.value for p in otel.metric_points(n.METRIC_JUDGE_COST)]
     assert cost == pytest.approx(_CALL_USD, abs=1e-9)
+
+
+def test_a_failed_llm_judgement_in_the_cascade_is_counted_in_the_cost(otel: Otel) -> None:
+    """The cascade's LLM judgement fails after billed replies: the cheap score stands, the LLM's cost is counted."""
+    calls = 2 + _CONTEXTS
+    with ProviderServer("openai", usage_fixture=_USAGE, texts=["not a verdict"] * calls) as server:
+        processor = otel.processor(_judge(server), cheap_judge="lexical", llm_share=1.0)
+        make_turn().ask("capital of France?")
+        assert processor.force_flush(30_000)
+        assert len(server.requests) == calls
+    (evaluation,) = otel.by_name(n.EVALUATION_SPAN_NAME)
+    assert evaluation.attributes[n.CP_CASCADE_LLM] == f"{n.OUTCOME_FAILED}:judge_error"
+    costs = {p.attributes[n.GEN_AI_REQUEST_MODEL]: p.value for p in otel.metric_points(n.METRIC_JUDGE_COST)}
+    assert costs == {"openai/gpt-5-mini": pytest.approx(calls * _CALL_USD, abs=1e-9)}
