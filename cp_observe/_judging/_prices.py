@@ -147,7 +147,8 @@ def require_prices(*judges: object, setting: str = "daily_budget_usd") -> None:
         ConfigurationError: naming each model litellm's price table has no price for.
     """
     unpriced = [getattr(judge, "model", "?") for judge in judges
-                if isinstance(getattr(type(judge), "price", None), property) and getattr(judge, "price") is None]
+                if isinstance(getattr(type(judge), "price", None), property)
+                and judge.price is None]  # type: ignore[attr-defined]
     if unpriced:
         names = ", ".join(repr(model) for model in unpriced)
         raise ConfigurationError(
