@@ -29,11 +29,14 @@ class JudgeError(CpObserveError):
 
     Attributes:
         calls: how many judge calls were made before giving up.
+        cost_usd: what the replies received before giving up cost (a reply that could not be parsed is billed
+            all the same), ``None`` when a model's price is unknown.
     """
 
-    def __init__(self, message: str, *, calls: int = 0) -> None:
+    def __init__(self, message: str, *, calls: int = 0, cost_usd: float | None = 0.0) -> None:
         super().__init__(message)
         self.calls = calls
+        self.cost_usd = cost_usd
 
 
 class JudgeTransportError(JudgeError):

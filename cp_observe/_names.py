@@ -26,6 +26,12 @@ GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
 GEN_AI_RETRIEVAL_QUERY_TEXT: Final = "gen_ai.retrieval.query.text"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+# The judge's prompt-cache use: evaluation span attributes (GenAI convention names), and the token histogram's
+# gen_ai.token.type values for the same counts (each a part of its "input" tokens).
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
+TOKEN_TYPE_CACHE_READ: Final = "cache_read"
+TOKEN_TYPE_CACHE_CREATION: Final = "cache_creation"
 GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
 GEN_AI_EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
 GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"

@@ -28,11 +28,27 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens and calls spent on one judgement, as the provider reported them."""
+    """Tokens and calls spent on one judgement, as the provider reported them.
+
+    ``prompt_tokens`` counts every prompt token, the cache reads and writes among them; ``completion_tokens``
+    counts every completion token, the reasoning tokens among them (each provider's usage is read into this
+    shape, whatever its own counts include).
+
+    Attributes:
+        calls: model calls made, failed and unparsable ones included.
+        prompt_tokens: prompt (input) tokens.
+        completion_tokens: completion (output) tokens.
+        cache_read_tokens: prompt tokens read from the provider's prompt cache.
+        cache_creation_tokens: prompt tokens written to the provider's prompt cache.
+        reasoning_tokens: completion tokens the model spent reasoning (not in the reply's text).
+    """
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -44,6 +60,9 @@ class Usage:
             self.calls + other.calls,
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_creation_tokens + other.cache_creation_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
@@ -55,7 +74,8 @@ class Judgement:
         verdicts: exactly one ``Verdict`` per context, ``verdicts[i].index == i``.
         model: the judge's model name.
         usage: calls and tokens spent (cache hits cost nothing).
-        cost_usd: the price litellm knows for those tokens, or ``None`` when it does not know it.
+        cost_usd: those tokens at the prices of litellm's table for the tier each reply ran on, or ``None``
+            when the table has no price for the model.
         truncated: indices of contexts that were cut to the prompt budget before judging.
         cached: how many verdicts came from the verdict cache.
         reason: an LLM-written overall reason, when the judge was asked for one.
@@ -128,6 +148,8 @@ class CascadeResult:
         llm_status: ``judged``, ``not_drawn``, a gate's skip reason, or ``failed:<reason>``.
         cheap_seconds: how long the cheap judgement took.
         llm_seconds: how long the LLM judgement took (0 when it was not asked).
+        llm_failed_cost_usd: what a failed LLM judgement's billed replies cost (0 when it did not fail,
+            ``None`` when unknown).
     """
 
     cheap: ScoreResult
@@ -135,6 +157,7 @@ class CascadeResult:
     llm_status: str
     cheap_seconds: float = 0.0
     llm_seconds: float = 0.0
+    llm_failed_cost_usd: float | None = 0.0
 
     @property
     def reported(self) -> ScoreResult:

@@ -25,7 +25,9 @@ from cp_observe._emission._segments import SegmentValues
 from cp_observe._emission._sinks import EvaluationRecord, SinkRunner, recorded_documents
 from cp_observe._emission._sums import Key, key, sums_for
 from cp_observe._judging._calibration import needs_label
+from cp_observe._judging._evaluate import judge_model_name
 from cp_observe._judging._identity import JudgeIdentity, judge_identity, same_family
+from cp_observe._judging._prices import billed_usd
 from cp_observe._types import CascadeResult, ScoreResult
 
 __all__ = ["Emitter", "Target"]
@@ -110,6 +112,7 @@ class Emitter:
         self.capture_content = options.capture_content
         self.calibration_rate = options.calibration_rate
         self.identity = judge_identity(judge) if judge is not None else JudgeIdentity(n.JUDGE_KIND_CUSTOM, "none")
+        self._llm_cost_key = key({n.GEN_AI_REQUEST_MODEL: judge_model_name(judge) if judge is not None else "none"})
         # The cascade's cheap judge, when there is one: its scores carry its own identity.
         self.cheap_identity = judge_identity(cheap_judge) if cheap_judge is not None else self.identity
         # Keyed by the full label tuple (every label ``labels()`` gives, whatever is added there) and the model.
@@ -276,6 +279,9 @@ class Emitter:
             n.CP_STAGE: target.stage,
             **_rerank_attributes(result),
         }
+        if result.usage.prompt_tokens:  # the judge reported its usage: its prompt-cache use, hits and misses alike
+            attributes[n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = result.usage.cache_read_tokens
+            attributes[n.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] = result.usage.cache_creation_tokens
         attributes.update(_segment_attributes(target))
         attributes.update(_retrieval_attributes(target, model))
         if result.truncated:
@@ -315,7 +321,8 @@ class Emitter:
             sums.append((n.METRIC_VERDICTS, series.irrelevant_key, len(verdicts) - relevant))
         if cascade is None:
             self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
-                                cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED,
+                                cache_read=result.usage.cache_read_tokens,
+                                cache_creation=result.usage.cache_creation_tokens, cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED,
                                 sums=sums)
         else:  # each judge that ran, with its own time, tokens and cost
             self._cascade_judge_metrics(cascade, sums)
@@ -357,12 +364,16 @@ class Emitter:
     def _cascade_judge_metrics(self, cascade: CascadeResult, sums: list[tuple[str, Key, float]]) -> None:
         cheap = cascade.cheap
         self._judge_metrics(cheap.judge_model, prompt=cheap.usage.prompt_tokens,
-                            completion=cheap.usage.completion_tokens, cost=cheap.cost_usd,
+                            completion=cheap.usage.completion_tokens, cache_read=cheap.usage.cache_read_tokens,
+                            cache_creation=cheap.usage.cache_creation_tokens, cost=cheap.cost_usd,
                             seconds=cascade.cheap_seconds, outcome=n.OUTCOME_SCORED, sums=sums)
         llm = cascade.llm
+        if llm is None and cascade.llm_failed_cost_usd:  # a failed LLM judgement's billed replies
+            sums.append((n.METRIC_JUDGE_COST, self._llm_cost_key, cascade.llm_failed_cost_usd))
         if llm is not None:
             self._judge_metrics(llm.judge_model, prompt=llm.usage.prompt_tokens,
-                                completion=llm.usage.completion_tokens, cost=llm.cost_usd,
+                                completion=llm.usage.completion_tokens, cache_read=llm.usage.cache_read_tokens,
+                                cache_creation=llm.usage.cache_creation_tokens, cost=llm.cost_usd,
                                 seconds=cascade.llm_seconds, outcome=n.OUTCOME_SCORED, sums=sums)
 
     def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
@@ -390,7 +401,8 @@ class Emitter:
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {reason}"))
         span.end(end_time=end_ns)
         self.count(n.OUTCOME_FAILED, reason, labels)
-        self._judge_metrics(model, prompt=0, completion=0, cost=None, seconds=(end_ns - start_ns) / 1e9,
+        # The replies a failed judgement received were billed all the same (JudgeError.cost_usd).
+        self._judge_metrics(model, prompt=0, completion=0, cost=billed_usd(error), seconds=(end_ns - start_ns) / 1e9,
                             outcome=n.OUTCOME_FAILED)
 
     def _start_span(self, target: Target, start_ns: int, attributes: dict[str, Any], parent: Any = None) -> Any:
@@ -466,8 +478,12 @@ class Emitter:
         )
 
     def _judge_metrics(self, model: str, *, prompt: int, completion: int, cost: float | None, seconds: float,
-                       outcome: str, sums: list[tuple[str, Key, float]] | None = None) -> None:
-        """Duration and tokens (histograms), and the cost: added to ``sums`` (the caller adds them), or now."""
+                       outcome: str, sums: list[tuple[str, Key, float]] | None = None, cache_read: int = 0,
+                       cache_creation: int = 0) -> None:
+        """Duration and tokens (histograms), and the cost: added to ``sums`` (the caller adds them), or now.
+
+        Cache reads and writes are recorded under their own token types as well; both are part of ``input``.
+        """
         built = self._model_series.get(model)
         if built is None:
             if len(self._model_series) >= _MAX_SERIES:
@@ -476,14 +492,19 @@ class Emitter:
             built = self._model_series[model] = (
                 {m: model, n.OUTCOME: n.OUTCOME_SCORED}, {m: model, n.OUTCOME: n.OUTCOME_FAILED},
                 {m: model, n.GEN_AI_TOKEN_TYPE: "input"}, {m: model, n.GEN_AI_TOKEN_TYPE: "output"},
-                key({m: model}))
-        scored, failed, tokens_in, tokens_out, cost_key = built
+                key({m: model}), {m: model, n.GEN_AI_TOKEN_TYPE: n.TOKEN_TYPE_CACHE_READ},
+                {m: model, n.GEN_AI_TOKEN_TYPE: n.TOKEN_TYPE_CACHE_CREATION})
+        scored, failed, tokens_in, tokens_out, cost_key, tokens_read, tokens_written = built
         duration = scored if outcome == n.OUTCOME_SCORED else failed if outcome == n.OUTCOME_FAILED else None
         self._duration.record(seconds, duration or {n.GEN_AI_REQUEST_MODEL: model, n.OUTCOME: outcome})
         if prompt:
             self._tokens.record(prompt, tokens_in)
         if completion:
             self._tokens.record(completion, tokens_out)
+        if cache_read:
+            self._tokens.record(cache_read, tokens_read)
+        if cache_creation:
+            self._tokens.record(cache_creation, tokens_written)
         if cost:
             if sums is None:
                 self._sums.add(((n.METRIC_JUDGE_COST, cost_key, cost),))

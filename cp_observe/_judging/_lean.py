@@ -4,8 +4,8 @@ litellm stays the provider layer: it decides what a model string means. For the 
 *is* OpenAI's chat completions (``LEAN_PROVIDERS``), what litellm would send is fixed once per judge (the URL,
 the wire model name, the headers with the key from the argument or the provider's environment variable) and
 sent on one pooled ``aiohttp`` session per event loop; the price comes once per model from litellm's own price table
-(`_judging/_prices.py`), the cost from the response's ``usage``. Everything else (``route`` returns ``None``)
-takes ``litellm.acompletion``. ``tests/judging/test_lean_transport.py`` checks that both paths put equal
+(`_judging/_prices.py`), the cost from the response's ``usage`` and ``service_tier`` (`_judging/_usage.py`).
+Everything else (``route`` returns ``None``) takes ``litellm.acompletion``. ``tests/judging/test_lean_transport.py`` checks that both paths put equal
 requests on the wire and read equal verdicts, usage and cost.
 """
 
@@ -21,6 +21,8 @@ from typing import Any
 import orjson
 
 from cp_observe._judging._prices import Price, price_of
+from cp_observe._judging._usage import read_usage
+from cp_observe._types import Usage
 
 __all__ = ["LEAN_PROVIDERS", "LeanConnectionError", "LeanStatusError", "LeanTransport", "Route", "route"]
 
@@ -88,11 +90,10 @@ class LeanConnectionError(ConnectionError):
 
 @dataclass(frozen=True, slots=True)
 class LeanReply:
-    """What one call returned: the reply text, the token counts, and the cost when the model has a price."""
+    """What one call returned: the reply text, its usage, and the cost when the model has a price."""
 
     text: str
-    prompt_tokens: int
-    completion_tokens: int
+    usage: Usage
     cost_usd: float | None
 
 
@@ -186,11 +187,6 @@ def _reply(payload: bytes, price: Price | None) -> LeanReply:
         text = data["choices"][0]["message"]["content"] or ""
     except (KeyError, IndexError, TypeError):
         text = ""
-    usage = data.get("usage") if isinstance(data, dict) else None
-    usage = usage if isinstance(usage, dict) else {}
-    prompt_tokens = int(usage.get("prompt_tokens") or 0)
-    completion_tokens = int(usage.get("completion_tokens") or 0)
-    details = usage.get("prompt_tokens_details")
-    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-    cost = price.cost(prompt_tokens, completion_tokens, cached) if price is not None else None
-    return LeanReply(text if isinstance(text, str) else str(text), prompt_tokens, completion_tokens, cost)
+    usage, tier = read_usage(data if isinstance(data, dict) else {})
+    cost = price.cost(usage, tier) if price is not None else None
+    return LeanReply(text if isinstance(text, str) else str(text), usage, cost)

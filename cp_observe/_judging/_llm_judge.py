@@ -34,7 +34,9 @@ from cp_observe._judging._cache import LRUCache
 from cp_observe._judging._digest import content_digest
 from cp_observe._judging._lean import LeanReply, LeanTransport, route
 from cp_observe._judging._litellm import load_litellm
+from cp_observe._judging._prices import Price, model_price, price_of
 from cp_observe._judging._prompt import PROMPT_VERSION, VERDICTS_SCHEMA, Budget, build_prompt, corrective_message
+from cp_observe._judging._usage import read_usage
 from cp_observe._judging._verdicts import Alignment, align, parse_reply
 from cp_observe._log import logger
 from cp_observe._types import Judgement, Usage, Verdict
@@ -137,6 +139,8 @@ class LLMJudge:
         self._transport: Transport = transport
         self._lean: LeanTransport | None = None
         self._lean_resolved = False
+        self._price: Price | None = None
+        self._price_resolved = False
         # Verdicts being asked for right now, by cache key: one entry per context of a call in flight (so bounded
         # by concurrency x contexts), each removed when its call ends. Used by one event loop at a time per key.
         self._inflight: dict[str, asyncio.Future[Verdict | None]] = {}
@@ -164,6 +168,23 @@ class LLMJudge:
         return self._lean
 
     @property
+    def price(self) -> Price | None:
+        """The model's prices from litellm's table, looked up once; ``None``: unknown, so is every call's cost.
+
+        A ``base_model`` keyword (litellm's way to price an Azure deployment by the model it runs) is priced
+        instead of the model string, under the model's provider when it names none.
+        """
+        if not self._price_resolved:
+            base = self._kwargs.get("base_model")
+            if isinstance(base, str) and base.strip():
+                provider = self._model.partition("/")[0] if "/" in self._model else ""
+                self._price = model_price(base) if "/" in base else price_of(provider, base.strip())
+            else:
+                self._price = model_price(self._model)  # the lean route's price too: both look up provider/name
+            self._price_resolved = True
+        return self._price
+
+    @property
     def cache(self) -> LRUCache[Verdict]:
         """The verdict cache (its ``hits``/``misses``/``evictions`` counters are useful in benchmarks)."""
         return self._cache
@@ -175,6 +196,14 @@ class LLMJudge:
             JudgeError: no aligned verdict could be obtained for every context.
             JudgeTransportError: the endpoint kept failing after the retries.
         """
+        spend = _Tab()
+        try:
+            return await self._judge(query, reference, contexts, spend)
+        except JudgeError as exc:  # the replies before the failure were billed: the error carries their cost
+            exc.cost_usd = exc.cost_usd + spend.cost if exc.cost_usd is not None and spend.cost_known else None
+            raise
+
+    async def _judge(self, query: str, reference: str, contexts: Sequence[str], spend: _Tab) -> Judgement:
         n = len(contexts)
         language = self.reason_language or ""
         keys = [content_digest(self._model, PROMPT_VERSION, language, query, reference, c) for c in contexts]
@@ -191,7 +220,6 @@ class LLMJudge:
                 waiting[i] = pending  # another judgement on this loop is asking for it now
         todo = [i for i in range(n) if i not in found and i not in waiting]
         cached = n - len(todo)
-        spend = _Tab()
         await self._judge_into(query, reference, contexts, keys=keys, todo=todo, found=found, spend=spend, loop=loop)
         if waiting:
             # shield: this judgement timing out must not cancel the call another judgement is waiting on.
@@ -308,7 +336,7 @@ class LLMJudge:
                     raise JudgeError(
                         f"judge {self._model} gave no usable verdict for context {i} of {n} "
                         f"after a corrective retry and a per-context call",
-                        calls=spent.usage.calls,
+                        calls=spent.usage.calls, cost_usd=spent.cost,
                     )
                 alignment.verdicts[i] = Verdict(i, verdict.relevant, verdict.reason)
         verdicts = [alignment.verdicts[i] for i in range(n)]
@@ -389,13 +417,15 @@ class LLMJudge:
                 message = self._scrub(f"{type(exc).__name__}: {exc}")[:500]
                 failure: JudgeError = (
                     JudgeTransportError(
-                        f"judge {self._model} failed after {attempt + 1} attempts: {message}", calls=spent.usage.calls
+                        f"judge {self._model} failed after {attempt + 1} attempts: {message}", calls=spent.usage.calls,
+                        cost_usd=spent.cost,
                     )
                     if _retryable(exc)
-                    else JudgeError(f"judge {self._model} call failed: {message}", calls=spent.usage.calls)
+                    else JudgeError(f"judge {self._model} call failed: {message}", calls=spent.usage.calls,
+                                    cost_usd=spent.cost)
                 )
                 break
-            reply = _lean_reply(response) if lean is not None else _reply_of(litellm, response)
+            reply = _lean_reply(response) if lean is not None else _reply_of(self.price, response)
             spent.add(reply)
             logger.debug("judge call", model=self._model, seconds=round(time.monotonic() - started, 3))
             return reply
@@ -445,22 +475,18 @@ def _align_text(text: str, n: int) -> Alignment:
 
 
 def _lean_reply(response: LeanReply) -> _Reply:
-    return _Reply(response.text, Usage(1, response.prompt_tokens, response.completion_tokens), response.cost_usd)
+    return _Reply(response.text, response.usage, response.cost_usd)
 
 
-def _reply_of(litellm: Any, response: Any) -> _Reply:
+def _reply_of(price: Price | None, response: Any) -> _Reply:
+    """Text, usage and cost of a litellm reply, priced here (litellm's ``completion_cost`` is not used)."""
     try:
         text = response.choices[0].message.content or ""
     except (AttributeError, IndexError, TypeError):
         text = ""
-    usage = getattr(response, "usage", None)
-    prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-    completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-    try:
-        cost: float | None = float(litellm.completion_cost(completion_response=response))
-    except Exception:  # noqa: BLE001 - litellm raises for models it has no price for; cost is then unknown
-        cost = None
-    return _Reply(text if isinstance(text, str) else str(text), Usage(1, prompt_tokens, completion_tokens), cost)
+    usage, tier = read_usage(response)
+    cost = price.cost(usage, tier) if price is not None else None
+    return _Reply(text if isinstance(text, str) else str(text), usage, cost)
 
 
 def _status(exc: BaseException) -> int | None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from cp_observe import _names as n
 from cp_observe._judging._evaluate import evaluate
+from cp_observe._judging._prices import billed_usd
 from cp_observe._processing._gates import Gates
 from cp_observe._types import CascadeResult, Judge, Reference
 
@@ -78,6 +79,7 @@ class Cascade:
         cheap = await evaluate(self.cheap, query=query, reference_text=reference_text, reference=reference,
                                contexts=contexts)
         cheap_seconds = time.perf_counter() - started
+        gates.budget.spend(cheap.cost_usd)  # an LLM as the cheap judge is billed too (the lexical one costs 0)
         if not llm_drawn(trace_id, span_id, self.llm_share):
             return CascadeResult(cheap, None, n.CASCADE_LLM_NOT_DRAWN, cheap_seconds, 0.0)
         refused = gates.refusal()
@@ -91,7 +93,9 @@ class Cascade:
             raise
         except Exception as exc:  # noqa: BLE001 - the LLM failing loses one subsample point, never the evaluation
             gates.failed()
+            billed = billed_usd(exc)
+            gates.budget.spend(billed)
             return CascadeResult(cheap, None, f"{n.OUTCOME_FAILED}:{failure_reason(exc)}", cheap_seconds,
-                                 time.perf_counter() - started)
+                                 time.perf_counter() - started, llm_failed_cost_usd=billed)
         gates.judged(result.cost_usd)
         return CascadeResult(cheap, result, n.CASCADE_LLM_JUDGED, cheap_seconds, time.perf_counter() - started)

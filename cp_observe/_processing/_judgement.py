@@ -22,6 +22,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from cp_observe import _names as n
 from cp_observe._errors import JudgeError, JudgeTransportError
 from cp_observe._judging._evaluate import evaluate, judge_model_name
+from cp_observe._judging._prices import billed_usd
 from cp_observe._judging._rerank import evaluate_rerank
 from cp_observe._types import CascadeResult, Judge, ScoreResult
 
@@ -105,6 +106,7 @@ async def call_judge(
     except Exception as exc:  # noqa: BLE001 - a failing judge is an outcome, never an exception in the host
         if cascade is None:  # the cascade's circuit is the LLM's, told inside it; the cheap judge failed here
             gates.failed()
+        gates.budget.spend(billed_usd(exc))  # the replies before the failure were billed all the same
         return Outcome(n.OUTCOME_FAILED, failure_reason(exc), model=model, start_ns=start_ns, error=exc,
                        cheap=cascade is not None)
     finally:

@@ -38,6 +38,7 @@ from cp_observe._emission._sinks import Sink, SinkRunner
 from cp_observe._fork import at_fork_method
 from cp_observe._internal import report_internal_error
 from cp_observe._judging._judges import resolve_judge
+from cp_observe._judging._prices import require_prices
 from cp_observe._log import logger
 from cp_observe._processing._assembly import Item
 from cp_observe._processing._cascade import Cascade
@@ -201,6 +202,8 @@ class ContextPrecisionProcessor(SpanProcessor):
         if cheap is not None and not hasattr(cheap, "judge"):
             raise ValueError("cheap_judge must implement the Judge protocol, or be a model string")
         self.cascade = Cascade(cheap, o.llm_share) if cheap is not None else None
+        if o.daily_budget_usd:  # an unpriced model would spend nothing against the budget (0 refuses every call)
+            require_prices(self.judge, cheap)
         self.sampler = TraceIdRatio(o.sample_rate)
         runtime = _runtime.runtime()
         _runtime.register_sampler(id(self), self.sampler)

@@ -3,8 +3,11 @@
 Each answers a cp-observe judge prompt the way the test kit's ``JudgeServer`` does (the test policy,
 ``word_overlap_policy``, decides the verdicts), but in its provider's own request and response shape:
 Anthropic messages, Gemini ``generateContent``, Azure OpenAI deployments and Cohere v2 chat. Token counts are
-reported in the provider's usage fields, so a test can check the cost litellm computes from them. Standard
-library only; every request is recorded.
+reported in the provider's usage fields, so a test can check the cost computed from them; a test can instead
+give the usage block verbatim (``usage_fixture``, a provider's documented usage), fields to add at the top of
+the reply (``top_fields``, e.g. ``service_tier``) and reply texts to send first (``texts``, e.g. one that does
+not parse). The ``openai`` format (``/chat/completions``) serves the lean path. Standard library only; every
+request is recorded.
 """
 
 from __future__ import annotations
@@ -41,10 +44,16 @@ class ProviderServer:
     requests: list[Recorded] = field(default_factory=list)
     #: (prompt_tokens, completion_tokens) of every answer, in order.
     usage: list[tuple[int, int]] = field(default_factory=list)
+    #: the usage block of every answer, verbatim (``usageMetadata`` for Gemini), instead of counted tokens.
+    usage_fixture: dict[str, Any] | None = None
+    #: fields added at the top level of every answer.
+    top_fields: dict[str, Any] = field(default_factory=dict)
+    #: reply texts sent, in order, before the test policy's answers.
+    texts: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.provider not in PROVIDERS:
-            raise ValueError(f"provider must be one of {PROVIDERS}, got {self.provider!r}")
+        if self.provider not in _FORMATS:
+            raise ValueError(f"provider must be one of {tuple(_FORMATS)}, got {self.provider!r}")
         self._lock = threading.Lock()  # guards requests and usage
         owner = self
 
@@ -101,7 +110,12 @@ class ProviderServer:
         completion_tokens = len(content) // 4 + 1
         with self._lock:
             self.usage.append((prompt_tokens, completion_tokens))
-        return 200, writer(body, content, prompt_tokens, completion_tokens)
+            if self.texts:
+                content = self.texts.pop(0)
+        reply = writer(body, content, prompt_tokens, completion_tokens)
+        if self.usage_fixture is not None:
+            reply["usageMetadata" if self.provider == "gemini" else "usage"] = self.usage_fixture
+        return 200, {**reply, **self.top_fields}
 
 
 def _text_of(blocks: Any) -> str:
@@ -170,4 +184,5 @@ _FORMATS: dict[str, tuple[Any, Any, str]] = {
     "gemini": (_gemini_messages, _gemini_reply, r"/models/[\w.-]+:generateContent"),
     "azure": (_openai_messages, _azure_reply, r"/openai/deployments/[\w.-]+/chat/completions"),
     "cohere": (_openai_messages, _cohere_reply, r"/(v2/chat)?"),
+    "openai": (_openai_messages, _azure_reply, r"/(v1/)?chat/completions"),
 }
