@@ -19,7 +19,7 @@ from typing import Any
 
 from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
 
-__all__ = ["Price", "price_of"]
+__all__ = ["Price", "batch_price_of", "price_of"]
 
 _TABLE_FILE = "model_prices_and_context_window_backup.json"
 _lock = threading.Lock()  # one read of the table at a time (evaluator threads of several processors)
@@ -92,4 +92,19 @@ def _lookup(table: dict[str, Any], provider: str, name: str) -> Price | None:
                          float(cache) if isinstance(cache, (int, float)) else None)
         except (KeyError, TypeError, ValueError):
             return None
+    return None
+
+
+def batch_price_of(provider: str, name: str) -> Price | None:
+    """The batch API's price of ``provider/name`` (``input_cost_per_token_batches``, ``..._batches``), or ``None``."""
+    with _lock:
+        table = _table()
+    for key in (f"{provider}/{name}", name):
+        entry = table.get(key)
+        if not isinstance(entry, dict) or entry.get("litellm_provider") not in (provider, None):
+            continue
+        prompt, completion = entry.get("input_cost_per_token_batches"), entry.get("output_cost_per_token_batches")
+        if isinstance(prompt, (int, float)) and isinstance(completion, (int, float)):
+            return Price(float(prompt), float(completion))
+        return None
     return None
