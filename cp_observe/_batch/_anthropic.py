@@ -73,6 +73,12 @@ class AnthropicBatches:
             raise BatchApiError(f"the batch create gave no id: {str(created)[:200]}")
         return batch_id
 
+    def complete(self, request: BatchRequest) -> Result:
+        """One synchronous Messages call with the batch entry's parameters (a corrective call)."""
+        message = post_json(f"{self._endpoint.base.rstrip('/')}/v1/messages", self._headers(),
+                            messages_params(self._model, request.messages, request.params))
+        return _result({"custom_id": request.custom_id, "result": {"type": "succeeded", "message": message}})
+
     def _batch(self, batch_id: str) -> dict[str, Any]:
         batch = get_json(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches/{batch_id}", self._headers())
         if not isinstance(batch, dict):

@@ -60,6 +60,10 @@ class BatchProvider(Protocol):
         """Every result the provider has for an ended batch (failed ones included)."""
         ...
 
+    def complete(self, request: BatchRequest) -> Result:
+        """One synchronous call of ``request`` through the provider's standard API (a corrective call)."""
+        ...
+
 
 @dataclass
 class Endpoint:

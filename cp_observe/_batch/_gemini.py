@@ -76,6 +76,12 @@ class GeminiBatches:
             raise BatchApiError(f"the batch create gave no batches/ name: {str(created)[:200]}")
         return name
 
+    def complete(self, request: BatchRequest) -> Result:
+        """One synchronous ``generateContent`` with the batch entry's request (a corrective call)."""
+        url = f"{self._endpoint.base.rstrip('/')}/v1beta/models/{self._model}:generateContent"
+        response = post_json(url, self._headers(), generate_content_request(request.messages, request.params))
+        return _result({"metadata": {"key": request.custom_id}, "response": response})
+
     def _batch(self, batch_id: str) -> dict[str, Any]:
         batch = get_json(f"{self._endpoint.base.rstrip('/')}/v1beta/{batch_id}", self._headers())
         if not isinstance(batch, dict):

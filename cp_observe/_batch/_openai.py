@@ -31,10 +31,11 @@ class OpenAIBatches:
     max_requests = _MAX_REQUESTS
     max_bytes = _MAX_BYTES
 
-    def __init__(self, endpoint: Endpoint, model: str, *, azure: bool = False) -> None:
+    def __init__(self, endpoint: Endpoint, model: str, *, azure: bool = False, sync_model: str | None = None) -> None:
         self.name = "azure" if azure else "openai"
         self._endpoint = endpoint
         self._model = model  # the wire model: the model name, or Azure's global-batch deployment
+        self._sync_model = sync_model or model  # Azure: the judge's standard deployment takes synchronous calls
         self._azure = azure
         self._url = "/chat/completions" if azure else "/v1/chat/completions"
         self._ids: dict[str, list[str]] = {}  # batch id -> its custom ids, for the requests no file answers
@@ -71,6 +72,14 @@ class OpenAIBatches:
         if not isinstance(batch_id, str):
             raise BatchApiError(f"the batch create gave no id: {str(created)[:200]}")
         return batch_id
+
+    def complete(self, request: BatchRequest) -> Result:
+        """One synchronous chat completion of ``request`` (a corrective call), read like a batch result."""
+        path = f"/deployments/{self._sync_model}/chat/completions" if self._azure else "/chat/completions"
+        url = self._at(path) if self._azure else f"{self._endpoint.base.rstrip('/')}{path}"
+        body = post_json(url, self._headers(), {"model": self._sync_model, "messages": request.messages,
+                                                 **request.params})
+        return _result({"custom_id": request.custom_id, "response": {"status_code": 200, "body": body}})
 
     def _batch(self, batch_id: str) -> dict[str, Any]:
         batch = get_json(self._at(f"/batches/{batch_id}"), self._headers())

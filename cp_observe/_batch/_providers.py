@@ -38,7 +38,8 @@ def provider_for(model: str, api_base: str | None, api_key: str | None,
                 raise ConfigurationError("--batch with an azure/ judge needs its global-batch deployment: set "
                                          "CP_OBSERVE_AZURE_BATCH_DEPLOYMENT or --azure-batch-deployment")
             version = os.environ.get("AZURE_API_VERSION") or "2024-10-21"
-            return OpenAIBatches(Endpoint(base, key, {"api_version": version}), azure_deployment, azure=True)
+            return OpenAIBatches(Endpoint(base, key, {"api_version": version}), azure_deployment, azure=True,
+                                 sync_model=name)
         base = api_base or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or \
             "https://api.openai.com/v1"
         key = api_key or os.environ.get("OPENAI_API_KEY") or ""

@@ -9,7 +9,7 @@ it too.
   same calls the second pass will make. Nothing of the first pass is emitted.
 - ``AnsweringTransport`` (second pass) finds each call's result by its ``custom_id``. A call the batch did not
   hold -- the corrective call after a misaligned reply, a per-context call, a call the verdict cache shaped
-  differently -- goes synchronously to the provider, counted and priced apart. A request the batch failed is
+  differently -- goes synchronously to the provider's standard API (``SyncCaller``), counted and priced apart. A request the batch failed is
   a judge error (the evaluation is counted failed), never a silent gap.
 """
 
@@ -22,10 +22,10 @@ from typing import Any
 
 import orjson
 
-from cp_observe._batch._api import Result
-from cp_observe._batch._requests import RequestLog, request_id
-from cp_observe._judging._lean import LeanReply, LeanStatusError, LeanTransport, route
-from cp_observe._judging._litellm import load_litellm
+from cp_observe._batch._api import BatchProvider, Result
+from cp_observe._batch._http import BatchApiError
+from cp_observe._batch._requests import BatchRequest, RequestLog, request_id
+from cp_observe._judging._lean import LeanConnectionError, LeanReply, LeanStatusError
 from cp_observe._judging._prices import Price
 
 __all__ = ["AnsweringTransport", "RecordingTransport", "SyncCaller", "contexts_in"]
@@ -55,28 +55,30 @@ class RecordingTransport:
 
 
 class SyncCaller:
-    """A synchronous call to the judge's provider: the lean transport where it routes, else ``litellm``."""
+    """A synchronous call through the provider's standard API, with the batch entry's own body, at its price.
 
-    def __init__(self, model: str, api_base: str | None, api_key: str | None, timeout: float) -> None:
-        self._model, self._api_base, self._api_key, self._timeout = model, api_base, api_key, timeout
-        found = route(model, api_base, api_key, {})
-        self._lean = LeanTransport(found, timeout) if found is not None else None
+    The corrective call is the one request a batch run sends synchronously: it goes in the same provider
+    format as the batch's requests (``BatchProvider.complete``), on a worker thread so the evaluator's loop
+    keeps running. A provider's error status comes back as the lean transport's, so the judge retries a 429
+    or a 5xx as it would on its own path.
+    """
+
+    def __init__(self, provider: BatchProvider, price: Price | None) -> None:
+        self._provider = provider
+        self._price = price
 
     async def complete(self, messages: list[dict[str, Any]], params: Mapping[str, Any]) -> LeanReply:
-        if self._lean is not None:
-            return await self._lean.complete(messages, params)
-        litellm: Any = load_litellm()
-        response = await asyncio.wait_for(litellm.acompletion(
-            model=self._model, messages=messages, api_base=self._api_base, api_key=self._api_key,
-            timeout=self._timeout, max_retries=0, **params), timeout=self._timeout + 5.0)
-        text = response.choices[0].message.content or ""
-        usage = getattr(response, "usage", None)
+        request = BatchRequest(request_id(messages, params), list(messages), dict(params))
         try:
-            cost: float | None = float(litellm.completion_cost(completion_response=response))
-        except Exception:  # noqa: BLE001 - litellm raises for models it has no price for; cost is then unknown
-            cost = None
-        return LeanReply(str(text), int(getattr(usage, "prompt_tokens", 0) or 0),
-                         int(getattr(usage, "completion_tokens", 0) or 0), cost)
+            result = await asyncio.to_thread(self._provider.complete, request)
+        except BatchApiError as exc:
+            if exc.status:
+                raise LeanStatusError(exc.status, {}, str(exc)) from None
+            raise LeanConnectionError(str(exc)) from None
+        if not result.ok:
+            raise LeanStatusError(_FAILED_STATUS, {}, f"corrective call failed: {result.error}")
+        cost = self._price.cost(result.prompt_tokens, result.completion_tokens) if self._price is not None else None
+        return LeanReply(result.text, result.prompt_tokens, result.completion_tokens, cost)
 
 
 class AnsweringTransport:

@@ -142,8 +142,8 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
     report.failed_list = str(failed_path)
 
     answerer = _llm_judge(settings)
-    answering = AnsweringTransport(session.results(), price,
-                                   SyncCaller(settings.judge, settings.judge_api_base, key, settings.judge_timeout_s))
+    standard: Price | None = price_of(vendor, name)
+    answering = AnsweringTransport(session.results(), price, SyncCaller(provider, standard))
     answerer.use_transport(answering)
     result = replay(sources, dataclasses.replace(options, budget_usd=None), judge=answerer, progress=progress,
                     tracer_provider=tracer_provider)
@@ -153,7 +153,6 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
     report.batch_completion_tokens = answering.batch_completion_tokens
     report.corrective_calls = answering.corrective_calls
     report.corrective_usd = answering.corrective_cost_usd
-    standard: Price | None = price_of(vendor, name)
     if standard is not None:
         report.standard_usd = standard.cost(answering.batch_prompt_tokens, answering.batch_completion_tokens)
     return result, report

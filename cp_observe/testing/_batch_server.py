@@ -27,6 +27,8 @@ __all__ = ["BatchServer"]
 
 Predicate = Callable[[str], bool]
 _GEMINI_CREATE = re.compile(r"^/v1beta/models/(?P<model>[^/:]+):batchGenerateContent$")
+_GEMINI_SYNC = re.compile(r"^/v1beta/models/(?P<model>[^/:]+):generateContent$")
+_AZURE_CHAT = re.compile(r"^/v1/deployments/[^/]+/chat/completions$")
 
 
 @dataclass
@@ -82,18 +84,22 @@ class BatchServer:
         return len(self.batches)
 
     # --- answering -------------------------------------------------------------------------------------
-    def _answer(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    def _answer(self, messages: list[dict[str, Any]], *, sync: bool = False) -> dict[str, Any]:
         user = " ".join(str(m.get("content")) for m in messages if m.get("role") == "user")
-        if self.fail is not None and self.fail(user):
+        if self.fail is not None and self.fail(user) and not sync:
             return {"error": "server_error: the loopback batch server fails this request"}
-        if self.misalign is not None and self.misalign(user) and len(messages) == 2:
-            text = json.dumps({"verdicts": [{"context_index": 7, "verdict": "yes", "reason": "shifted"}]})
-            return {"text": text, "prompt": 10, "completion": 10}
         reply = _answer_good(_Call({"messages": messages}, word_overlap_policy, threading.Event(), "batch"))
         body = json.loads(reply.payload)
         usage = body["usage"]
-        return {"text": body["choices"][0]["message"]["content"], "prompt": usage["prompt_tokens"],
-                "completion": usage["completion_tokens"]}
+        answer = {"text": body["choices"][0]["message"]["content"], "prompt": usage["prompt_tokens"],
+                  "completion": usage["completion_tokens"]}
+        if self.misalign is not None and not sync and self.misalign(user) and len(messages) == 2:
+            # The same tokens billed, the indices shifted: a reply the judge's alignment refuses.
+            entries = json.loads(answer["text"])["verdicts"]
+            for entry in entries:
+                entry["context_index"] += 1
+            answer["text"] = json.dumps({"verdicts": entries})
+        return answer
 
     def _advance(self, batch: _Batch) -> None:
         """One status poll: the batch ends on the ``polls_to_end``-th."""
@@ -120,10 +126,21 @@ class BatchServer:
             return 401, b'{"error": {"message": "no key"}}', "application/json"
         if path.startswith("/openai/"):
             path = "/v1" + path[len("/openai"):]  # Azure: the same API under /openai, with ?api-version=
-        if path == "/v1/chat/completions" and method == "POST":  # the synchronous API beside the batch one
-            self.sync_calls += 1
+        if method == "POST" and (path == "/v1/chat/completions" or _AZURE_CHAT.match(path)):
+            self.sync_calls += 1  # the synchronous APIs beside the batch ones, for the corrective calls
             reply = _answer_good(_Call(json.loads(body), word_overlap_policy, threading.Event(), "sync"))
             return reply.status, reply.payload, "application/json"
+        if method == "POST" and path == "/v1/messages":
+            self.sync_calls += 1
+            a = self._answer(_from_anthropic(json.loads(body)), sync=True)
+            return _json(200, {"id": "msg", "type": "message", "role": "assistant",
+                               "content": [{"type": "text", "text": a["text"]}],
+                               "usage": {"input_tokens": a["prompt"], "output_tokens": a["completion"]}})
+        if method == "POST" and _GEMINI_SYNC.match(path):
+            self.sync_calls += 1
+            a = self._answer(_from_gemini(json.loads(body)), sync=True)
+            return _json(200, {"candidates": [{"content": {"role": "model", "parts": [{"text": a["text"]}]}}],
+                               "usageMetadata": {"promptTokenCount": a["prompt"], "candidatesTokenCount": a["completion"]}})
         if path == "/v1/files" and method == "POST":
             return self._upload(headers, body)
         if path == "/v1/batches" and method == "POST":

@@ -67,12 +67,16 @@ def test_batch_replay_scores_as_the_synchronous_replay(name: str, demo: Exported
     assert report.batch_usd == pytest.approx(report.standard_usd / 2)
 
 
-def test_misaligned_reply_gets_the_synchronous_corrective_call(demo: Exported, tmp_path: Path,
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_misaligned_reply_gets_the_synchronous_corrective_call(name: str, demo: Exported, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch reply that fails alignment is followed by the synchronous corrective call, counted apart."""
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-batch-key")
+    judge, base_of, env = PROVIDERS[name]
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     with BatchServer(misalign=lambda user: "CONTEXT 0 OF" in user) as server:
-        result, report, _ = _batch(demo, tmp_path / "out.jsonl", "openai/gpt-4o-mini", server.url + "/v1")
+        result, report, _ = _batch(demo, tmp_path / "out.jsonl", judge, base_of(server.url),
+                                   azure_deployment="judge-global-batch")
     assert report.corrective_calls > 0 and server.sync_calls == report.corrective_calls
     assert report.corrective_usd is not None and report.corrective_usd > 0
     assert result.stats["scored"] == len(demo.live)
