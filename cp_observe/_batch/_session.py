@@ -156,13 +156,11 @@ class BatchSession:
                     self._fetch(index, batch)
                 self._save()
             waited.states[batch["state"]] = waited.states.get(batch["state"], 0) + 1
-            if batch["fetched"]:
-                waited.done += batch.get("done", 0)
-                waited.failed += batch.get("failed", 0)
-            else:
-                waited.done += batch.get("done", 0)
-                waited.failed += batch.get("failed", 0)
-                waited.in_progress += batch["requests"] - batch.get("done", 0) - batch.get("failed", 0)
+            done, failed = batch.get("done", 0), batch.get("failed", 0)
+            waited.done += done
+            waited.failed += failed
+            if not batch["fetched"]:
+                waited.in_progress += max(batch["requests"] - done - failed, 0)
         waited.complete = all(b["fetched"] for b in self._state["batches"])
         return waited
 
