@@ -23,6 +23,8 @@ __all__ = ["OpenAIBatches"]
 _ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _MAX_REQUESTS = 50_000
 _MAX_BYTES = 200 * 1024 * 1024
+# A tier means nothing inside a batch (it is billed at the batch price): the live flex tier's parameter stays out.
+_NOT_IN_BATCH = frozenset({"service_tier"})
 
 
 class OpenAIBatches:
@@ -52,7 +54,8 @@ class OpenAIBatches:
         return {"authorization": f"Bearer {self._endpoint.key}"}
 
     def _line(self, request: BatchRequest) -> bytes:
-        body = {"model": self._model, "messages": request.messages, **request.params}
+        params = {k: v for k, v in request.params.items() if k not in _NOT_IN_BATCH}
+        body = {"model": self._model, "messages": request.messages, **params}
         return orjson.dumps({"custom_id": request.custom_id, "method": "POST", "url": self._url, "body": body})
 
     def size_of(self, request: BatchRequest) -> int:

@@ -197,18 +197,21 @@ class BatchSession:
                 return waited
             sleep(poll_s)
 
-    def write_failed(self, recorded: set[str]) -> tuple[int, Path]:
-        """List the recorded requests without an answer in ``failed.jsonl``; returns how many and where."""
+    def write_failed(self, recorded: set[str], examples: int = 3) -> tuple[int, Path, list[str]]:
+        """List the recorded requests without an answer in ``failed.jsonl``: how many, where, the first few."""
         results = self.results()
         path = self.directory / "failed.jsonl"
         count = 0
+        first: list[str] = []
         with path.open("wb") as file:
             for custom_id in sorted(recorded):
                 result = results.get(custom_id)
                 if result is not None and not result.ok:
                     file.write(orjson.dumps({"custom_id": custom_id, "error": result.error}) + b"\n")
                     count += 1
-        return count, path
+                    if len(first) < examples:
+                        first.append(f"{custom_id[:16]}: {result.error[:160]}")
+        return count, path, first
 
 
 def _fields(result: Result) -> dict[str, Any]:

@@ -70,6 +70,7 @@ class BatchReport:
     answered: int = 0
     failed_requests: int = 0
     failed_list: str = ""
+    failed_examples: list[str] = dataclasses.field(default_factory=list)  # the first few, "custom_id: why"
     batch_usd: float | None = None
     batch_prompt_tokens: int = 0
     batch_completion_tokens: int = 0
@@ -108,6 +109,8 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
     session = BatchSession(directory, provider, settings.judge)
     report.directory, report.resumed = str(directory), session.resumed
 
+    stream.write(f"batch: recording the judge's calls (first pass over the inputs, no model called)\n")
+    stream.flush()
     recorder = _llm_judge(settings)
     recording = RecordingTransport(session.start_recording())
     recorder.use_transport(recording)
@@ -119,6 +122,8 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
     log = session.log
     assert log is not None
     report.requests, report.merged = len(log.ids), log.repeats
+    stream.write(f"batch: {report.requests} requests recorded ({report.merged} identical calls merged)\n")
+    stream.flush()
 
     price = batch_price_of(vendor, name)
     pending = list(session.pending(retry_failed=batch.retry_failed))
@@ -138,7 +143,7 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
     report.waited, report.complete = waited, waited.complete
     if not waited.complete:
         return None, report
-    report.failed_requests, failed_path = session.write_failed(log.ids)
+    report.failed_requests, failed_path, report.failed_examples = session.write_failed(log.ids)
     report.failed_list = str(failed_path)
 
     answerer = _llm_judge(settings)
@@ -191,4 +196,5 @@ def report_lines(report: BatchReport) -> list[str]:
     if report.failed_requests:
         lines.append(f"  {report.failed_requests} batch requests failed (their evaluations are counted failed), "
                      f"listed in {report.failed_list}: run again with --batch-retry-failed to submit them again")
+        lines.extend(f"    {example}" for example in report.failed_examples)
     return lines

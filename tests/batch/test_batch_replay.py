@@ -11,7 +11,7 @@ import pytest
 
 from cp_observe._errors import ConfigurationError
 from cp_observe.replay import ReplayOptions, TraceFile, replay
-from cp_observe.replay._batched import BatchOptions, batch_replay
+from cp_observe.replay._batched import BatchOptions, batch_replay, report_lines
 from cp_observe.replay._progress import Progress
 from cp_observe.testing import JudgeServer
 from cp_observe.testing._batch_server import BatchServer
@@ -95,6 +95,8 @@ def test_partial_failure_is_listed_and_retried(demo: Exported, tmp_path: Path,
         assert len(listed) == report.failed_requests and all(item["error"] for item in listed)
         assert result.stats["failed"] > 0
         assert result.stats["scored"] + result.stats["failed"] == len(demo.live)
+        summary = "\n".join(report_lines(report))
+        assert "--batch-retry-failed" in summary and listed[0]["custom_id"][:16] in summary
         flaky["on"] = False
         again, second, _ = _batch(demo, out, "anthropic/claude-haiku-4-5", server.url, retry_failed=True)
         assert server.created == 2 and second.submitted_now == report.failed_requests

@@ -62,3 +62,18 @@ def test_get_is_retried_and_a_key_in_an_error_is_masked() -> None:
         _http._get("http://127.0.0.1:9/v1/batches/x", {}, sleep=slept.append)
     assert slept == [1.0, 2.0, 4.0] and caught.value.status == 0
     assert _http._KEY_LIKE.sub("***", "bad key sk-abcdefghijk1234") == "bad key ***"
+
+
+def test_openai_batch_lines_leave_the_live_tier_out() -> None:
+    """A flex tier parameter set for live calls stays out of a batch line (billed at the batch price anyway)."""
+    import orjson
+
+    from cp_observe._batch._api import Endpoint
+    from cp_observe._batch._openai import OpenAIBatches
+
+    batches = OpenAIBatches(Endpoint("http://127.0.0.1:9/v1", "sk-test"), "gpt-5-mini")
+    request = BatchRequest("abc", [{"role": "user", "content": "x"}], {"service_tier": "flex", "seed": 1})
+    line = orjson.loads(batches._line(request))
+    assert line["body"] == {"model": "gpt-5-mini", "messages": request.messages, "seed": 1}
+    assert line["url"] == "/v1/chat/completions" and line["custom_id"] == "abc"
+    assert "sk-test" not in repr(batches._endpoint)
