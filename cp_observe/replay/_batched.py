@@ -116,9 +116,12 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
     recorder.use_transport(recording)
     first = dataclasses.replace(options, output=None, otlp_endpoint=None, budget_usd=None)
     try:
-        replay(sources, first, judge=recorder, progress=Progress(enabled=False), tracer_provider=TracerProvider())
+        recorded = replay(sources, first, judge=recorder, progress=Progress(enabled=False),
+                          tracer_provider=TracerProvider())
     finally:
         session.finish_recording()
+    if recorded.stopped == "interrupted":  # replay stops reading on Ctrl-C; a partial record is never submitted
+        raise KeyboardInterrupt
     log = session.log
     assert log is not None
     report.requests, report.merged = len(log.ids), log.repeats
