@@ -6,7 +6,8 @@ answered as ``JudgeServer``'s ``good()`` answers a synchronous call (same policy
 batch run and a synchronous run against the two servers must score alike. A batch ends after
 ``polls_to_end`` status polls; ``expire`` ends it expired with only the first half answered; ``fail`` names
 requests (by their user message, a predicate) that come back as per-request errors; ``misalign`` names
-requests answered with a reply that fails alignment. ``POST /v1/chat/completions`` is served too (as the
+requests answered with a reply that fails alignment; ``creates_allowed`` answers that many batch creates and
+refuses the rest with a 500. ``POST /v1/chat/completions`` is served too (as the
 providers serve their synchronous API beside the batch one), for the corrective calls. Standard library only.
 """
 
@@ -46,8 +47,9 @@ class BatchServer:
     (``/openai/...?api-version=``), Anthropic's and the Gemini API's at ``url``."""
 
     def __init__(self, *, polls_to_end: int = 1, expire: bool = False, fail: Predicate | None = None,
-                 misalign: Predicate | None = None) -> None:
+                 misalign: Predicate | None = None, creates_allowed: int | None = None) -> None:
         self.polls_to_end = polls_to_end
+        self.creates_allowed = creates_allowed  # batch creates answered before every further one gets a 500
         self.expire = expire
         self.fail = fail
         self.misalign = misalign
@@ -143,6 +145,10 @@ class BatchServer:
                                "usageMetadata": {"promptTokenCount": a["prompt"], "candidatesTokenCount": a["completion"]}})
         if path == "/v1/files" and method == "POST":
             return self._upload(headers, body)
+        creating = method == "POST" and (path in ("/v1/batches", "/v1/messages/batches")
+                                          or _GEMINI_CREATE.match(path) is not None)
+        if creating and self.creates_allowed is not None and len(self.batches) >= self.creates_allowed:
+            return 500, b'{"error": {"message": "the loopback batch server refuses this create"}}', "application/json"
         if path == "/v1/batches" and method == "POST":
             request = json.loads(body)
             lines = [json.loads(line) for line in self.files[request["input_file_id"]].splitlines() if line.strip()]

@@ -157,3 +157,25 @@ def test_other_providers_refuse_batch(demo: Exported, tmp_path: Path) -> None:
     options = ReplayOptions(judge="ollama/llama3.1", output=tmp_path / "out.jsonl")
     with pytest.raises(ConfigurationError, match="openai/, azure/, anthropic/, gemini/"):
         batch_replay([TraceFile(demo.jsonl)], options, BatchOptions(), progress=Progress(enabled=False))
+
+
+def test_a_run_stopped_between_split_batches_submits_only_the_rest(demo: Exported, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provider refuses the third create: the run stops with two batches saved; the rerun submits the rest."""
+    from cp_observe._batch import _anthropic
+    from cp_observe._batch._http import BatchApiError
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setattr(_anthropic.AnthropicBatches, "max_requests", 4)
+    out = tmp_path / "out.jsonl"
+    with BatchServer(creates_allowed=2) as server:
+        with pytest.raises(BatchApiError, match="HTTP 500"):
+            _batch(demo, out, "anthropic/claude-haiku-4-5", server.url)
+        assert server.created == 2
+        first_two = {cid for batch in server.batches.values() for cid, _ in batch.items}
+        server.creates_allowed = None
+        result, report, _ = _batch(demo, out, "anthropic/claude-haiku-4-5", server.url)
+        later = [cid for batch in list(server.batches.values())[2:] for cid, _ in batch.items]
+    assert report.resumed and report.submitted_now == report.requests - len(first_two) == len(later)
+    assert not first_two & set(later)
+    assert result.stats["scored"] == len(demo.live)
