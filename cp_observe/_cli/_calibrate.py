@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cp_observe import _names as n
+from cp_observe._cli._batch import EXIT_BATCHES_OPEN, add_batch_arguments, batch_options
 from cp_observe._cli._inputs import sources_from_args, time_option
 from cp_observe._errors import ConfigurationError, LabelError
 
@@ -25,7 +26,11 @@ Labels (people's):
   --labels FILE             JSON lines: trace_id, span_id, position or document_id, relevant (repeatable)
   --phoenix ...             HUMAN document annotations named --label-name (default relevance)
 
-Exit status: 0 done, 1 an input could not be read, 2 bad options or a malformed label."""
+--judge with --batch: the replay goes to the judge's provider batch API at half price; the batches are kept
+beside --json or --output (FILE.batch/, or --batch-state DIR) and the same command run again resumes them.
+
+Exit status: 0 done, 1 an input could not be read, 2 bad options or a malformed label, 3 with --batch when
+batches are still open."""
 
 
 def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +57,7 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="Judge calibration", help="the page's title")
     parser.add_argument("--push", action="store_true",
                         help="export agreement and its label count as OTLP metrics (for a scheduled run)")
+    add_batch_arguments(parser)
     parser.add_argument("--otlp-endpoint", help="where --push sends [CP_OBSERVE_OTLP_ENDPOINT]")
 
 
@@ -61,8 +67,36 @@ def _replayed(sources: list[Any], args: argparse.Namespace, directory: str) -> l
     from cp_observe.replay._run import ReplayOptions, replay
 
     output = Path(directory) / "replayed.jsonl"
+    if args.batch:
+        return _batch_replayed(sources, args, output)
     result = replay(sources, ReplayOptions(judge=args.judge, judge_api_base=args.judge_api_base, sample_rate=1.0,
                                            output=output))
+    if result.error:
+        raise ConfigurationError(f"replay through {args.judge} failed: {result.error}")
+    return [TraceFile(output)]
+
+
+class _BatchesOpen(Exception):
+    """``--batch``: the judge's batches are still open; the command stops and is run again to resume."""
+
+
+def _batch_replayed(sources: list[Any], args: argparse.Namespace, output: Path) -> list[Any]:
+    """The inputs scored again by ``--judge`` through its provider's batch API (``replay --batch``'s two passes)."""
+    from cp_observe._traces._files import TraceFile
+    from cp_observe.replay._batched import batch_replay, report_lines
+    from cp_observe.replay._progress import Progress
+    from cp_observe.replay._run import ReplayOptions
+
+    beside = args.json or args.output
+    state = args.batch_state or (beside.with_name(beside.name + ".batch") if beside is not None else None)
+    if state is None:
+        raise ConfigurationError("--batch keeps its batches beside --json or --output: give one, or --batch-state DIR")
+    options = ReplayOptions(judge=args.judge, judge_api_base=args.judge_api_base, sample_rate=1.0, output=output)
+    result, report = batch_replay(sources, options, batch_options(args, state), progress=Progress(enabled=False))
+    for line in report_lines(report):
+        print(line.strip(), file=sys.stderr)
+    if result is None:
+        raise _BatchesOpen
     if result.error:
         raise ConfigurationError(f"replay through {args.judge} failed: {result.error}")
     return [TraceFile(output)]
@@ -125,11 +159,20 @@ def _read(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], int]:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """Run ``cp-observe calibrate``; returns the exit code."""
+    from cp_observe._batch._http import BatchApiError
     from cp_observe._traces._source import ReplayInputError
     from cp_observe.calibrate._calibrate import calibrate, calibration_lines
 
     try:
         judged, labels, unreadable, status = _read(args)
+    except (_BatchesOpen, KeyboardInterrupt) as exc:
+        if not isinstance(exc, _BatchesOpen) and not getattr(args, "batch", False):
+            raise
+        print("cp-observe calibrate: batches still open: run the same command again to resume", file=sys.stderr)
+        return EXIT_BATCHES_OPEN
+    except BatchApiError as exc:
+        print(f"cp-observe calibrate: the batch API failed: {exc}", file=sys.stderr)
+        return 1
     except (ConfigurationError, LabelError, ValueError) as exc:
         print(f"cp-observe calibrate: {exc}", file=sys.stderr)
         return 2

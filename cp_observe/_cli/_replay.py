@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cp_observe._cli._batch import add_batch_arguments, batch_options, run_batched
 from cp_observe._cli._inputs import add_source_arguments, sources_from_args
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import log_format
@@ -25,7 +26,12 @@ Every span goes through cp-observe serve's conversion into the same ContextPreci
 sampling, turn assembly, judge, emission), so a replay at rate r scores the traces live sampling at r scored.
 Other settings (timeouts, circuit breaker, ...) come from the CP_OBSERVE_* variables, as for serve.
 Exit status: 0 when every input was read, 1 when an input could not be read (what was read is still scored),
-2 for bad options."""
+2 for bad options, 3 with --batch when batches are still open (run the same command again to resume).
+
+--batch: the judge's calls go to its provider's batch API (openai/, azure/, anthropic/, gemini/) at half
+price. The inputs are read twice: once to record every call, once, after the batches end, to score and
+emit from their answers. The batches are kept in FILE.batch/ beside --output; the same command run again
+resumes them instead of submitting again."""
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +65,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--document-resolver", metavar="MODULE:FUNCTION",
                         help="gives the text of documents a span names by id only: (document_id, data_source) -> "
                              "text [CP_OBSERVE_DOCUMENT_RESOLVER]")
+    add_batch_arguments(parser)
     parser.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
                         help="seconds between progress lines when stderr is not a terminal (default 10)")
     parser.add_argument("--quiet", "-q", action="store_true",
@@ -96,6 +103,8 @@ def run_replay(args: argparse.Namespace) -> int:
         # JSON log lines: stderr carries one object per line, so no progress lines between them.
         quiet = args.quiet or log_format(getattr(args, "log_format", None)) == "json"
         progress = Progress(interval_s=args.progress_interval, enabled=not quiet)
+        if args.batch:
+            return run_batched("replay", sources, options, batch_options(args), progress, summary_lines)
         result = replay(sources, options, progress=progress)
     except (ConfigurationError, ReplayInputError, ValueError) as exc:
         print(f"cp-observe replay: {exc}", file=sys.stderr)

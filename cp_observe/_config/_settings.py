@@ -131,6 +131,8 @@ class Settings:
                                                        processor=True)
     document_resolver_concurrency: int = setting(4, "Document resolver calls running at once.", ge=1,
                                                     processor=True)
+    azure_batch_deployment: str | None = setting(
+        None, "Azure OpenAI global-batch deployment that replay --batch and calibrate --batch send azure/ judges to.")
 
     def __post_init__(self) -> None:
         """Type and bound every field (``"5"`` becomes 5, a key a ``Secret``); all problems in one error.

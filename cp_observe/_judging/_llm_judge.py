@@ -167,6 +167,15 @@ class LLMJudge:
             self._lean_resolved = True
         return self._lean
 
+    def use_transport(self, transport: Any) -> None:
+        """Send every call through ``transport`` (``complete(messages, params) -> LeanReply``) instead.
+
+        Batch judging's seam: the messages and parameters are built here exactly as for a synchronous call,
+        and only where they go changes (recorded for a provider batch, or answered from its results).
+        """
+        self._lean = transport
+        self._lean_resolved = True
+
     @property
     def price(self) -> Price | None:
         """The model's prices from litellm's table, looked up once; ``None``: unknown, so is every call's cost.

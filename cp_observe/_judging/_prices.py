@@ -36,7 +36,7 @@ from cp_observe._errors import ConfigurationError
 from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
 from cp_observe._types import Usage
 
-__all__ = ["TIERS", "Price", "Rates", "Tier", "billed_usd", "cost_of", "model_price", "price_from_entry", "price_of", "require_prices",
+__all__ = ["TIERS", "Price", "Rates", "Tier", "batch_price_of", "billed_usd", "cost_of", "model_price", "price_from_entry", "price_of", "require_prices",
            "tier_of"]
 
 Tier = Literal["standard", "flex", "batch", "priority"]
@@ -236,3 +236,13 @@ def _rates(entry: Mapping[str, Any], suffix: str, standard: Rates | None = None)
     base = (standard.input, standard.output, standard.cache_read, standard.cache_creation, standard.reasoning)
     merged = [mine if mine is not None else theirs for mine, theirs in zip(found, base, strict=True)]
     return Rates(merged[0], merged[1], merged[2], merged[3], merged[4])  # type: ignore[arg-type]
+
+
+def batch_price_of(provider: str, name: str) -> Price | None:
+    """The price of ``provider/name`` when the table has a batch-API variant of it (``*_batches``), else ``None``.
+
+    Batch judging checks its budget against the batch price and refuses a model without one; its costs are
+    ``price.cost(usage, "batch")``.
+    """
+    price = price_of(provider, name)
+    return price if price is not None and "batch" in price.tiers else None

@@ -1,0 +1,115 @@
+"""Anthropic's Message Batches API, over its own HTTP API (litellm can only retrieve these batches).
+
+``POST /v1/messages/batches`` takes up to 100,000 requests (256 MB), each a ``custom_id`` and the Messages
+API ``params``. Status is ``processing_status`` (``in_progress``, ``canceling``, ``ended``) with per-request
+counts; once ended, ``results_url`` gives JSON lines whose ``result.type`` is ``succeeded``, ``errored``,
+``canceled`` or ``expired``.
+
+The messages are the synchronous call's: the system message becomes ``system``, the rest stay in order.
+``response_format`` has no Messages API field here, so the reply is asked for as JSON by the prompt alone
+(as the plain-text mode of the synchronous judge does) and read by the same parser and alignment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from cp_observe._batch._http import BatchApiError, get_bytes, get_json, post_json
+from cp_observe._batch._api import BatchStatus, Endpoint, Result
+from cp_observe._batch._requests import BatchRequest
+
+__all__ = ["AnthropicBatches", "messages_params"]
+
+_VERSION = "2023-06-01"
+_MAX_TOKENS = 4096  # litellm's default for Anthropic models when the call sets none
+_PASSED = {"temperature": "temperature", "top_p": "top_p", "max_tokens": "max_tokens", "stop": "stop_sequences"}
+
+
+def messages_params(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The Messages API parameters of one chat completion request."""
+    system = "\n\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": _MAX_TOKENS,
+        "messages": [{"role": m.get("role"), "content": m.get("content")} for m in messages if m.get("role") != "system"],
+    }
+    if system:
+        body["system"] = system
+    for key, wire in _PASSED.items():
+        if key in params:
+            value = params[key]
+            body[wire] = [value] if wire == "stop_sequences" and isinstance(value, str) else value
+    return body
+
+
+class AnthropicBatches:
+    """Anthropic's Message Batches."""
+
+    name = "anthropic"
+    max_requests = 100_000
+    max_bytes = 256 * 1024 * 1024
+
+    def __init__(self, endpoint: Endpoint, model: str) -> None:
+        self._endpoint = endpoint
+        self._model = model
+
+    def _headers(self) -> dict[str, str]:
+        return {"x-api-key": self._endpoint.key, "anthropic-version": _VERSION}
+
+    def _entry(self, request: BatchRequest) -> dict[str, Any]:
+        return {"custom_id": request.custom_id, "params": messages_params(self._model, request.messages, request.params)}
+
+    def size_of(self, request: BatchRequest) -> int:
+        return len(orjson.dumps(self._entry(request))) + 1
+
+    def submit(self, requests: Sequence[BatchRequest]) -> str:
+        created = post_json(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches", self._headers(),
+                            {"requests": [self._entry(r) for r in requests]})
+        batch_id = created.get("id") if isinstance(created, dict) else None
+        if not isinstance(batch_id, str):
+            raise BatchApiError(f"the batch create gave no id: {str(created)[:200]}")
+        return batch_id
+
+    def complete(self, request: BatchRequest) -> Result:
+        """One synchronous Messages call with the batch entry's parameters (a corrective call)."""
+        message = post_json(f"{self._endpoint.base.rstrip('/')}/v1/messages", self._headers(),
+                            messages_params(self._model, request.messages, request.params))
+        return _result({"custom_id": request.custom_id, "result": {"type": "succeeded", "message": message}})
+
+    def _batch(self, batch_id: str) -> dict[str, Any]:
+        batch = get_json(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches/{batch_id}", self._headers())
+        if not isinstance(batch, dict):
+            raise BatchApiError(f"batch {batch_id}: not an object: {str(batch)[:200]}")
+        return batch
+
+    def status(self, batch_id: str) -> BatchStatus:
+        batch = self._batch(batch_id)
+        counts = batch.get("request_counts") or {}
+        numbers = {k: int(counts.get(k) or 0) for k in ("processing", "succeeded", "errored", "canceled", "expired")}
+        state = str(batch.get("processing_status") or "unknown")
+        failed = numbers["errored"] + numbers["canceled"] + numbers["expired"]
+        return BatchStatus(state, state == "ended", sum(numbers.values()), numbers["succeeded"], failed)
+
+    def results(self, batch_id: str) -> Iterator[Result]:
+        url = self._batch(batch_id).get("results_url")
+        if not isinstance(url, str) or not url:
+            return
+        for line in get_bytes(url, self._headers()).splitlines():
+            if line.strip():
+                yield _result(orjson.loads(line))
+
+
+def _result(line: dict[str, Any]) -> Result:
+    custom_id = str(line.get("custom_id") or "")
+    result = line.get("result") or {}
+    kind = result.get("type")
+    if kind != "succeeded":
+        return Result(custom_id, error=f"{kind}: {str(result.get('error') or '')[:300]}")
+    message = result.get("message") or {}
+    text = "".join(part.get("text", "") for part in message.get("content") or [] if isinstance(part, dict)
+                   and part.get("type") == "text")
+    usage = message.get("usage") or {}
+    return Result(custom_id, text, int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))

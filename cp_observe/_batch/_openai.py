@@ -1,0 +1,126 @@
+"""OpenAI's Batch API (and Azure OpenAI's global batch, the same API under ``/openai`` with a deployment).
+
+A batch is a JSON-lines file of chat completion requests (``custom_id``, ``method``, ``url``, ``body``)
+uploaded with ``purpose=batch``, then ``POST /batches`` over it with the 24 h window. Status is
+``validating``, ``in_progress``, ``finalizing``, then ``completed``, ``failed``, ``expired`` or ``cancelled``;
+answers are in the output file, failures in the error file, and a request in neither (an expired or cancelled
+batch) is reported failed with the batch's state. Limits: 50,000 requests and 200 MB per file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import orjson
+
+from cp_observe._batch._http import BatchApiError, get_bytes, get_json, post_json, post_multipart
+from cp_observe._batch._api import BatchStatus, Endpoint, Result
+from cp_observe._batch._requests import BatchRequest
+
+__all__ = ["OpenAIBatches"]
+
+_ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+_MAX_REQUESTS = 50_000
+_MAX_BYTES = 200 * 1024 * 1024
+# A tier means nothing inside a batch (it is billed at the batch price): the live flex tier's parameter stays out.
+_NOT_IN_BATCH = frozenset({"service_tier"})
+
+
+class OpenAIBatches:
+    """The Batch API of OpenAI (``azure=False``) or of an Azure OpenAI resource (``azure=True``)."""
+
+    max_requests = _MAX_REQUESTS
+    max_bytes = _MAX_BYTES
+
+    def __init__(self, endpoint: Endpoint, model: str, *, azure: bool = False, sync_model: str | None = None) -> None:
+        self.name = "azure" if azure else "openai"
+        self._endpoint = endpoint
+        self._model = model  # the wire model: the model name, or Azure's global-batch deployment
+        self._sync_model = sync_model or model  # Azure: the judge's standard deployment takes synchronous calls
+        self._azure = azure
+        self._url = "/chat/completions" if azure else "/v1/chat/completions"
+        self._ids: dict[str, list[str]] = {}  # batch id -> its custom ids, for the requests no file answers
+
+    def _at(self, path: str) -> str:
+        base = self._endpoint.base.rstrip("/")
+        if self._azure:
+            return f"{base}/openai{path}?api-version={self._endpoint.extra['api_version']}"
+        return f"{base}{path}"
+
+    def _headers(self) -> dict[str, str]:
+        if self._azure:
+            return {"api-key": self._endpoint.key}
+        return {"authorization": f"Bearer {self._endpoint.key}"}
+
+    def _line(self, request: BatchRequest) -> bytes:
+        params = {k: v for k, v in request.params.items() if k not in _NOT_IN_BATCH}
+        body = {"model": self._model, "messages": request.messages, **params}
+        return orjson.dumps({"custom_id": request.custom_id, "method": "POST", "url": self._url, "body": body})
+
+    def size_of(self, request: BatchRequest) -> int:
+        return len(self._line(request)) + 1
+
+    def submit(self, requests: Sequence[BatchRequest]) -> str:
+        content = b"\n".join(self._line(r) for r in requests) + b"\n"
+        uploaded = post_multipart(self._at("/files"), self._headers(), {"purpose": "batch"}, "judge.jsonl", content)
+        file_id = uploaded.get("id") if isinstance(uploaded, dict) else None
+        if not isinstance(file_id, str):
+            raise BatchApiError(f"the file upload gave no id: {str(uploaded)[:200]}")
+        created = post_json(self._at("/batches"), self._headers(), {
+            "input_file_id": file_id, "endpoint": self._url, "completion_window": "24h",
+            "metadata": {"source": "cp-observe"},
+        })
+        batch_id = created.get("id") if isinstance(created, dict) else None
+        if not isinstance(batch_id, str):
+            raise BatchApiError(f"the batch create gave no id: {str(created)[:200]}")
+        return batch_id
+
+    def complete(self, request: BatchRequest) -> Result:
+        """One synchronous chat completion of ``request`` (a corrective call), read like a batch result."""
+        path = f"/deployments/{self._sync_model}/chat/completions" if self._azure else "/chat/completions"
+        url = self._at(path) if self._azure else f"{self._endpoint.base.rstrip('/')}{path}"
+        body = post_json(url, self._headers(), {"model": self._sync_model, "messages": request.messages,
+                                                 **request.params})
+        return _result({"custom_id": request.custom_id, "response": {"status_code": 200, "body": body}})
+
+    def _batch(self, batch_id: str) -> dict[str, Any]:
+        batch = get_json(self._at(f"/batches/{batch_id}"), self._headers())
+        if not isinstance(batch, dict):
+            raise BatchApiError(f"batch {batch_id}: not an object: {str(batch)[:200]}")
+        return batch
+
+    def status(self, batch_id: str) -> BatchStatus:
+        batch = self._batch(batch_id)
+        counts = batch.get("request_counts") or {}
+        state = str(batch.get("status") or "unknown")
+        return BatchStatus(state, state in _ENDED, int(counts.get("total") or 0), int(counts.get("completed") or 0),
+                           int(counts.get("failed") or 0))
+
+    def results(self, batch_id: str) -> Iterator[Result]:
+        batch = self._batch(batch_id)
+        for key in ("output_file_id", "error_file_id"):
+            file_id = batch.get(key)
+            if not isinstance(file_id, str) or not file_id:
+                continue
+            for line in get_bytes(self._at(f"/files/{file_id}/content"), self._headers()).splitlines():
+                if line.strip():
+                    yield _result(orjson.loads(line))
+
+
+def _result(line: dict[str, Any]) -> Result:
+    custom_id = str(line.get("custom_id") or "")
+    response = line.get("response") or {}
+    error = line.get("error")
+    status = int(response.get("status_code") or 0) if isinstance(response, dict) else 0
+    body = response.get("body") if isinstance(response, dict) else None
+    if error or status != 200 or not isinstance(body, dict):
+        detail = error if error else (body.get("error") if isinstance(body, dict) else body)
+        prefix = f"HTTP {status}: " if status else ""
+        return Result(custom_id, error=(prefix + str(detail))[:300] or "no answer")
+    try:
+        text = body["choices"][0]["message"]["content"] or ""
+    except (KeyError, IndexError, TypeError):
+        text = ""
+    usage = body.get("usage") or {}
+    return Result(custom_id, str(text), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
