@@ -19,7 +19,7 @@ from typing import Any
 
 from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
 
-__all__ = ["Price", "price_of"]
+__all__ = ["Price", "price_of", "table_entry"]
 
 _TABLE_FILE = "model_prices_and_context_window_backup.json"
 _lock = threading.Lock()  # one read of the table at a time (evaluator threads of several processors)
@@ -93,3 +93,32 @@ def _lookup(table: dict[str, Any], provider: str, name: str) -> Price | None:
         except (KeyError, TypeError, ValueError):
             return None
     return None
+
+
+_entries: dict[str, dict[str, Any] | None] = {}  # the table entries looked up, bounded like _found
+
+
+def table_entry(model: str) -> dict[str, Any] | None:
+    """The entry of litellm's table for a model string (``provider/name`` or a bare name), read once per model.
+
+    ``provider/name`` first, then ``name`` when its entry is the same provider's; a bare name is looked up as
+    it is (litellm then infers the provider from the entry). What the request parameters of a model are decided
+    from (`_judging/_params.py`): whether it reasons, which reasoning efforts it takes.
+    """
+    if model in _entries:
+        return _entries[model]
+    with _lock:
+        if model not in _entries:
+            if len(_entries) >= _MAX_FOUND:
+                _entries.clear()
+            table = _table()
+            provider, slash, name = model.partition("/")
+            found: dict[str, Any] | None = None
+            for key, wanted in (((model, provider), (name, provider)) if slash else ((model, None),)):
+                entry = table.get(key)
+                if isinstance(entry, dict) and (wanted is None or entry.get("litellm_provider") in (wanted, None)
+                                                or key == model):
+                    found = entry
+                    break
+            _entries[model] = found
+        return _entries[model]

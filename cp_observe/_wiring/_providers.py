@@ -29,6 +29,7 @@ __all__ = [
     "build_span_exporter",
     "cheap_judge_from_settings",
     "exemplar_prometheus_reader",
+    "judge_call_options",
     "judge_from_settings",
     "processor_from_settings",
     "sinks_from_settings",
@@ -70,7 +71,19 @@ def judge_from_settings(settings: Settings) -> Judge:
         timeout=settings.judge_timeout_s,
         max_retries=settings.judge_max_retries,
         transport=settings.judge_transport,
+        **judge_call_options(settings),
     )
+
+
+def judge_call_options(settings: Settings) -> dict[str, object]:
+    """What an LLM judge's calls ask for: prompt version, reasons, reasoning effort, service tier, flex timeout."""
+    return {
+        "prompt_version": settings.judge_prompt_version,
+        "reasons": settings.judge_reasons,
+        "reasoning_effort": settings.judge_reasoning_effort,
+        "service_tier": settings.judge_service_tier,
+        "flex_timeout": settings.judge_flex_timeout_s,
+    }
 
 
 def cheap_judge_from_settings(settings: Settings) -> Judge | None:
@@ -83,6 +96,7 @@ def cheap_judge_from_settings(settings: Settings) -> Judge | None:
         api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
         timeout=settings.judge_timeout_s,
         max_retries=settings.judge_max_retries,
+        **judge_call_options(settings),
     )
 
 
