@@ -19,7 +19,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["CACHE_KEY_PROVIDERS", "EFFORTS", "TIERS", "cache_key", "rejected_parameter", "request_params"]
+__all__ = [
+    "CACHE_KEY_PROVIDERS",
+    "EFFORTS",
+    "FLEX_LATENCY_RATIO",
+    "TIERS",
+    "cache_key",
+    "flex_bounds",
+    "rejected_parameter",
+    "request_params",
+]
 
 #: Values of the reasoning-effort setting: ``auto`` (the lowest above none) or a level sent as given.
 EFFORTS: Final = ("auto", "none", "minimal", "low", "medium", "high")
@@ -29,6 +38,9 @@ TIERS: Final = ("auto", "default", "flex", "priority")
 CACHE_KEY_PROVIDERS: Final = ("openai", "azure")
 #: Parameters the judge adds on its own, and so may drop when a model rejects them.
 _OWN: Final = ("temperature", "reasoning_effort", "prompt_cache_key")
+#: A flex call's median latency over a standard call's (about 120 s against 4 s): the assumption the flex sizing
+#: and ``benchmarks/judging/bench_flex_alert_delay.py`` share; providers publish no flex latency distribution.
+FLEX_LATENCY_RATIO: Final = 30
 _REJECTION_WORDS: Final = ("unsupported", "not supported", "unrecognized", "unknown", "does not support",
                            "doesn't support", "not allowed", "extra inputs are not permitted", "invalid")
 
@@ -84,3 +96,20 @@ def _provider(model: str, entry: Mapping[str, Any] | None) -> str:
         return provider
     found = entry.get("litellm_provider") if entry else None
     return found if isinstance(found, str) else ""
+
+
+def flex_bounds(
+    concurrency: int, queue_size: int, evaluation_timeout_s: float, *, call_timeout_s: float, flex_timeout_s: float,
+    max_retries: int,
+) -> tuple[int, float]:
+    """Calls in flight and the evaluation timeout that keep the same evaluations per minute on the flex tier.
+
+    Little's law: calls in flight = rate x latency, so the rate ``concurrency`` sustains at the standard tier's
+    latency takes ``FLEX_LATENCY_RATIO`` times as many at flex latency. ``queue_size`` bounds targets waiting and
+    in flight together, so in flight never exceeds it and memory stays what ``queue_size`` allows. One
+    evaluation may wait the whole flex timeout and then its standard-tier fallback with its retries, so its
+    timeout is at least that.
+    """
+    flex_concurrency = max(concurrency, min(queue_size, concurrency * FLEX_LATENCY_RATIO))
+    needed = flex_timeout_s + call_timeout_s * (max_retries + 1)
+    return flex_concurrency, max(evaluation_timeout_s, needed)

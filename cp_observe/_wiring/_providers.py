@@ -14,6 +14,7 @@ from cp_observe._config._settings import Settings
 from cp_observe._emission._sinks import Sink
 from cp_observe._errors import ConfigurationError
 from cp_observe._judging._judges import resolve_judge
+from cp_observe._judging._params import flex_bounds
 from cp_observe._log import logger
 from cp_observe._names import ENV_OTEL_TRACES_EXPORTER, ENV_PHOENIX_API_KEY
 from cp_observe._processing._processor import ContextPrecisionProcessor
@@ -48,6 +49,11 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)
     options.update(overrides)
+    if settings.judge_service_tier == "flex":  # the same evaluations per minute at flex latency (only raised)
+        options["concurrency"], options["evaluation_timeout_s"] = flex_bounds(
+            options["concurrency"], options["queue_size"], options["evaluation_timeout_s"],
+            call_timeout_s=settings.judge_timeout_s, flex_timeout_s=settings.judge_flex_timeout_s,
+            max_retries=settings.judge_max_retries)
     return ContextPrecisionProcessor(judge, **options)
 
 

@@ -176,3 +176,28 @@ def test_the_settings_reach_the_judge(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(judge, LLMJudge)
     assert (judge.service_tier, judge.reasons, judge.reasoning_effort, judge.flex_timeout) == ("flex", "no", "low", 600)
     assert judge.prompt_version == "cp-3+reasons-no"
+
+
+def test_flex_keeps_the_rate_by_littles_law() -> None:
+    """At 30x the latency, 30x the calls in flight (never more than queue_size), and time for the fallback."""
+    from cp_observe._judging._params import FLEX_LATENCY_RATIO, flex_bounds
+
+    assert flex_bounds(4, 1000, 300.0, call_timeout_s=30.0, flex_timeout_s=900.0, max_retries=3) == (
+        4 * FLEX_LATENCY_RATIO, 900.0 + 30.0 * 4)
+    assert flex_bounds(4, 50, 3000.0, call_timeout_s=30.0, flex_timeout_s=900.0, max_retries=0) == (50, 3000.0)
+    assert flex_bounds(8, 4, 300.0, call_timeout_s=30.0, flex_timeout_s=60.0, max_retries=0)[0] == 8
+
+
+def test_a_flex_processor_gets_the_flex_bounds() -> None:
+    """processor_from_settings with judge_service_tier='flex': the evaluator's concurrency and timeout follow."""
+    from cp_observe._config._settings import Settings
+    from cp_observe._wiring._providers import judge_from_settings, processor_from_settings
+
+    for tier, concurrency, timeout in ((None, 4, 300.0), ("flex", 120, 1020.0)):
+        settings = Settings(judge="openai/gpt-5-mini", judge_api_key="sk-test-key-0000", judge_service_tier=tier)
+        processor = processor_from_settings(judge_from_settings(settings), settings)
+        try:
+            assert (processor.options.concurrency, processor.options.evaluation_timeout_s) == (concurrency, timeout)
+            assert processor.options.queue_size == 1000
+        finally:
+            processor.shutdown()
