@@ -5,7 +5,10 @@
   Which models reason comes from litellm's table (``supports_reasoning``), read without importing litellm.
 - ``reasoning_effort`` for those models: ``"auto"`` takes the lowest effort the table says the model takes
   above none (``minimal`` where ``supports_minimal_reasoning_effort``, else ``low``), since reasoning tokens
-  are billed as output; any other value is sent as given, to any model the table marks as reasoning.
+  are billed as output. Gemini's thinking models (``gemini/``, ``vertex_ai/``) think unless told otherwise and
+  bill it as output too: ``"auto"`` sends them ``minimal``, which litellm turns into the model's smallest
+  thinking budget. Claude thinks only when asked, so ``"auto"`` sends it nothing. Any other value is sent as
+  given, to any model the table marks as reasoning.
 - ``service_tier`` when one is set (``"flex"``: batch prices for a synchronous call that may queue).
 - ``prompt_cache_key`` (the prompt's label and the model) for OpenAI's wire, so calls of one prompt version
   land on the same prefix cache.
@@ -36,6 +39,8 @@ EFFORTS: Final = ("auto", "none", "minimal", "low", "medium", "high")
 TIERS: Final = ("auto", "default", "flex", "priority")
 #: Providers whose API takes ``prompt_cache_key`` and the reasoning-model rule above.
 CACHE_KEY_PROVIDERS: Final = ("openai", "azure")
+#: Providers whose reasoning models think unless told not to (Gemini's), and take litellm's ``minimal``.
+_THINKS_BY_DEFAULT: Final = ("gemini", "vertex_ai")
 #: Parameters the judge adds on its own, and so may drop when a model rejects them.
 _OWN: Final = ("temperature", "reasoning_effort", "prompt_cache_key")
 #: A flex call's median latency over a standard call's (about 120 s against 4 s): the assumption the flex sizing
@@ -65,6 +70,8 @@ def request_params(
         params["temperature"] = 0
     if reasons and reasoning_effort == "auto" and openai_wire:
         params["reasoning_effort"] = "minimal" if entry and entry.get("supports_minimal_reasoning_effort") else "low"
+    elif reasons and reasoning_effort == "auto" and provider.startswith(_THINKS_BY_DEFAULT):
+        params["reasoning_effort"] = "minimal"
     elif reasons and reasoning_effort != "auto":
         params["reasoning_effort"] = reasoning_effort
     if service_tier is not None:

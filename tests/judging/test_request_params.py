@@ -74,6 +74,7 @@ def test_a_chat_model_keeps_temperature_zero(server: JudgeServer) -> None:
     ("anthropic/claude-haiku-4-5", "auto", {"temperature": 0}),  # reasons only when asked; takes temperature
     ("anthropic/claude-haiku-4-5", "low", {"temperature": 0, "reasoning_effort": "low"}),
     ("hosted_vllm/some-model", "auto", {"temperature": 0}),  # unknown to the table
+    ("gemini/gemini-2.5-flash", "auto", {"temperature": 0, "reasoning_effort": "minimal"}),  # thinks unless told
 ])
 def test_request_params_from_the_table(model: str, effort: str, expected: dict[str, Any]) -> None:
     """Temperature and effort are decided from litellm's table; the cache key only on OpenAI's wire."""
