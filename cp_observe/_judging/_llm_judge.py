@@ -399,6 +399,21 @@ class LLMJudge:
         reply = await self._complete(messages, spent, structured=False)
         return reply.text.strip()[:2000], spent
 
+    def request_body(self, query: str, reference: str, contexts: Sequence[str]) -> dict[str, Any]:
+        """The chat-completions body of this judge's first call for one target, without the model and the tier.
+
+        Messages, schema (the structured-output mode this judge would try first) and parameters exactly as a
+        synchronous ``judge()`` call sends them, so a batch request of the same target asks the same question;
+        ``service_tier`` is left out (a batch has its own price). Pure apart from reading litellm's table once.
+        """
+        prompt = build_prompt(query, reference, contexts, budget=self.budget, reason_language=self.reason_language,
+                              version=self._version, reasons=self.reasons)
+        body: dict[str, Any] = {"messages": prompt.messages, **self._own_params(), **self._kwargs}
+        body.pop("service_tier", None)
+        if self._modes[0] != "none":
+            body["response_format"] = _response_format(self._modes[0], self.reasons)
+        return body
+
     async def _complete(self, messages: list[dict[str, str]], spent: _Spend, *, structured: bool = True) -> _Reply:
         """One logical call: transport retries with backoff, structured-output fallback."""
         lean = self._lean_here()
@@ -412,14 +427,8 @@ class LLMJudge:
                 kwargs.pop("service_tier", None)
             flex = kwargs.get("service_tier") == "flex"
             timeout = self.flex_timeout if flex else self.timeout
-            if mode == "json_schema":
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": "context_precision_verdicts", "schema": verdicts_schema(self.reasons),
-                                    "strict": True},
-                }
-            elif mode == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
+            if mode != "none":
+                kwargs["response_format"] = _response_format(mode, self.reasons)
             started = time.monotonic()
             try:
                 if lean is not None:
@@ -523,6 +532,15 @@ class _Spend:
             self.cost += reply.cost_usd
         else:
             self.cost = None
+
+
+def _response_format(mode: StructuredOutput, reasons: str) -> dict[str, Any]:
+    if mode == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "context_precision_verdicts", "schema": verdicts_schema(reasons), "strict": True},
+        }
+    return {"type": "json_object"}
 
 
 def _align_text(text: str, n: int) -> Alignment:

@@ -202,3 +202,14 @@ def test_a_flex_processor_gets_the_flex_bounds() -> None:
             assert processor.options.queue_size == 1000
         finally:
             processor.shutdown()
+
+
+@pytest.mark.parametrize("transport", ["auto", "litellm"])
+def test_the_request_body_is_what_a_call_sends(server: JudgeServer, transport: str) -> None:
+    """request_body (for batch requests) equals the body of the synchronous call, but for model and tier."""
+    judge = _judge(server, "openai/gpt-5-mini", transport, service_tier="flex", reasons="no")
+    asyncio.run(judge.judge(QUERY, ANSWER, CONTEXTS))
+    (sent,) = _bodies(server)
+    expected = {k: v for k, v in sent.items() if k not in {"model", "service_tier"}}
+    assert judge.request_body(QUERY, ANSWER, CONTEXTS) == expected
+
