@@ -383,8 +383,9 @@ class LLMJudge:
 
     async def _write_reason(self, query: str, reference: str, verdicts: Sequence[Verdict]) -> tuple[str, _Spend]:
         spent = _Spend()
-        summary = "\n".join(
-            f"- context {v.index + 1}: {'relevant' if v.relevant else 'not relevant'} ({v.reason[:300]})"
+        summary = "\n".join(  # a verdict without a reason (judge_reasons "no" or "none") is named bare
+            f"- context {v.index + 1}: {'relevant' if v.relevant else 'not relevant'}"
+            + (f" ({v.reason[:300]})" if v.reason else "")
             for v in verdicts
         )
         language = f" Write it in {self.reason_language}." if self.reason_language else ""

@@ -92,3 +92,14 @@ def test_a_reason_on_any_verdict_is_read_whatever_the_setting(server: JudgeServe
     judgement = asyncio.run(_judge(server, reasons="no").judge(QUERY, ANSWER, CONTEXTS))
     assert [v.reason for v in judgement.verdicts] == ["names Paris", "about bananas"]
     assert 'only for a "no" verdict' in server.requests[0].body["messages"][0]["content"]
+
+
+def test_the_llm_reason_is_built_from_what_is_there(server: JudgeServer) -> None:
+    """With no reasons, the LLM-written score reason is asked from the verdicts alone, no empty parentheses."""
+    server.script(raw('{"verdicts": [{"context_index": 0, "verdict": "yes"}, {"context_index": 1, "verdict": "no"}]}'),
+                  raw("The relevant context came first."))
+    judgement = asyncio.run(_judge(server, reasons="none", llm_reason=True).judge(QUERY, ANSWER, CONTEXTS))
+    assert judgement.reason == "The relevant context came first."
+    summary = server.requests[1].body["messages"][1]["content"]
+    assert "- context 1: relevant\n- context 2: not relevant" in summary
+    assert "()" not in summary
