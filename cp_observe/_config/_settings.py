@@ -73,7 +73,8 @@ class Settings:
     judge_reasons: str = setting("all", "What the judge writes reasons for: 'all' verdicts, only 'no' verdicts, "
                                  "or 'none' (fewer output tokens).", pattern=r"^(all|no|none)$")
     judge_reasoning_effort: str = setting("auto", "Reasoning models' effort: 'auto' (the lowest above none for "
-                                          "OpenAI's reasoning models) or none, minimal, low, medium, high.",
+                                          "OpenAI's and Gemini's reasoning models) or none, minimal, low, medium, "
+                                          "high.",
                                           pattern=r"^(auto|none|minimal|low|medium|high)$")
     judge_service_tier: str | None = setting(None, "service_tier sent with each judge call: 'flex' (batch prices, "
                                              "slower; a refusal falls back to standard), default, priority, auto.",

@@ -110,7 +110,7 @@ class LLMJudge:
         prompt_version: the judge prompt, one of ``PROMPT_VERSIONS`` (the previous one is kept for a rollout).
         reasons: what the judge writes reasons for: ``"all"`` verdicts, only ``"no"`` verdicts, or ``"none"``.
         reasoning_effort: for models that reason: ``"auto"`` (the lowest above none for OpenAI's reasoning
-            models, nothing sent to others) or a level sent as given.
+            models, ``minimal`` for Gemini's, nothing sent to others) or a level sent as given.
         service_tier: sent as ``service_tier`` when set (``"flex"``: batch prices, slower, may refuse).
         flex_timeout: seconds allowed for one HTTP call on the flex tier (``timeout`` applies otherwise).
         **litellm_kwargs: passed to ``litellm.acompletion`` unchanged; they override the judge's own
