@@ -23,9 +23,9 @@ reason sentence per verdict as asked (none on a ``yes`` with reasons only for ``
 
 Reasoning tokens (gpt-5-mini bills them as output) are not measured, since there is no real model here: the
 new modes send ``reasoning_effort=minimal`` and are charged ``--reasoning-tokens`` per call (0 by default: the
-minimal effort writes few or none); today's call is charged none, as the issue priced it, which is the
-baseline least favourable to the new modes. The live target's line prints how many reasoning tokens per call
-the target still allows.
+minimal effort writes few or none); today's call is charged none as well, which is the baseline least favourable
+to the new modes. The live target's line prints how many reasoning tokens per evaluation the target still
+allows.
 
 Prices come from litellm's table the way ``cp_observe/_judging/_prices.py`` reads it (the bundled file, not
 importing litellm): ``input_cost_per_token``/``output_cost_per_token``, their ``_flex`` and ``_batches`` forms,
