@@ -213,3 +213,15 @@ def test_the_request_body_is_what_a_call_sends(server: JudgeServer, transport: s
     expected = {k: v for k, v in sent.items() if k not in {"model", "service_tier"}}
     assert judge.request_body(QUERY, ANSWER, CONTEXTS) == expected
 
+
+
+def test_flex_refusals_are_counted_each_and_logged_once(server: JudgeServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Two capacity refusals: two fallbacks counted, one WARNING line."""
+    caplog.set_level("WARNING", logger="cp_observe")
+    server.script(status(429, body=_CAPACITY_429))
+    judge = _judge(server, "openai/gpt-5-mini", service_tier="flex")
+    asyncio.run(judge.judge(QUERY, ANSWER, CONTEXTS))
+    server.script(status(429, body=_CAPACITY_429))
+    asyncio.run(judge.judge("another question", ANSWER, CONTEXTS))
+    assert judge.tier_fallbacks == 2
+    assert sum("flex tier refused" in r.getMessage() for r in caplog.records) == 1
