@@ -48,7 +48,8 @@ class RecordingTransport:
         self.log = log
         self.calls = 0
 
-    async def complete(self, messages: list[dict[str, Any]], params: Mapping[str, Any]) -> LeanReply:
+    async def complete(self, messages: list[dict[str, Any]], params: Mapping[str, Any], *,
+                       timeout: float | None = None) -> LeanReply:
         self.log.add(messages, params)
         self.calls += 1
         entries = [{"context_index": i, "verdict": "no", "reason": ""} for i in range(contexts_in(messages))]
@@ -68,7 +69,8 @@ class SyncCaller:
         self._provider = provider
         self._price = price
 
-    async def complete(self, messages: list[dict[str, Any]], params: Mapping[str, Any]) -> LeanReply:
+    async def complete(self, messages: list[dict[str, Any]], params: Mapping[str, Any], *,
+                       timeout: float | None = None) -> LeanReply:
         request = BatchRequest(request_id(messages, params), list(messages), dict(params))
         try:
             result = await asyncio.to_thread(self._provider.complete, request)
@@ -102,7 +104,8 @@ class AnsweringTransport:
         self.corrective_cost_usd: float | None = 0.0
         self._billed: set[str] = set()  # bounded by the batch's requests; a merged request is billed once
 
-    async def complete(self, messages: list[dict[str, Any]], params: Mapping[str, Any]) -> LeanReply:
+    async def complete(self, messages: list[dict[str, Any]], params: Mapping[str, Any], *,
+                       timeout: float | None = None) -> LeanReply:
         custom_id = request_id(messages, params)
         result = self._results.get(custom_id)
         if result is None:

@@ -66,6 +66,20 @@ class Settings:
                                processor=True)
     judge_transport: str = setting("auto", "'auto': OpenAI-compatible providers skip litellm's call path; "
                                    "'litellm': every call through litellm.", check=_judge_transport)
+    # What a judge call asks for and at which price: prompt version, reasons, reasoning effort, service tier.
+    judge_prompt_version: str = setting("cp-3", "The judge prompt: 'cp-3' (system message the same for every call, "
+                                        "so it caches) or 'cp-2' (the previous one, for a rollout).",
+                                        pattern=r"^cp-[23]$")
+    judge_reasons: str = setting("all", "What the judge writes reasons for: 'all' verdicts, only 'no' verdicts, "
+                                 "or 'none' (fewer output tokens).", pattern=r"^(all|no|none)$")
+    judge_reasoning_effort: str = setting("auto", "Reasoning models' effort: 'auto' (the lowest above none for "
+                                          "OpenAI's and Gemini's reasoning models) or none, minimal, low, medium, "
+                                          "high.",
+                                          pattern=r"^(auto|none|minimal|low|medium|high)$")
+    judge_service_tier: str | None = setting(None, "service_tier sent with each judge call: 'flex' (batch prices, "
+                                             "slower; a refusal falls back to standard), default, priority, auto.",
+                                             pattern=r"^(auto|default|flex|priority)$")
+    judge_flex_timeout_s: float = setting(900.0, "Seconds allowed for one judge HTTP call on the flex tier.", gt=0)
     sample_rate: float = setting(1.0, "Share of traces whose retrievals are scored.",
                                  ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1], processor=True)
     max_evaluations_per_minute: float | None = setting(None, "Rate cap on evaluations.", gt=0, processor=True)

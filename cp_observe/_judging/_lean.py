@@ -35,7 +35,7 @@ _PROVIDERS: dict[str, tuple[str, tuple[str, ...], str | None, str | None, str]] 
 LEAN_PROVIDERS = tuple(_PROVIDERS)
 # Parameters both providers pass into the body unchanged; any other litellm keyword takes litellm's path.
 _PASSTHROUGH = frozenset({"temperature", "top_p", "seed", "max_tokens", "stop", "presence_penalty",
-                          "frequency_penalty"})
+                          "frequency_penalty", "reasoning_effort", "service_tier", "prompt_cache_key"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,19 +126,26 @@ class LeanTransport:
         self._sessions[loop] = session
         return session
 
-    async def complete(self, messages: list[dict[str, str]], params: Mapping[str, Any]) -> LeanReply:
-        """POST one chat completion; raise ``LeanStatusError``, ``LeanConnectionError`` or ``TimeoutError``."""
+    async def complete(
+        self, messages: list[dict[str, str]], params: Mapping[str, Any], *, timeout: float | None = None
+    ) -> LeanReply:
+        """POST one chat completion; raise ``LeanStatusError``, ``LeanConnectionError`` or ``TimeoutError``.
+
+        ``timeout`` replaces the transport's own for this call (the flex tier's, which may queue for minutes).
+        """
         import aiohttp
 
         session = await self._session_here()
         body = orjson.dumps({"model": self.route.wire_model, "messages": messages, **params})
+        seconds = self._timeout if timeout is None else timeout
+        client_timeout = self._client_timeout if timeout is None else aiohttp.ClientTimeout(total=timeout)
         try:
             async with session.post(self.route.url, data=body, headers=self.route.headers,
-                                    timeout=self._client_timeout) as response:
+                                    timeout=client_timeout) as response:
                 payload = await response.read()
                 status, headers = response.status, response.headers
         except TimeoutError:
-            raise TimeoutError(f"the judge did not answer in {self._timeout:g} s") from None
+            raise TimeoutError(f"the judge did not answer in {seconds:g} s") from None
         except aiohttp.ClientError as exc:
             raise LeanConnectionError(f"{type(exc).__name__}: {exc}") from None
         if status >= 300:

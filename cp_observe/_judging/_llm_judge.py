@@ -9,8 +9,12 @@ Flow for one judgement of ``n`` contexts:
 4. Whatever is still missing is judged one context per call; if that fails too, ``JudgeError``.
 
 Transport failures (timeouts, connection errors, 429 and 5xx) are retried with exponential backoff,
-honouring ``Retry-After``. The API key is only ever sent to the provider; it is scrubbed from every message
-this module raises or logs.
+honouring ``Retry-After``. What each call sends beside the messages (temperature, reasoning effort, service
+tier, prompt cache key) is decided once per judge by `_judging/_params.py`; a parameter a model answers 400 to
+is dropped for the rest of the judge's life. On the flex tier, a capacity refusal (a 429 that is not a rate
+limit, or a 400 for a model without flex) sends that request again at the standard tier, counted in
+``tier_fallbacks`` and logged once; a rate-limit 429 is retried as any other. The API key is only ever sent
+to the provider; it is scrubbed from every message this module raises or logs.
 
 Which provider path a model takes: a model whose provider speaks OpenAI's chat completions
 (``_lean.LEAN_PROVIDERS``) goes through the lean transport (`_judging/_lean.py`: one pooled session, the
@@ -34,8 +38,18 @@ from cp_observe._judging._cache import LRUCache
 from cp_observe._judging._digest import content_digest
 from cp_observe._judging._lean import LeanReply, LeanTransport, route
 from cp_observe._judging._litellm import load_litellm
-from cp_observe._judging._prices import Price, model_price, price_of
-from cp_observe._judging._prompt import PROMPT_VERSION, VERDICTS_SCHEMA, Budget, build_prompt, corrective_message
+from cp_observe._judging._params import EFFORTS, TIERS, rejected_parameter, request_params
+from cp_observe._judging._prices import Price, model_price, price_of, table_entry
+from cp_observe._judging._prompt import (
+    PROMPT_VERSION,
+    PROMPT_VERSIONS,
+    REASONS,
+    Budget,
+    build_prompt,
+    corrective_message,
+    prompt_label,
+    verdicts_schema,
+)
 from cp_observe._judging._usage import read_usage
 from cp_observe._judging._verdicts import Alignment, align, parse_reply
 from cp_observe._log import logger
@@ -50,6 +64,8 @@ _MODES: tuple[StructuredOutput, ...] = ("json_schema", "json_object", "none")
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _MAX_RETRY_AFTER_S = 60.0
 _FALLBACK_CONCURRENCY = 4
+#: The flex tier's HTTP timeout by default: providers advise up to 15 minutes, as a flex request may queue.
+FLEX_TIMEOUT_S = 900.0
 _SECRET_VARIABLE = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET)$", re.IGNORECASE)
 # Key-shaped tokens (OpenAI/Anthropic "sk-...", Bearer tokens) are scrubbed even when we do not know the key.
 _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{6,}|Bearer\s+[A-Za-z0-9._\-]{8,})")
@@ -92,7 +108,14 @@ class LLMJudge:
         backoff_max: the longest delay between retries in seconds.
         transport: ``"auto"`` takes the lean path for the providers it covers (``openai/``, ``hosted_vllm/``)
             and ``litellm.acompletion`` for the rest; ``"litellm"`` always takes ``litellm.acompletion``.
-        **litellm_kwargs: passed to ``litellm.acompletion`` unchanged (``temperature`` stays 0 unless given).
+        prompt_version: the judge prompt, one of ``PROMPT_VERSIONS`` (the previous one is kept for a rollout).
+        reasons: what the judge writes reasons for: ``"all"`` verdicts, only ``"no"`` verdicts, or ``"none"``.
+        reasoning_effort: for models that reason: ``"auto"`` (the lowest above none for OpenAI's reasoning
+            models, ``minimal`` for Gemini's, nothing sent to others) or a level sent as given.
+        service_tier: sent as ``service_tier`` when set (``"flex"``: batch prices, slower, may refuse).
+        flex_timeout: seconds allowed for one HTTP call on the flex tier (``timeout`` applies otherwise).
+        **litellm_kwargs: passed to ``litellm.acompletion`` unchanged; they override the judge's own
+            parameters (``temperature``, ``reasoning_effort``, ...).
     """
 
     def __init__(
@@ -111,6 +134,11 @@ class LLMJudge:
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
         transport: Transport = "auto",
+        prompt_version: str = PROMPT_VERSION,
+        reasons: str = "all",
+        reasoning_effort: str = "auto",
+        service_tier: str | None = None,
+        flex_timeout: float = FLEX_TIMEOUT_S,
         **litellm_kwargs: Any,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
@@ -123,6 +151,18 @@ class LLMJudge:
             raise ValueError(f"structured_output must be one of auto, {', '.join(_MODES)}")
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}")
+        if prompt_version not in PROMPT_VERSIONS:
+            raise ValueError(f"prompt_version must be one of {', '.join(PROMPT_VERSIONS)}")
+        if reasons not in REASONS:
+            raise ValueError(f"reasons must be one of {', '.join(REASONS)}")
+        if prompt_version == "cp-2" and reasons != "all":
+            raise ValueError("prompt_version cp-2 writes a reason for every verdict: reasons must be 'all'")
+        if reasoning_effort not in EFFORTS:
+            raise ValueError(f"reasoning_effort must be one of {', '.join(EFFORTS)}")
+        if service_tier is not None and service_tier not in TIERS:
+            raise ValueError(f"service_tier must be one of {', '.join(TIERS)}, or None")
+        if flex_timeout <= 0:
+            raise ValueError("flex_timeout must be > 0 seconds")
         self._model = model
         self._api_base = api_base
         self._api_key = api_key
@@ -135,6 +175,15 @@ class LLMJudge:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self._kwargs = litellm_kwargs
+        self._version = prompt_version
+        self.reasons = reasons
+        self.reasoning_effort = reasoning_effort
+        self.service_tier = service_tier
+        self.flex_timeout = float(flex_timeout)
+        self._params: dict[str, Any] | None = None  # the judge's own parameters, decided on the first call
+        #: Requests sent again at the standard tier after the flex tier refused them (capacity or no flex).
+        self.tier_fallbacks = 0
+        self._fallback_logged = False
         self._cache: LRUCache[Verdict] = LRUCache(cache_size)
         self._transport: Transport = transport
         self._lean: LeanTransport | None = None
@@ -153,6 +202,11 @@ class LLMJudge:
     def model(self) -> str:
         """The litellm model string."""
         return self._model
+
+    @property
+    def prompt_version(self) -> str:
+        """The prompt's label on the score series and in the verdict cache (`_judging/_identity.py` reads it)."""
+        return prompt_label(self._version, self.reasons)
 
     @property
     def path(self) -> str:
@@ -215,7 +269,8 @@ class LLMJudge:
     async def _judge(self, query: str, reference: str, contexts: Sequence[str], spend: _Tab) -> Judgement:
         n = len(contexts)
         language = self.reason_language or ""
-        keys = [content_digest(self._model, PROMPT_VERSION, language, query, reference, c) for c in contexts]
+        label = self.prompt_version
+        keys = [content_digest(self._model, label, language, query, reference, c) for c in contexts]
         found: dict[int, Verdict] = {}
         waiting: dict[int, asyncio.Future[Verdict | None]] = {}
         loop = asyncio.get_running_loop()
@@ -314,7 +369,8 @@ class LLMJudge:
         self, query: str, reference: str, contexts: Sequence[str]
     ) -> tuple[list[Verdict], Usage, float | None, tuple[int, ...]]:
         n = len(contexts)
-        prompt = build_prompt(query, reference, contexts, budget=self.budget, reason_language=self.reason_language)
+        prompt = build_prompt(query, reference, contexts, budget=self.budget, reason_language=self.reason_language,
+                              version=self._version, reasons=self.reasons)
         spent = _Spend()
         reply = await self._complete(prompt.messages, spent)
         alignment = _align_text(reply.text, n)
@@ -352,7 +408,8 @@ class LLMJudge:
         return verdicts, spent.usage, spent.cost, prompt.truncated
 
     async def _judge_single(self, query: str, reference: str, context: str, spent: _Spend) -> Verdict | None:
-        prompt = build_prompt(query, reference, [context], budget=self.budget, reason_language=self.reason_language)
+        prompt = build_prompt(query, reference, [context], budget=self.budget, reason_language=self.reason_language,
+                              version=self._version, reasons=self.reasons)
         reply = await self._complete(prompt.messages, spent)
         entries = parse_reply(reply.text) or []
         usable = [e for e in entries if e.relevant is not None]
@@ -362,8 +419,9 @@ class LLMJudge:
 
     async def _write_reason(self, query: str, reference: str, verdicts: Sequence[Verdict]) -> tuple[str, _Spend]:
         spent = _Spend()
-        summary = "\n".join(
-            f"- context {v.index + 1}: {'relevant' if v.relevant else 'not relevant'} ({v.reason[:300]})"
+        summary = "\n".join(  # a verdict without a reason (judge_reasons "no" or "none") is named bare
+            f"- context {v.index + 1}: {'relevant' if v.relevant else 'not relevant'}"
+            + (f" ({v.reason[:300]})" if v.reason else "")
             for v in verdicts
         )
         language = f" Write it in {self.reason_language}." if self.reason_language else ""
@@ -378,25 +436,40 @@ class LLMJudge:
         reply = await self._complete(messages, spent, structured=False)
         return reply.text.strip()[:2000], spent
 
+    def request_body(self, query: str, reference: str, contexts: Sequence[str]) -> dict[str, Any]:
+        """The chat-completions body of this judge's first call for one target, without the model and the tier.
+
+        Messages, schema (the structured-output mode this judge would try first) and parameters exactly as a
+        synchronous ``judge()`` call sends them, so a batch request of the same target asks the same question;
+        ``service_tier`` is left out (a batch has its own price). Pure apart from reading litellm's table once.
+        """
+        prompt = build_prompt(query, reference, contexts, budget=self.budget, reason_language=self.reason_language,
+                              version=self._version, reasons=self.reasons)
+        body: dict[str, Any] = {"messages": prompt.messages, **self._own_params(), **self._kwargs}
+        body.pop("service_tier", None)
+        if self._modes[0] != "none":
+            body["response_format"] = _response_format(self._modes[0], self.reasons)
+        return body
+
     async def _complete(self, messages: list[dict[str, str]], spent: _Spend, *, structured: bool = True) -> _Reply:
         """One logical call: transport retries with backoff, structured-output fallback."""
         lean = self._lean_here()
         litellm: Any = load_litellm() if lean is None else None
         attempt = 0
+        standard = False  # this request was refused by the flex tier: the rest of it goes at the standard tier
         while True:
             mode: StructuredOutput = self._modes[0] if structured else "none"
-            kwargs: dict[str, Any] = {"temperature": 0, **self._kwargs}
-            if mode == "json_schema":
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": "context_precision_verdicts", "schema": VERDICTS_SCHEMA, "strict": True},
-                }
-            elif mode == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
+            kwargs: dict[str, Any] = {**self._own_params(), **self._kwargs}
+            if standard:
+                kwargs.pop("service_tier", None)
+            flex = kwargs.get("service_tier") == "flex"
+            timeout = self.flex_timeout if flex else self.timeout
+            if mode != "none":
+                kwargs["response_format"] = _response_format(mode, self.reasons)
             started = time.monotonic()
             try:
                 if lean is not None:
-                    response: Any = await lean.complete(messages, kwargs)
+                    response: Any = await lean.complete(messages, kwargs, timeout=timeout if flex else None)
                 else:
                     response = await asyncio.wait_for(
                         litellm.acompletion(
@@ -404,17 +477,27 @@ class LLMJudge:
                             messages=messages,
                             api_base=self._api_base,
                             api_key=self._api_key,
-                            timeout=self.timeout,
+                            timeout=timeout,
                             max_retries=0,
                             **kwargs,
                         ),
-                        timeout=self.timeout + 5.0,
+                        timeout=timeout + 5.0,
                     )
             except Exception as exc:  # noqa: BLE001 - classified below; nothing escapes unclassified
                 spent.usage = spent.usage + Usage(calls=1)
                 if structured and _refuses_response_format(exc, mode) and len(self._modes) > 1:
                     logger.info("judge refused structured output; falling back", model=self._model, mode=mode)
                     self._modes.pop(0)
+                    continue
+                if flex and _flex_refused(exc):
+                    standard = True
+                    self._count_tier_fallback(exc)
+                    continue
+                dropped = rejected_parameter(exc, kwargs)
+                if dropped is not None and dropped not in self._kwargs and self._params and dropped in self._params:
+                    logger.info("judge model rejects a parameter; no longer sending it", model=self._model,
+                                parameter=dropped)
+                    self._params.pop(dropped)
                     continue
                 if attempt < self.max_retries and _retryable(exc):
                     delay = self._delay(attempt, exc)
@@ -440,6 +523,22 @@ class LLMJudge:
             return reply
         # Raised outside the except block, so the unscrubbed litellm error is not kept as __context__.
         raise failure
+
+    def _own_params(self) -> dict[str, Any]:
+        """The parameters this judge sends on its own, decided once from litellm's table (`_judging/_params.py`)."""
+        if self._params is None:
+            self._params = request_params(self._model, table_entry(self._model), prompt_label=self.prompt_version,
+                                          reasoning_effort=self.reasoning_effort, service_tier=self.service_tier)
+        return self._params
+
+    def _count_tier_fallback(self, exc: BaseException) -> None:
+        self.tier_fallbacks += 1
+        if not self._fallback_logged:
+            self._fallback_logged = True
+            logger.warning("the flex tier refused a judge request; sending it at the standard tier (logged once, "
+                           "counted in tier_fallbacks)", model=self._model, status=_status(exc))
+        else:
+            logger.debug("flex tier refused a judge request; standard tier", model=self._model, status=_status(exc))
 
     def _delay(self, attempt: int, exc: BaseException) -> float:
         retry_after = _retry_after(exc)
@@ -472,6 +571,15 @@ class _Spend:
             self.cost += reply.cost_usd
         else:
             self.cost = None
+
+
+def _response_format(mode: StructuredOutput, reasons: str) -> dict[str, Any]:
+    if mode == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "context_precision_verdicts", "schema": verdicts_schema(reasons), "strict": True},
+        }
+    return {"type": "json_object"}
 
 
 def _align_text(text: str, n: int) -> Alignment:
@@ -512,6 +620,25 @@ def _retryable(exc: BaseException) -> bool:
         return True
     status = _status(exc)
     return status in _RETRYABLE_STATUS
+
+
+_RATE_LIMIT_WORDS = ("rate_limit", "rate limit", "quota", "too many requests")
+_NO_FLEX_WORDS = ("service_tier", "service tier", "flex")
+
+
+def _flex_refused(exc: BaseException) -> bool:
+    """A flex-tier refusal: a capacity 429 (or Groq's 498), not a rate limit; or a 400 naming the tier.
+
+    A rate-limit 429 names its limit (OpenAI's ``rate_limit_exceeded``, ``insufficient_quota``); a capacity 429
+    (OpenAI's "resource unavailable") does not. A model without flex answers 400 naming ``service_tier``.
+    """
+    status = _status(exc)
+    text = str(exc).lower()
+    if status in (429, 498) or type(exc).__name__ == "RateLimitError":
+        return not any(word in text for word in _RATE_LIMIT_WORDS)
+    if status == 400 or type(exc).__name__ == "BadRequestError":
+        return any(word in text for word in _NO_FLEX_WORDS)
+    return False
 
 
 def _refuses_response_format(exc: BaseException, mode: StructuredOutput) -> bool:

@@ -37,7 +37,7 @@ from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
 from cp_observe._types import Usage
 
 __all__ = ["TIERS", "Price", "Rates", "Tier", "batch_price_of", "billed_usd", "cost_of", "model_price", "price_from_entry", "price_of", "require_prices",
-           "tier_of"]
+           "table_entry", "tier_of"]
 
 Tier = Literal["standard", "flex", "batch", "priority"]
 #: The tiers a reply can be billed on, each priced from its own variant of litellm's keys.
@@ -246,3 +246,30 @@ def batch_price_of(provider: str, name: str) -> Price | None:
     """
     price = price_of(provider, name)
     return price if price is not None and "batch" in price.tiers else None
+_entries: dict[str, dict[str, Any] | None] = {}  # the table entries looked up, bounded like _found
+
+
+def table_entry(model: str) -> dict[str, Any] | None:
+    """The entry of litellm's table for a model string (``provider/name`` or a bare name), read once per model.
+
+    ``provider/name`` first, then ``name`` when its entry is the same provider's; a bare name is looked up as
+    it is (litellm then infers the provider from the entry). What the request parameters of a model are decided
+    from (`_judging/_params.py`): whether it reasons, which reasoning efforts it takes.
+    """
+    if model in _entries:
+        return _entries[model]
+    with _lock:
+        if model not in _entries:
+            if len(_entries) >= _MAX_FOUND:
+                _entries.clear()
+            table = _table()
+            provider, slash, name = model.partition("/")
+            found: dict[str, Any] | None = None
+            for key, wanted in (((model, provider), (name, provider)) if slash else ((model, None),)):
+                entry = table.get(key)
+                if isinstance(entry, dict) and (wanted is None or entry.get("litellm_provider") in (wanted, None)
+                                                or key == model):
+                    found = entry
+                    break
+            _entries[model] = found
+        return _entries[model]

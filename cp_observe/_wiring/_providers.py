@@ -23,6 +23,7 @@ from cp_observe._config._settings import Settings
 from cp_observe._emission._sinks import Sink
 from cp_observe._errors import ConfigurationError
 from cp_observe._judging._judges import resolve_judge
+from cp_observe._judging._params import flex_bounds
 from cp_observe._log import logger
 from cp_observe._names import ENV_OTEL_TRACES_EXPORTER, ENV_PHOENIX_API_KEY
 from cp_observe._processing._processor import ContextPrecisionProcessor
@@ -39,6 +40,7 @@ __all__ = [
     "build_span_exporter",
     "exemplar_prometheus_reader",
     "export_choice",
+    "judge_call_options",
     "judge_from_settings",
     "processor_from_settings",
     "sinks_from_settings",
@@ -146,6 +148,11 @@ def processor_from_settings(judge: Judge, settings: Settings, **overrides: Any) 
     if "sinks" not in overrides:  # cp-observe serve: the sinks its settings name
         options["sinks"] = sinks_from_settings(settings)
     options.update(overrides)
+    if settings.judge_service_tier == "flex":  # the same evaluations per minute at flex latency (only raised)
+        options["concurrency"], options["evaluation_timeout_s"] = flex_bounds(
+            options["concurrency"], options["queue_size"], options["evaluation_timeout_s"],
+            call_timeout_s=settings.judge_timeout_s, flex_timeout_s=settings.judge_flex_timeout_s,
+            max_retries=settings.judge_max_retries)
     return ContextPrecisionProcessor(judge, **options)
 
 
@@ -173,6 +180,7 @@ def judge_from_settings(settings: Settings, model: str | None = None) -> Judge:
         timeout=settings.judge_timeout_s,
         max_retries=settings.judge_max_retries,
         transport=settings.judge_transport,
+        **judge_call_options(settings),
     )
 
 
@@ -184,6 +192,17 @@ def export_choice(settings: Settings) -> tuple[Any, ...]:
     variables = sorted((name, value) for name, value in os.environ.items()
                        if name.startswith(_OTLP_VARIABLES) or name == ENV_OTEL_TRACES_EXPORTER)
     return settings.otlp_endpoint, settings.metrics_port, tuple(variables)
+
+
+def judge_call_options(settings: Settings) -> dict[str, object]:
+    """What an LLM judge's calls ask for: prompt version, reasons, reasoning effort, service tier, flex timeout."""
+    return {
+        "prompt_version": settings.judge_prompt_version,
+        "reasons": settings.judge_reasons,
+        "reasoning_effort": settings.judge_reasoning_effort,
+        "service_tier": settings.judge_service_tier,
+        "flex_timeout": settings.judge_flex_timeout_s,
+    }
 
 
 def _protocol() -> str:

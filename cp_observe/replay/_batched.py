@@ -110,7 +110,7 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
     session = BatchSession(directory, provider, settings.judge)
     report.directory, report.resumed = str(directory), session.resumed
 
-    stream.write(f"batch: recording the judge's calls (first pass over the inputs, no model called)\n")
+    stream.write("batch: recording the judge's calls (first pass over the inputs, no model called)\n")
     stream.flush()
     recorder = _llm_judge(settings)
     recording = RecordingTransport(session.start_recording())

@@ -82,6 +82,9 @@ CASES = [
     ("openai/judge-test", {"api_key": "sk-test-key-0000"}),  # unpriced: cost unknown on both paths
     ("hosted_vllm/judge-test", {}),  # no key: both send litellm's placeholder
     ("hosted_vllm/judge-test", {"api_key": "vllm-key-1234", "max_tokens": 400, "seed": 7}),
+    # a reasoning model on the flex tier: no temperature, the lowest effort, service_tier and prompt_cache_key
+    ("openai/gpt-5-mini", {"api_key": "sk-test-key-0000", "service_tier": "flex"}),
+    ("openai/gpt-4o-mini", {"api_key": "sk-test-key-0000", "reasons": "none"}),  # the schema without reasons
 ]
 
 
