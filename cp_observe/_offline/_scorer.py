@@ -168,7 +168,7 @@ def message_text(value: Any) -> str:
     """The text of an output (or of an input message), by the one answer rule of ``cp_observe._capture._answer``."""
     from cp_observe._capture._answer import answer_text
 
-    return answer_text(value, 100_000) or ""
+    return answer_text(value) or ""
 
 
 def _role(message: Any) -> str | None:
