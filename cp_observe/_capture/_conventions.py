@@ -40,7 +40,7 @@ the evaluator thread. Every reader is bounded and never raises: a malformed valu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -345,19 +345,27 @@ def _count(value: object) -> int | None:
 
 
 def _indexed(attributes: Mapping[str, Any], prefix: str) -> Retrieved | None:
+    get = attributes.get
+
+    def documents() -> Iterator[tuple[Any, Any, Any]]:
+        for i in range(_MAX_DOCUMENTS):
+            base = f"{prefix}.{i}.document."
+            content = get(base + "content")
+            if content is None:
+                return
+            yield content, get(base + "id"), get(base + "score")
+
+    return _retrieved(documents())
+
+
+def _retrieved(documents: Iterable[tuple[Any, Any, Any]]) -> Retrieved | None:
+    """Documents given as ``(content, id, score)`` in rank order; ``None`` when there are none."""
     texts: list[str] = []
     ids: list[str | None] = []
     scores: list[float | None] = []
-    get = attributes.get
-    for i in range(_MAX_DOCUMENTS):
-        base = f"{prefix}.{i}.document."
-        content = get(base + "content")
-        if content is None:
-            break
+    for content, ident, score in documents:
         texts.append(str(content)[:MAX_JUDGED_CHARS])
-        ident = get(base + "id")
         ids.append(None if ident is None else str(ident))
-        score = get(base + "score")
         scores.append(float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None)
     return Retrieved(texts, ids, scores) if texts else None
 
@@ -392,22 +400,10 @@ def _has_text(item: Mapping[str, Any]) -> bool:
 
 
 def _from_events(events: Sequence[Any]) -> Retrieved | None:
-    texts: list[str] = []
-    ids: list[str | None] = []
-    scores: list[float | None] = []
-    for event in events[:_MAX_DOCUMENTS]:
-        if getattr(event, "name", None) != n.DB_QUERY_RESULT_EVENT:
-            continue
-        attributes = getattr(event, "attributes", None) or {}
-        document = attributes.get(n.DB_QUERY_RESULT_DOCUMENT)
-        if document is None:
-            continue
-        texts.append(str(document)[:MAX_JUDGED_CHARS])
-        ident = attributes.get(n.DB_QUERY_RESULT_ID)
-        ids.append(None if ident is None else str(ident))
-        score = attributes.get(n.DB_QUERY_RESULT_SCORE)
-        scores.append(float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None)
-    return Retrieved(texts, ids, scores) if texts else None
+    found = (getattr(event, "attributes", None) or {} for event in events[:_MAX_DOCUMENTS]
+             if getattr(event, "name", None) == n.DB_QUERY_RESULT_EVENT)
+    return _retrieved((a[n.DB_QUERY_RESULT_DOCUMENT], a.get(n.DB_QUERY_RESULT_ID), a.get(n.DB_QUERY_RESULT_SCORE))
+                      for a in found if a.get(n.DB_QUERY_RESULT_DOCUMENT) is not None)
 
 
 def _first_text(value: Any, keys: tuple[str, ...], depth: int = 0) -> str | None:

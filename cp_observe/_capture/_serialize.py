@@ -26,8 +26,8 @@ import orjson
 from cp_observe._internal import report_host_error
 
 __all__ = [
-    "MARKER_MAX", "MAX_JUDGED_CHARS", "content_text", "finite_float", "json_value", "metadata_json", "object_text",
-    "safe_str", "safe_text", "truncate", "type_name",
+    "MARKER_MAX", "MAX_JUDGED_CHARS", "as_limit", "content_text", "finite_float", "json_value", "metadata_json",
+    "object_text", "safe_str", "safe_text", "truncate", "type_name",
 ]
 
 #: The most characters of one text the judge reads (a context, an answer, a resolved document), wherever it is
@@ -75,13 +75,14 @@ def _unrepresentable(value: object) -> str:
     return f"<unrepresentable {type_name(value)}>"
 
 
-def _as_limit(limit: object) -> int:
+def as_limit(limit: object, default: int = _FALLBACK_LIMIT) -> int:
+    """``limit`` as a count >= 0; ``default`` when it is not an integer (a caller's bug: stay bounded, not raise)."""
     if type(limit) is int:
         return limit if limit > 0 else 0
     try:
         return max(0, operator.index(limit))  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - a bad limit: stay bounded, do not raise
-        return _FALLBACK_LIMIT
+        return default
 
 
 def truncate(text: str, limit: int) -> tuple[str, bool]:
@@ -94,7 +95,7 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
     if type(text) is not str:
         return safe_text(text, limit)
     if type(limit) is not int or limit < 0:
-        limit = _as_limit(limit)
+        limit = as_limit(limit)
     if len(text) <= limit:
         return text, False
     return text[:limit] + _marker(len(text) - limit), True
@@ -121,14 +122,14 @@ def object_text(value: object, limit: int) -> str:
     already looked at (the answer rule), so no property is read twice.
     """
     try:
-        return _text_of(value, _as_limit(limit))
+        return _text_of(value, as_limit(limit))
     except Exception:  # noqa: BLE001 - nothing may reach the host
         return _unrepresentable(value)
 
 
 def safe_text(value: object, limit: int) -> tuple[str, bool]:
     """``safe_str`` that also says whether the text was truncated; never raises."""
-    limit = _as_limit(limit)
+    limit = as_limit(limit)
     if type(value) is str:
         return truncate(value, limit)
     try:
@@ -196,7 +197,7 @@ def metadata_json(mapping: object, limit: int) -> str | None:
             mapping = {"value": mapping}
         if not mapping:
             return None
-        return _metadata_json(mapping, max(_as_limit(limit), _JSON_MIN))
+        return _metadata_json(mapping, max(as_limit(limit), _JSON_MIN))
     except Exception:  # noqa: BLE001 - a mapping whose items() raises
         return None
 
