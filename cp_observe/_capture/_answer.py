@@ -30,7 +30,8 @@ parts), ``llm.output_messages.{i}.message.role`` / ``.content`` (as a list of me
 ``application/json``, else the text itself); each read by ``answer_text``. A JSON value that does not parse is
 no answer.
 
-Only those fields are read, each at most once, and nothing is iterated but a list or tuple.
+Only those fields and a message's ``role`` are read, each at most once, and nothing is iterated but a list or
+tuple.
 """
 
 from __future__ import annotations
@@ -161,23 +162,27 @@ def _from_list(items: list[Any] | tuple[Any, ...], limit: int, depth: int) -> st
             break
     else:
         return "\n".join(items) if items else None
-    roles = [_role(item) for item in items]
-    assistant = _ASSISTANT in roles
-    if not assistant:
-        has_role = typed = False
-        for item, role in zip(items, roles):
-            if isinstance(role, str):
-                has_role = True
+    assistant = has_role = False
+    for i in range(len(items) - 1, -1, -1):  # from the end: a chat's answer is its last message, found at once
+        item = items[i]
+        role = item.get("role") if type(item) is dict else _role(item)
+        if role == _ASSISTANT:
+            assistant = True
+            text = _text(item, limit, depth + 1)
+            if text and not text.isspace():
+                return text
+        elif not has_role and isinstance(role, str):
+            has_role = True
+    if assistant:
+        return None
+    if not has_role:
+        for item in items:
+            if isinstance(item, Mapping) and "type" in item:  # content parts, not messages
+                parts = content_text(items, limit, typed_parts=True)
+                if parts is not None:
+                    return parts
                 break
-            if not typed and isinstance(item, Mapping) and "type" in item:
-                typed = True
-        if typed and not has_role:
-            parts = content_text(items, limit, typed_parts=True)
-            if parts is not None:
-                return parts
     for i in range(len(items) - 1, -1, -1):
-        if assistant and roles[i] != _ASSISTANT:
-            continue
         item = items[i]
         text = item if type(item) is str else _text(item, limit, depth + 1)
         if text and not text.isspace():
