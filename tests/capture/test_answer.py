@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cp_observe import _names as n
-from cp_observe._capture._answer import ANSWER_FIELDS, answer_of, answer_text
+from cp_observe._capture._answer import ANSWER_FIELDS, MAX_ITEMS, answer_of, answer_text
+from cp_observe._capture._serialize import content_text, safe_str
 from cp_observe._offline._scorer import message_text
 from cp_observe.testing import FakeJudge
 from tests.conftest import Otel
@@ -174,6 +175,20 @@ def test_conventions_in_order() -> None:
     assert answer_of(attributes) == "oi"
     del attributes[n.output_message_attribute(0, "content")]
     assert answer_of(attributes) == "traceloop"
+
+
+def test_lists_are_read_up_to_their_first_items() -> None:
+    """A list longer than ``MAX_ITEMS`` is read up to its first ``MAX_ITEMS`` items, never beyond."""
+    assert answer_text(["a"] * (MAX_ITEMS + 500), 100_000) == "\n".join(["a"] * MAX_ITEMS)
+    late = [{"role": "user", "content": "q"}] * MAX_ITEMS + [{"role": "assistant", "content": "late"}]
+    assert answer_text(late) == "q"  # the assistant message past the bound is not read
+
+
+def test_one_content_part_reader() -> None:
+    """Content parts read alike as an answer and as a query: OpenAI's ``text`` and GenAI's typed ``content``."""
+    parts = [{"type": "text", "text": "Par"}, {"type": "text", "content": "is"}, {"type": "image_url"}]
+    assert answer_text({"content": parts}) == content_text(parts, 100) == safe_str({"content": parts}, 100)
+    assert content_text(parts, 100) == "Par\nis"
 
 
 def test_long_answers_are_cut_to_the_limit() -> None:
