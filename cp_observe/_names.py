@@ -90,6 +90,11 @@ def document_attribute(index: int, field: str, prefix: str = RETRIEVAL_DOCUMENTS
     return f"{prefix}.{index}.document.{field}"
 
 
+def output_message_attribute(index: int, field: str) -> str:
+    """Return the OpenInference attribute for one field (``role``, ``content``) of an LLM's output message."""
+    return f"{LLM_OUTPUT_MESSAGES}.{index}.message.{field}"
+
+
 # --- OpenLLMetry (Traceloop) and its vector-DB instrumentations -------------------------------------------------------
 OPERATION_VECTOR_DB_RETRIEVE: Final = "vector_db_retrieve"
 TRACELOOP_ENTITY_NAME: Final = "traceloop.entity.name"

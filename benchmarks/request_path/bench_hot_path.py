@@ -203,7 +203,7 @@ DOCUMENTS: dict[str, Callable[[Any], dict[str, Any]]] = {
 
 
 def _answer_chat(result: list[dict[str, str]]) -> str:
-    return "\n".join(message["content"] for message in result if message["role"] == "assistant")
+    return next(message["content"] for message in reversed(result) if message["role"] == "assistant")
 
 
 #: The wrapper's ``output.value`` text, per agent shape (cp_observe's answer rule, written out for that shape).

@@ -1,112 +1,142 @@
-"""The answer-text rule: which text of an agent's output the retrieved contexts are judged against.
+"""The answer rule: which text of an output the retrieved contexts are judged against.
 
-One rule, used everywhere an answer is read: the decorators (``@agent``), the offline scorer and
-``run_evals``, and the processor and ``cp-observe serve`` reading ``output.value`` off a span. So the same
-output is judged against the same text in production and offline.
+One rule wherever an answer is read, so the same output is judged against the same text whichever way it
+arrived: ``@agent``'s return value and the offline scorer and ``run_evals`` (``answer_text``), and the span of
+every tracing convention, in the processor and in ``cp-observe serve`` (``answer_of``).
 
-Precedence (the first that applies):
+``answer_text(value)``, the first case that applies:
 
-1. ``None``: no answer (the retrievals are judged against the query instead).
-2. A ``str``: itself. ``bytes``: decoded as UTF-8.
-3. A mapping: the first of its ``answer``, ``output``, ``content``, ``text``, ``response`` values that is a
-   string; a ``content`` list of content parts gives their text parts joined by newlines.
-4. A list or tuple of chat messages (mappings or objects with a ``role``, or mappings that all have a
-   ``content``): the assistant messages' texts, joined by newlines (all messages' texts when none is an
-   assistant's). A list or tuple of strings: joined by
-   newlines.
-5. Any other object: the first of the same five attributes that is a string, read once each with
-   ``getattr`` and nothing else; else its ``str()``.
-6. Anything else that is not text (numbers, a list of other things): its bounded JSON / ``str`` text.
+1. ``None``: no answer (the retrievals are judged against the query instead). A ``str``: itself. ``bytes``:
+   decoded as UTF-8. A number: its text.
+2. A mapping: the first of ``ANSWER_FIELDS`` (``answer``, ``output``, ``content``, ``text``, ``response``,
+   ``outputs``, ``result``, ``parts``), in that order, whose value gives a text by this rule, one level down.
+   The earlier field wins: ``answer`` over every other, ``{"output": "OUT", "response": "RESP"}`` is ``OUT``.
+3. A list or tuple (its first ``MAX_ITEMS`` items): strings are joined by newlines; content parts (no item
+   with a ``role``, some mapping with a ``type``) give their text parts joined by newlines (the one reader,
+   ``_serialize.content_text``); anything else is messages, of which one counts: the last assistant message
+   (``role`` ``assistant``, mapping or attribute) that gives a text, or, when no item is an assistant's, the
+   last item that gives a text.
+4. Another object: the first of the same fields, read once each with ``getattr``, that gives a text; else, at
+   the top level only, its ``str()``.
 
-Only those fields are read: no property beyond them, no iteration of anything but a list or tuple (at most
-``_MAX_MESSAGES`` items), and each field at most once. An empty or all-space answer counts as none.
+One depth for all: the value and containers (mappings, lists, objects) up to ``MAX_DEPTH`` levels below it are
+read, nothing deeper. Below the top level a number or an object's ``str()`` gives no text, so a mapping or list
+that names no answer (``{"items": [...]}``, a list of numbers) is no answer, not its JSON text. An empty or
+all-space text is none.
+
+A span's answer (``answer_of``), by convention, first found: ``gen_ai.output.messages`` (JSON messages with
+parts), ``llm.output_messages.{i}.message.role`` / ``.content`` (as a list of messages),
+``traceloop.entity.output`` (JSON), ``output.value`` (parsed when ``output.mime_type`` is
+``application/json``, else the text itself); each read by ``answer_text``. A JSON value that does not parse is
+no answer.
+
+Only those fields and a message's ``role`` are read, each at most once, and nothing is iterated but a list or
+tuple.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from cp_observe._capture._serialize import object_text, safe_str
+from cp_observe import _names as n
+from cp_observe._capture._serialize import MAX_JUDGED_CHARS, content_text, json_value, object_text, safe_str, truncate
 
-__all__ = ["ANSWER_FIELDS", "answer_from_attribute", "answer_text"]
+__all__ = ["ANSWER_FIELDS", "MAX_DEPTH", "MAX_ITEMS", "answer_of", "answer_text"]
 
-#: The fields an answer is read from, in order of precedence.
-ANSWER_FIELDS: Final = ("answer", "output", "content", "text", "response")
-_MAX_MESSAGES: Final = 1_000
-_NONE: Final[Any] = object()
-_MAX_JSON: Final = 1_000_000  # characters of a JSON output value parsed for its answer
-_JSON: Final = "application/json"
+#: The fields an answer is read from, in order of precedence: the first that gives a text wins.
+ANSWER_FIELDS: Final = ("answer", "output", "content", "text", "response", "outputs", "result", "parts")
+#: Containers nested deeper than this below the value are not read.
+MAX_DEPTH: Final = 3
+#: Items of a list read (messages, strings, content parts; also the OpenInference messages of a span).
+MAX_ITEMS: Final = 1_000
+_TEXTS: Final = (str, bytes, bytearray, memoryview)
+_ASSISTANT: Final = "assistant"
 
 
-def answer_text(value: object, limit: int) -> str | None:
+def answer_text(value: object, limit: int = MAX_JUDGED_CHARS) -> str | None:
     """The answer in ``value`` as text of at most ``limit`` characters (plus a truncation marker), or ``None``.
 
-    Never raises: a field or ``__str__`` that raises is skipped (the next rule applies).
+    Never raises: a field or ``__str__`` that raises is skipped (the next field applies).
     """
     try:
-        text = _answer(value, limit, nested=False)
+        text = _text(value, limit, 0)
     except Exception:  # noqa: BLE001 - host objects may raise anything; no answer rather than an error
         return None
-    if text is None or not text or text.isspace():  # blank: no answer (isspace() copies nothing; strip() would)
+    if not text or text.isspace():  # blank: no answer (isspace() copies nothing; strip() would)
         return None
-    return text if len(text) <= limit else safe_str(text, limit)
+    return text if len(text) <= limit else truncate(text, limit)[0]
 
 
-def _answer(value: object, limit: int, *, nested: bool) -> str | None:
+def answer_of(attributes: Mapping[str, Any]) -> str | None:
+    """The answer an agent, LLM, chain or workflow span carries, by convention (see above); ``None`` if none."""
+    try:
+        get = attributes.get
+        found = None
+        value = get(n.GEN_AI_OUTPUT_MESSAGES)
+        if value is not None:
+            found = answer_text(json_value(value))
+        if found is None and get(n.output_message_attribute(0, "content")) is not None:
+            messages = []
+            for i in range(MAX_ITEMS):
+                content = get(n.output_message_attribute(i, "content"))
+                if content is None:
+                    break
+                messages.append({"role": get(n.output_message_attribute(i, "role")), "content": content})
+            found = answer_text(messages)
+        if found is None and (value := get(n.TRACELOOP_ENTITY_OUTPUT)) is not None:
+            found = answer_text(json_value(value))
+        if found is None and (value := get(n.OUTPUT_VALUE)) is not None:
+            found = answer_text(json_value(value) if get(n.OUTPUT_MIME_TYPE) == n.MIME_JSON else value)
+        return found
+    except Exception:  # noqa: BLE001 - a malformed span reads as carrying no answer
+        return None
+
+
+def _text(value: object, limit: int, depth: int) -> str | None:
     cls = type(value)
     if cls is str:
         return value  # type: ignore[return-value]
     if value is None:
         return None
     if cls is list or cls is tuple:  # before the Mapping check: an ABC check is slow even when it fails
-        return _from_sequence(value, limit, nested=nested)  # type: ignore[arg-type]
+        return _from_list(value, limit, depth) if depth <= MAX_DEPTH else None  # type: ignore[arg-type]
     if cls is dict or isinstance(value, Mapping):
-        try:
-            found = _from_mapping(value)  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001 - a mapping whose get raises: no field, its text instead
-            found = None
-        return found if found is not None else (None if nested else safe_str(value, limit))
-    if isinstance(value, (str, bytes, bytearray, memoryview, int, float)):
+        return _from_mapping(value, limit, depth) if depth <= MAX_DEPTH else None  # type: ignore[arg-type]
+    if isinstance(value, _TEXTS):
         return safe_str(value, limit)
-    found = _from_object(value)
-    if found is not None:
-        return found
-    return None if nested else object_text(value, limit)
+    if isinstance(value, (int, float)):
+        return safe_str(value, limit) if depth == 0 else None
+    if depth == 0:
+        found = _from_object(value, limit, depth)
+        return found if found is not None else object_text(value, limit)
+    return None if depth > MAX_DEPTH or callable(value) else _from_object(value, limit, depth)  # a method: no text
 
 
-def _from_mapping(mapping: Mapping[Any, Any]) -> str | None:
-    get = mapping.get
-    for key in ANSWER_FIELDS:
-        field = get(key, _NONE)
-        if type(field) is str or isinstance(field, str):
-            return str(field)
-        if key == "content" and (type(field) is list or type(field) is tuple):
-            parts = _content_parts(field)
-            if parts is not None:
-                return parts
+def _from_mapping(mapping: Mapping[Any, Any], limit: int, depth: int) -> str | None:
+    try:
+        get = mapping.get
+        for key in ANSWER_FIELDS:
+            field = get(key)
+            if field is not None:
+                text = field if type(field) is str else _text(field, limit, depth + 1)
+                if text and not text.isspace():
+                    return text
+    except Exception:  # noqa: BLE001 - a mapping whose get raises: no answer in it
+        return None
     return None
 
 
-def _content_parts(parts: list[Any] | tuple[Any, ...]) -> str | None:
-    texts = []
-    for part in parts[:_MAX_MESSAGES]:
-        if type(part) is str:
-            texts.append(part)
-        elif isinstance(part, Mapping) and type(part.get("text")) is str:
-            texts.append(part["text"])
-    return "\n".join(t for t in texts if t) or None
-
-
-def _from_object(obj: object) -> str | None:
+def _from_object(obj: object, limit: int, depth: int) -> str | None:
     for name in ANSWER_FIELDS:
         try:
             field = getattr(obj, name, None)
         except Exception:  # noqa: BLE001 - a raising property: try the next documented field
             continue
-        if isinstance(field, str):
-            return str(field)
+        if field is not None:
+            text = field if type(field) is str else _text(field, limit, depth + 1)
+            if text and not text.isspace():
+                return text
     return None
 
 
@@ -115,7 +145,7 @@ def _role(message: object) -> object:
         return message.get("role")
     if isinstance(message, Mapping):
         return message.get("role")
-    if isinstance(message, (str, bytes, int, float, list, tuple)) or message is None:
+    if isinstance(message, (*_TEXTS, int, float, list, tuple)) or message is None:
         return None
     try:
         return getattr(message, "role", None)
@@ -123,51 +153,38 @@ def _role(message: object) -> object:
         return None
 
 
-def _from_sequence(items: list[Any] | tuple[Any, ...], limit: int, *, nested: bool) -> str | None:
-    if not items or len(items) > _MAX_MESSAGES or nested:
-        return None if nested else safe_str(items, limit)
-    for item in items:  # a plain loop: measurably faster than all() over a generator
+def _from_list(items: list[Any] | tuple[Any, ...], limit: int, depth: int) -> str | None:
+    if len(items) > MAX_ITEMS:
+        items = items[:MAX_ITEMS]
+    # Plain loops rather than comprehensions and any()/all() over generators: this runs on every agent call.
+    for item in items:
         if type(item) is not str:
             break
     else:
-        return "\n".join(items)
-    # Plain loops rather than comprehensions and any()/all() over generators: this runs on every agent call.
-    assistants: list[Any] = []
-    has_role = False
-    for item in items:
+        return "\n".join(items) if items else None
+    assistant = has_role = False
+    for i in range(len(items) - 1, -1, -1):  # from the end: a chat's answer is its last message, found at once
+        item = items[i]
         role = item.get("role") if type(item) is dict else _role(item)
-        if role == "assistant":
-            assistants.append(item)
-        if not has_role and isinstance(role, str):
+        if role == _ASSISTANT:
+            assistant = True
+            text = _text(item, limit, depth + 1)
+            if text and not text.isspace():
+                return text
+        elif not has_role and isinstance(role, str):
             has_role = True
-    if not has_role and not all(isinstance(item, Mapping) and "content" in item for item in items):
-        return safe_str(items, limit)  # data, not messages: its JSON text
-    texts = []
-    for item in assistants or items:
-        text = _from_mapping(item) if type(item) is dict else _answer(item, limit, nested=True)
-        if text:
-            texts.append(text)
-    return "\n".join(texts) or None
-
-
-def answer_from_attribute(value: object, mime_type: object, limit: int) -> str | None:
-    """The answer in a span's ``output.value``, by the same rule.
-
-    When ``output.mime_type`` says the value is JSON (as OpenInference instrumentations record a result
-    mapping), the rule applies to the parsed value, with one difference: a JSON mapping that has none of the
-    answer fields, or a value that does not parse, is no answer (a chain's structured outputs are not the text
-    its retrievals served), so the retrievals wait for an outer answer or are judged against their query.
-    """
-    if value is None:
+    if assistant:
         return None
-    if type(value) is str and mime_type == _JSON:
-        if len(value) > _MAX_JSON:
-            return None
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return None  # declared JSON but is not: there is no answer to read in it
-        if isinstance(parsed, dict) and _from_mapping(parsed) is None:
-            return None  # a structured result (a chain's outputs, say) that names no answer is no answer
-        return None if parsed is None else answer_text(parsed, limit)
-    return answer_text(value if type(value) is str else str(value), limit)
+    if not has_role:
+        for item in items:
+            if isinstance(item, Mapping) and "type" in item:  # content parts, not messages
+                parts = content_text(items, limit, typed_parts=True)
+                if parts is not None:
+                    return parts
+                break
+    for i in range(len(items) - 1, -1, -1):
+        item = items[i]
+        text = item if type(item) is str else _text(item, limit, depth + 1)
+        if text and not text.isspace():
+            return text
+    return None

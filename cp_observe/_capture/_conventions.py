@@ -28,10 +28,8 @@ conventions keep that name for decoding, so on any other span it means something
 Answers (the reference a retrieval is judged against) come from the nearest span enclosing the retrieval
 in time that carries one: an agent (``AGENT``, ``gen_ai.operation.name=invoke_agent``, ``@cp_observe.agent``),
 an LLM call (``LLM``, ``gen_ai.operation.name=chat|text_completion|generate_content``) or the trace's local
-root (a chain or workflow root). Each is read per convention, first found wins: the decorator's payload,
-``gen_ai.output.messages``, ``llm.output_messages.{i}.message.content`` (last assistant message),
-``traceloop.entity.output`` (``outputs``), ``output.value`` (JSON results give their ``answer``/``response``/
-``output``/``text``/``content`` string).
+root (a chain or workflow root). Which spans those are is ``role``'s; what answer one carries is the answer
+rule's (``_capture/_answer.py``, ``answer_of``): the decorator's payload, else its conventions, all read alike.
 
 A retrieval whose documents carry ids but no text (``document_ids_of``) is still a retrieval: it is counted, and
 judged when a document resolver gives the text (``_processing/_resolver.py``), else skipped as such.
@@ -42,14 +40,15 @@ the evaluator thread. Every reader is bounded and never raises: a malformed valu
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from cp_observe import _names as n
-from cp_observe._capture._answer import answer_from_attribute
+from cp_observe._capture._answer import answer_of  # re-exported: a span's answer beside its other readers
 from cp_observe._capture._extract import extract_contexts
+from cp_observe._capture._serialize import MAX_JUDGED_CHARS
+from cp_observe._capture._serialize import json_value as _json
 
 __all__ = [
     "ROLE_ANSWER",
@@ -78,11 +77,7 @@ DataSource = Callable[[Mapping[str, Any]], Any] | Sequence[str] | None
 ROLE_RETRIEVER: Final = "retriever"
 ROLE_ANSWER: Final = "answer"  # a span that may carry the answer retrievals inside it are judged against
 
-_MAX_JSON_CHARS: Final = 1 << 20  # JSON strings longer than this are not parsed (read as absent)
 _MAX_DOCUMENTS: Final = 1000
-_MAX_TEXT: Final = 20_000
-_MAX_ANSWER: Final = 100_000  # characters of an answer read off a span
-_MAX_MESSAGES: Final = 64
 _MAX_MODEL_NAME: Final = 200
 
 _ROLE_OF_KIND: Final[Mapping[object, str]] = {
@@ -100,7 +95,6 @@ _ROLE_OF_OPERATION: Final[Mapping[object, str]] = {
     n.OPERATION_GENERATE_CONTENT: ROLE_ANSWER,
 }
 _QUERY_KEYS: Final = ("query", "query_str", "question", "input", "inputs", "text")
-_ANSWER_KEYS: Final = ("answer", "response", "output", "outputs", "result", "text", "content")
 _METHOD_OPERATIONS: Final = (
     n.OPERATION_RETRIEVAL + " ", n.OPERATION_VECTOR_DB_RETRIEVE + " ", n.RERANK_SPAN_PREFIX + " "
 )
@@ -208,7 +202,7 @@ def document_ids_of(attributes: Mapping[str, Any]) -> list[str | None] | None:
 def _id_text(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
-    text = str(value).strip()[:_MAX_TEXT]
+    text = str(value).strip()[:MAX_JUDGED_CHARS]
     return text or None
 
 
@@ -291,28 +285,6 @@ def query_of(attributes: Mapping[str, Any]) -> str | None:
         return None
 
 
-def answer_of(attributes: Mapping[str, Any]) -> str | None:
-    """The answer an agent, LLM, chain or workflow span carries, by convention; ``None`` if none."""
-    try:
-        value = attributes.get(n.GEN_AI_OUTPUT_MESSAGES)
-        if isinstance(value, str):
-            found = _messages_text(_json(value))
-            if found:
-                return found
-        found = _oi_output_message(attributes)
-        if found:
-            return found
-        value = attributes.get(n.TRACELOOP_ENTITY_OUTPUT)
-        if isinstance(value, str):
-            found = _first_text(_json(value), _ANSWER_KEYS)
-            if found:
-                return found
-        # output.value by the one answer rule the decorators, the scorer and run_evals use (_answer.py).
-        return answer_from_attribute(attributes.get(n.OUTPUT_VALUE), attributes.get(n.OUTPUT_MIME_TYPE), _MAX_ANSWER)
-    except Exception:  # noqa: BLE001 - see retrieved_of
-        return None
-
-
 def convention_name(span_name: str, attributes: Mapping[str, Any]) -> str | None:
     """The retriever's name by convention: the entity name, else the span name without its method suffix.
 
@@ -364,16 +336,6 @@ def data_source_reader(spec: DataSource) -> Callable[[Mapping[str, Any]], str | 
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------
-def _json(value: object) -> Any:
-    """A JSON string parsed, or ``None`` (too long, not a string, not JSON)."""
-    if not isinstance(value, str) or len(value) > _MAX_JSON_CHARS:
-        return None
-    try:
-        return json.loads(value)
-    except (ValueError, RecursionError):
-        return None
-
-
 def _count(value: object) -> int | None:
     if isinstance(value, bool):
         return None
@@ -383,19 +345,27 @@ def _count(value: object) -> int | None:
 
 
 def _indexed(attributes: Mapping[str, Any], prefix: str) -> Retrieved | None:
+    get = attributes.get
+
+    def documents() -> Iterator[tuple[Any, Any, Any]]:
+        for i in range(_MAX_DOCUMENTS):
+            base = f"{prefix}.{i}.document."
+            content = get(base + "content")
+            if content is None:
+                return
+            yield content, get(base + "id"), get(base + "score")
+
+    return _retrieved(documents())
+
+
+def _retrieved(documents: Iterable[tuple[Any, Any, Any]]) -> Retrieved | None:
+    """Documents given as ``(content, id, score)`` in rank order; ``None`` when there are none."""
     texts: list[str] = []
     ids: list[str | None] = []
     scores: list[float | None] = []
-    get = attributes.get
-    for i in range(_MAX_DOCUMENTS):
-        base = f"{prefix}.{i}.document."
-        content = get(base + "content")
-        if content is None:
-            break
-        texts.append(str(content)[:_MAX_TEXT])
-        ident = get(base + "id")
+    for content, ident, score in documents:
+        texts.append(str(content)[:MAX_JUDGED_CHARS])
         ids.append(None if ident is None else str(ident))
-        score = get(base + "score")
         scores.append(float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None)
     return Retrieved(texts, ids, scores) if texts else None
 
@@ -416,7 +386,7 @@ def _from_json(value: object) -> Retrieved | None:
         and not any(_has_text(item) for item in parsed)
     ):
         return None  # gen_ai.retrieval.documents with ids and scores only: nothing to judge
-    extracted = extract_contexts(parsed, max_items=_MAX_DOCUMENTS, max_chars=_MAX_TEXT)
+    extracted = extract_contexts(parsed, max_items=_MAX_DOCUMENTS, max_chars=MAX_JUDGED_CHARS)
     if not extracted.contexts:
         return None
     if isinstance(parsed, dict) and not any(isinstance(v, list) for v in parsed.values()):
@@ -430,22 +400,10 @@ def _has_text(item: Mapping[str, Any]) -> bool:
 
 
 def _from_events(events: Sequence[Any]) -> Retrieved | None:
-    texts: list[str] = []
-    ids: list[str | None] = []
-    scores: list[float | None] = []
-    for event in events[:_MAX_DOCUMENTS]:
-        if getattr(event, "name", None) != n.DB_QUERY_RESULT_EVENT:
-            continue
-        attributes = getattr(event, "attributes", None) or {}
-        document = attributes.get(n.DB_QUERY_RESULT_DOCUMENT)
-        if document is None:
-            continue
-        texts.append(str(document)[:_MAX_TEXT])
-        ident = attributes.get(n.DB_QUERY_RESULT_ID)
-        ids.append(None if ident is None else str(ident))
-        score = attributes.get(n.DB_QUERY_RESULT_SCORE)
-        scores.append(float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None)
-    return Retrieved(texts, ids, scores) if texts else None
+    found = (getattr(event, "attributes", None) or {} for event in events[:_MAX_DOCUMENTS]
+             if getattr(event, "name", None) == n.DB_QUERY_RESULT_EVENT)
+    return _retrieved((a[n.DB_QUERY_RESULT_DOCUMENT], a.get(n.DB_QUERY_RESULT_ID), a.get(n.DB_QUERY_RESULT_SCORE))
+                      for a in found if a.get(n.DB_QUERY_RESULT_DOCUMENT) is not None)
 
 
 def _first_text(value: Any, keys: tuple[str, ...], depth: int = 0) -> str | None:
@@ -465,30 +423,3 @@ def _first_text(value: Any, keys: tuple[str, ...], depth: int = 0) -> str | None
             if text is not None:
                 return text
     return None
-
-
-def _messages_text(messages: Any) -> str | None:
-    """GenAI ``gen_ai.output.messages``: the text parts of the last message."""
-    if not isinstance(messages, list) or not messages:
-        return None
-    last = messages[-1]
-    if not isinstance(last, dict):
-        return None
-    parts = last.get("parts")
-    if isinstance(parts, list):
-        texts = [p.get("content") for p in parts[:_MAX_MESSAGES] if isinstance(p, dict) and p.get("type") == "text"]
-        joined = "\n".join(t for t in texts if isinstance(t, str))
-        return joined or None
-    content = last.get("content")
-    return content if isinstance(content, str) and content else None
-
-
-def _oi_output_message(attributes: Mapping[str, Any]) -> str | None:
-    """OpenInference ``llm.output_messages.{i}.message.content``: the last one."""
-    found = None
-    for i in range(_MAX_MESSAGES):
-        content = attributes.get(f"{n.LLM_OUTPUT_MESSAGES}.{i}.message.content")
-        if content is None:
-            break
-        found = str(content)
-    return found or None

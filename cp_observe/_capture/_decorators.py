@@ -149,8 +149,8 @@ def agent(
         func: the function (when used bare, as ``@agent``).
         name: the agent name (default: the function's qualified name).
         query: the argument holding the question, by name, or a callable ``(*args, **kwargs) -> str``.
-        output: ``(return value) -> answer`` when the answer is not the return value itself or its
-            ``content``/``text``/``answer``/``output`` field.
+        output: ``(return value) -> answer`` when the answer rule (a string; else the first of ``answer``,
+            ``output``, ``content``, ... that gives a text; the last assistant message) does not find it.
         context_extractor: ``(return value) -> contexts``: also score the agent itself on the contexts it
             reports (for agents that retrieve without a decorated retriever).
 

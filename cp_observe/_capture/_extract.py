@@ -45,7 +45,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, TypeAlias
 
-from cp_observe._capture._serialize import finite_float, safe_text, truncate, type_name
+from cp_observe._capture._serialize import MAX_JUDGED_CHARS, as_limit, finite_float, safe_text, truncate, type_name
 from cp_observe._internal import report_host_error
 
 __all__ = ["NOT_CAPTURED", "Context", "ExtractedContexts", "extract_contexts"]
@@ -134,7 +134,7 @@ def _result(contexts: tuple[Context, ...], total: int | None, dropped: int, trun
     return result
 
 
-def extract_contexts(value: object, *, max_items: int = 100, max_chars: int = 20_000) -> ExtractedContexts:
+def extract_contexts(value: object, *, max_items: int = 100, max_chars: int = MAX_JUDGED_CHARS) -> ExtractedContexts:
     """Return the retrieved contexts in ``value``, bounded, in rank order; never raises.
 
     Host objects are only read: an iterator (a generator, say) reached directly or under a wrapper name is
@@ -147,18 +147,9 @@ def extract_contexts(value: object, *, max_items: int = 100, max_chars: int = 20
         max_chars: the most characters of one context's text; longer ones are cut and counted.
     """
     try:
-        return _extract(value, _bound(max_items, 100), _bound(max_chars, 20_000))
+        return _extract(value, as_limit(max_items, 100), as_limit(max_chars, MAX_JUDGED_CHARS))
     except Exception:  # noqa: BLE001 - a bug of ours: record nothing rather than break the host
         return ExtractedContexts((), None)
-
-
-def _bound(value: object, default: int) -> int:
-    if type(value) is int:
-        return value if value > 0 else 0
-    try:
-        return max(0, operator.index(value))  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - a bad bound is our caller's bug: stay bounded
-        return default
 
 
 def _extract(value: object, max_items: int, max_chars: int) -> ExtractedContexts:

@@ -26,8 +26,14 @@ import orjson
 from cp_observe._internal import report_host_error
 
 __all__ = [
-    "MARKER_MAX", "finite_float", "metadata_json", "object_text", "safe_str", "safe_text", "truncate", "type_name",
+    "MARKER_MAX", "MAX_JUDGED_CHARS", "as_limit", "content_text", "finite_float", "json_value", "metadata_json",
+    "object_text", "safe_str", "safe_text", "truncate", "type_name",
 ]
+
+#: The most characters of one text the judge reads (a context, an answer, a resolved document), wherever it is
+#: read from: a decorated call, a span of any convention, the offline scorer, a document resolver. Longer texts
+#: keep this many characters and the truncation marker.
+MAX_JUDGED_CHARS: Final = 20_000
 
 _ELLIPSIS: Final = "…"
 
@@ -44,6 +50,7 @@ _KEY_LIMIT: Final = 256  # a mapping key longer than this is cut
 _MAX_DEPTH: Final = 8  # containers nested deeper become "…"
 _MAX_NODES: Final = 2_000  # values visited per conversion
 _MAX_MESSAGES: Final = 1_000  # messages or content parts joined into one text
+_MAX_JSON: Final = 1 << 20  # characters of a JSON text parsed (json_value); longer ones read as absent
 _JSON_MIN: Final = 64  # metadata_json never cuts below this, so a valid JSON object always fits
 _INT_MAX: Final = 2**64  # integers beyond this become strings: JSON readers lose their precision anyway
 _CONTAINERS: Final = (list, tuple, set, frozenset)
@@ -68,13 +75,14 @@ def _unrepresentable(value: object) -> str:
     return f"<unrepresentable {type_name(value)}>"
 
 
-def _as_limit(limit: object) -> int:
+def as_limit(limit: object, default: int = _FALLBACK_LIMIT) -> int:
+    """``limit`` as a count >= 0; ``default`` when it is not an integer (a caller's bug: stay bounded, not raise)."""
     if type(limit) is int:
         return limit if limit > 0 else 0
     try:
         return max(0, operator.index(limit))  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - a bad limit: stay bounded, do not raise
-        return _FALLBACK_LIMIT
+        return default
 
 
 def truncate(text: str, limit: int) -> tuple[str, bool]:
@@ -87,7 +95,7 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
     if type(text) is not str:
         return safe_text(text, limit)
     if type(limit) is not int or limit < 0:
-        limit = _as_limit(limit)
+        limit = as_limit(limit)
     if len(text) <= limit:
         return text, False
     return text[:limit] + _marker(len(text) - limit), True
@@ -114,14 +122,14 @@ def object_text(value: object, limit: int) -> str:
     already looked at (the answer rule), so no property is read twice.
     """
     try:
-        return _text_of(value, _as_limit(limit))
+        return _text_of(value, as_limit(limit))
     except Exception:  # noqa: BLE001 - nothing may reach the host
         return _unrepresentable(value)
 
 
 def safe_text(value: object, limit: int) -> tuple[str, bool]:
     """``safe_str`` that also says whether the text was truncated; never raises."""
-    limit = _as_limit(limit)
+    limit = as_limit(limit)
     if type(value) is str:
         return truncate(value, limit)
     try:
@@ -149,6 +157,16 @@ def finite_float(value: object) -> float | None:
     except Exception:  # noqa: BLE001 - overflow, a raising __float__: not a score
         return None
     return result if math.isfinite(result) else None
+
+
+def json_value(text: object) -> Any:
+    """A JSON text parsed, or ``None``: not a string, longer than a mebibyte, not JSON, nested too deep."""
+    if type(text) is not str or len(text) > _MAX_JSON:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def metadata_json(mapping: object, limit: int) -> str | None:
@@ -179,7 +197,7 @@ def metadata_json(mapping: object, limit: int) -> str | None:
             mapping = {"value": mapping}
         if not mapping:
             return None
-        return _metadata_json(mapping, max(_as_limit(limit), _JSON_MIN))
+        return _metadata_json(mapping, max(as_limit(limit), _JSON_MIN))
     except Exception:  # noqa: BLE001 - a mapping whose items() raises
         return None
 
@@ -366,7 +384,7 @@ def _plain_other(value: object, budget: _Allowance, limit: int) -> Any:
 def _message_text(value: object, limit: int) -> str | None:
     """Return the text of a chat message or a list of messages; ``None`` when ``value`` is not one."""
     if isinstance(value, Mapping):
-        return _content_text(value["content"], limit) if "content" in value else None
+        return content_text(value["content"], limit) if "content" in value else None
     if type(value) is list or type(value) is tuple:
         if not value or len(value) > _MAX_MESSAGES:
             return None
@@ -374,11 +392,11 @@ def _message_text(value: object, limit: int) -> str | None:
         for message in value:  # stop at the first non-message: reading attributes can be slow
             content = _message_content(message)
             if content is _NOT_A_MESSAGE:  # maybe a message's content parts, else data
-                return _content_text(value, limit, typed_parts=True)
+                return content_text(value, limit, typed_parts=True)
             contents.append(content)
-        return _join((_content_text(content, limit) for content in contents), limit)
+        return _join((content_text(content, limit) for content in contents), limit)
     content = _message_content(value)
-    return None if content is _NOT_A_MESSAGE else _content_text(content, limit)
+    return None if content is _NOT_A_MESSAGE else content_text(content, limit)
 
 
 _NOT_A_MESSAGE: Final = object()
@@ -399,11 +417,15 @@ def _message_content(value: object) -> object:
     return _NOT_A_MESSAGE
 
 
-def _content_text(content: object, limit: int, *, typed_parts: bool = False) -> str | None:
+def content_text(content: object, limit: int, *, typed_parts: bool = False) -> str | None:
     """Return a message's content: a string, or the text parts of a list of content parts, newline-joined.
 
-    With ``typed_parts`` (a bare list, not known to be a message's content), the list counts as content
-    parts only when it holds a part with a ``"type"``, so a plain list of strings stays data.
+    The one reader of content parts (queries, answers, the answer rule's conventions). A part is a string, a
+    mapping with a ``"text"`` string (OpenAI's, Anthropic's ``{"type": "text", "text": ...}``) or a GenAI part
+    ``{"type": "text", "content": ...}``; other typed parts (images, tool calls) are skipped. A list holding
+    anything else is not content parts (``None``). With ``typed_parts`` (a bare list, not known to be a
+    message's content), the list counts as content parts only when it holds a part with a ``"type"``, so a
+    plain list of strings stays data.
     """
     if type(content) is str:
         return content
@@ -412,6 +434,8 @@ def _content_text(content: object, limit: int, *, typed_parts: bool = False) -> 
     texts: list[str] = []
     for part in content[:_MAX_MESSAGES]:
         text = part if type(part) is str else part.get("text") if isinstance(part, Mapping) else None
+        if text is None and isinstance(part, Mapping) and part.get("type") == "text":
+            text = part.get("content")  # a GenAI message part
         if type(text) is str:
             texts.append(text)
         elif not isinstance(part, Mapping) or "type" not in part:

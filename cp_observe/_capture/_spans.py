@@ -27,7 +27,7 @@ from cp_observe import _names as n
 from cp_observe._capture._answer import answer_text
 from cp_observe._capture._collecting import COLLECTING, in_collection
 from cp_observe._capture._extract import NOT_CAPTURED, Context, extract_contexts
-from cp_observe._capture._serialize import finite_float, metadata_json, safe_str, type_name
+from cp_observe._capture._serialize import MAX_JUDGED_CHARS, finite_float, metadata_json, safe_str, type_name
 from cp_observe._capture._payloads import PAYLOADS, Payload
 from cp_observe._config._runtime import RUNTIME_HOLDER, Runtime
 from cp_observe._config._sampling import FORCED, is_forced
@@ -35,7 +35,6 @@ from cp_observe._internal import USER_FAILED, call_user, report_internal_error, 
 
 __all__ = ["Call", "State", "attach", "detach", "enter", "fail", "finish", "leave", "redact_foreign", "start"]
 
-_JUDGE_TEXT_LIMIT = 20_000
 # Attribute keys of the first documents, spelled once (by _names) rather than formatted on every call.
 _DOC_KEYS = tuple({field: n.document_attribute(i, field) for field in n.DOCUMENT_FIELDS} for i in range(28))
 # A reranker's span carries two lists: each is recorded up to 14 documents, so both stay under the SDK's limit of
@@ -185,7 +184,7 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             raw_query, user_error = None, "query_error"
             attributes[n.CP_USER_ERROR] = user_error
         # No query (None) is recorded as absent, never as the text "None".
-        query = "" if raw_query is None else _text(raw_query, rt, _JUDGE_TEXT_LIMIT if sampled else rt.max_value_length)
+        query = "" if raw_query is None else _text(raw_query, rt, MAX_JUDGED_CHARS if sampled else rt.max_value_length)
         if rt.capture_content and raw_query is not None:
             shown = _shown(query, rt.max_value_length)
             attributes[n.INPUT_VALUE] = shown
@@ -234,7 +233,7 @@ def _record_input(state: State, raw: Any, attributes: dict[str, Any]) -> None:
             for i in range(min(len(before), rt.max_contexts, _RERANK_RECORDED)):
                 attributes[_IN_KEYS[i]["content"]] = _shown(before[i], limit)
         return
-    extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
+    extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=MAX_JUDGED_CHARS)
     if extracted is NOT_CAPTURED:
         return
     items = extracted.contexts
@@ -348,7 +347,7 @@ def _record_result(state: State, result: Any, partial: bool, yielded: int | None
                     attributes[keys[i]["content"]] = _shown(contexts[i], limit)
             raw = _UNREADABLE
         elif raw is not _UNREADABLE:
-            extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=_JUDGE_TEXT_LIMIT)
+            extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=MAX_JUDGED_CHARS)
             if extracted is not NOT_CAPTURED:
                 items = extracted.contexts
                 contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
@@ -439,7 +438,7 @@ def _record_answer(call: Call, rt: Runtime, result: Any, attributes: dict[str, A
     raw_answer = call_user("output", call.output, result) if call.output is not None else result
     if raw_answer is USER_FAILED:
         return None, "output_error"
-    text = answer_text(raw_answer, _JUDGE_TEXT_LIMIT)  # None: no answer, judged on the query instead
+    text = answer_text(raw_answer)  # None: no answer, judged on the query instead
     if text is None:
         return None, None
     answer = _redacted(text, rt.redact) if rt.redact is not None else text
@@ -452,7 +451,7 @@ def _plain_texts(values: list[Any], max_items: int) -> bool:
     if len(values) > max_items:
         return False
     for value in values:  # noqa: SIM110 - a plain loop is measurably faster than all() over a generator here
-        if type(value) is not str or len(value) > _JUDGE_TEXT_LIMIT:
+        if type(value) is not str or len(value) > MAX_JUDGED_CHARS:
             return False
     return True
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from cp_observe._config._bounds import MAX_CONTEXTS, MAX_JUDGED_CONTEXTS, MAX_VALUE_LENGTH, SAMPLE_RATE
@@ -185,6 +185,23 @@ class Settings:
         names = tuple(part.strip() for part in (self.data_source or "").split(",") if part.strip())
         return names or None
 
+    @staticmethod
+    def data_source_setting(spec: object) -> str | None:
+        """The setting's value from a ``data_source`` argument of attribute names (a list, or comma-separated).
+
+        The one check of that argument, for ``configure()`` and the processor alike (a callable is theirs to keep
+        apart), with one error.
+
+        Raises:
+            ConfigurationError: neither a string nor attribute names (a mapping, a number, a list of non-strings).
+        """
+        if spec is None or isinstance(spec, str):
+            return spec
+        names = tuple(spec) if isinstance(spec, Iterable) and not isinstance(spec, Mapping) else None
+        if names is None or not all(isinstance(name, str) for name in names):
+            raise ConfigurationError("data_source must be a callable (attributes) -> name or attribute names")
+        return ",".join(names)
+
     def segment_labels(self) -> tuple[tuple[str, str], ...]:
         """``segments`` as ``(attribute name, label name)`` pairs (``()`` when unset)."""
         return segment_labels(self.segments)
@@ -214,7 +231,7 @@ class Settings:
             try:
                 values[name] = field.coerce(raw)
             except ValueError:
-                shown = "***" if field.secret else raw[:80]
-                logger.warning("ignoring invalid environment value", variable=ENV_PREFIX + name.upper(), value=shown)
+                logger.warning("ignoring invalid environment value", variable=ENV_PREFIX + name.upper(),
+                               value=field.shown(raw))
         values.update(given)
         return cls(**values)

@@ -157,18 +157,22 @@ def query_text(value: Any) -> str:
         for key in ("inputMessages", "input_messages", "messages", "input", "query", "question"):
             if key in value:
                 return query_text(value[key])
-        return message_text(value)
-    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+    elif isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
         users = [m for m in value if _role(m) == "user"]
-        return message_text(users[-1] if users else (value[-1] if value else ""))
-    return message_text(value)
+        value = users[-1] if users else (value[-1] if value else "")
+    text = message_text(value)
+    if text or value is None:
+        return text
+    from cp_observe._capture._serialize import MAX_JUDGED_CHARS, safe_str
+
+    return safe_str(value, MAX_JUDGED_CHARS)  # a query that names no text (data): its JSON, never nothing
 
 
 def message_text(value: Any) -> str:
     """The text of an output (or of an input message), by the one answer rule of ``cp_observe._capture._answer``."""
     from cp_observe._capture._answer import answer_text
 
-    return answer_text(value, 100_000) or ""
+    return answer_text(value) or ""
 
 
 def _role(message: Any) -> str | None:

@@ -119,9 +119,7 @@ def processor_options(given: Mapping[str, Any], *, data_source: DataSource, segm
         raise TypeError(f"ContextPrecisionProcessor() got an unexpected keyword argument {unknown[0]!r}")
     values = dict(given)
     if data_source is not None and not callable(data_source):
-        if isinstance(data_source, Mapping) or not all(isinstance(key, str) for key in data_source):
-            raise ValueError("data_source must be a callable (attributes) -> name or a list of attribute names")
-        values["data_source"] = data_source if isinstance(data_source, str) else ",".join(data_source)
+        values["data_source"] = Settings.data_source_setting(data_source)
     if segments is not None:
         values["segments"] = segments if isinstance(segments, str) else ",".join(segments)
     if isinstance(cheap_judge, str):

@@ -29,13 +29,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cp_observe import _names as n
+from cp_observe._capture._serialize import MAX_JUDGED_CHARS
 from cp_observe._capture._spans import redact_foreign
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import logger
 
 __all__ = ["DocumentResolver", "load_resolver"]
-
-_MAX_TEXT = 20_000  # characters of one resolved document kept for the judge (the decorators keep as many)
 
 Resolve = Callable[[str, str], Any]
 
@@ -134,7 +133,7 @@ class DocumentResolver:
             return self._failed(n.SKIP_RESOLVER_ERROR, type(exc).__name__)
         if not isinstance(value, str) or not value.strip():
             return self._failed(n.SKIP_RESOLVER_NO_TEXT, type(value).__name__)
-        return redact_foreign(value[:_MAX_TEXT]) or "", ""
+        return redact_foreign(value[:MAX_JUDGED_CHARS]) or "", ""
 
     def _on_thread(self, document_id: str, data_source: str) -> asyncio.Future[Any]:
         """Run one call of a plain resolver on a daemon thread; its outcome settles the future on the loop."""

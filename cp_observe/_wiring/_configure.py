@@ -276,12 +276,9 @@ def _data_source_setting(data_source: Any, settings: dict[str, Any]) -> Callable
     """A callable ``data_source`` is returned; attribute names go into ``settings`` (as the variable would)."""
     if callable(data_source):
         return data_source  # type: ignore[no-any-return]
-    if isinstance(data_source, str):
-        settings["data_source"] = data_source
-    elif data_source is not None:
-        if isinstance(data_source, Mapping) or not all(isinstance(key, str) for key in data_source):
-            raise ConfigurationError("data_source must be a callable (attributes) -> name or attribute names")
-        settings["data_source"] = ",".join(data_source)
+    names = Settings.data_source_setting(data_source)
+    if names is not None:
+        settings["data_source"] = names
     return None
 
 

@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from cp_observe import _names as n
-from cp_observe._capture._conventions import answer_of, query_of, retrieved_of
+from cp_observe._capture._answer import answer_of
+from cp_observe._capture._conventions import query_of, retrieved_of
 from cp_observe._traces._convert import spans_from_request
 from cp_observe._traces._source import Source
 from cp_observe.dataset._record import Record, is_dataset_file, read_records

@@ -29,7 +29,7 @@ from opentelemetry.trace import StatusCode
 import cp_observe
 from cp_observe import _internal
 from cp_observe import _names as n
-from cp_observe._capture._serialize import MARKER_MAX
+from cp_observe._capture._serialize import MARKER_MAX, MAX_JUDGED_CHARS
 from cp_observe.testing import FakeJudge, IsolatedRuntime
 from tests.conftest import Otel
 from tests.otlp_receiver import OtlpReceiver, attributes_of
@@ -38,7 +38,6 @@ from tests.turn_support import make_turn
 LIMIT = 300  # max_value_length for these tests: small, so bounding is visible (and above the 256 of ids)
 MAX_CONTEXTS = 28  # the most documents recorded per span: 4 attributes each still fit under the SDK's 128
 BOUND = LIMIT + MARKER_MAX
-JUDGE_TEXT_LIMIT = 20_000  # what the decorators keep in memory per text for the judge
 ANSWER = "Paris is the capital of France."
 
 
@@ -274,7 +273,7 @@ def test_bad_retriever_return_values(
         query, reference, contexts = call.query, call.reference, list(call.contexts)
         assert (query, reference) == ("What is the capital of France?", ANSWER)
         assert len(contexts) == judged
-        assert all(isinstance(c, str) and c and len(c) <= JUDGE_TEXT_LIMIT + MARKER_MAX for c in contexts)
+        assert all(isinstance(c, str) and c and len(c) <= MAX_JUDGED_CHARS + MARKER_MAX for c in contexts)
     else:
         assert cp_observe_judge.calls == []  # no context: score 0 by definition, without asking the judge
     evaluation = evaluation_of(otel, retrieval)
@@ -321,7 +320,7 @@ def test_bad_queries(
     assert stats["reasons"] == {"scored:ok": 1}
     [call] = cp_observe_judge.calls
     judged_query, reference, contexts = call.query, call.reference, list(call.contexts)
-    assert judged_query == reference and len(judged_query) <= JUDGE_TEXT_LIMIT + MARKER_MAX
+    assert judged_query == reference and len(judged_query) <= MAX_JUDGED_CHARS + MARKER_MAX
     assert contexts == docs
 
 
@@ -349,7 +348,6 @@ ANSWER_CASES: dict[str, Callable[[], Any]] = {
     "recursive": recursive_dict,
     "raising_repr": RaisingRepr,
     "mock": MagicMock,
-    "mapping_without_text": lambda: {"sources": 3, "confidence": math.nan},
     "message_object": type("Message", (), {"content": "Paris is the capital of France."}),
 }
 
@@ -370,21 +368,33 @@ def test_bad_agent_answers(
     assert stats["reasons"] == {"scored:ok": 1}
     [call] = cp_observe_judge.calls
     reference = call.reference
-    assert reference and len(reference) <= JUDGE_TEXT_LIMIT + MARKER_MAX
+    assert reference and len(reference) <= MAX_JUDGED_CHARS + MARKER_MAX
 
 
-@pytest.mark.parametrize("factory", [Evil, BrokenMapping], ids=["getattr_raises", "mapping_get_raises"])
 def test_agent_answer_whose_attribute_access_raises(
-    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor, factory: Callable[[], Any]
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor
 ) -> None:
     """An answer object whose every attribute access raises is returned unchanged and recorded as bounded text."""
-    result = factory()
+    result = Evil()
     turn = make_turn(docs=["Paris is the capital of France."], answer=result, agent="bot")
     assert turn.ask("capital?") is result
     assert_invariant(scored)
     [agent] = otel.by_name("invoke_agent bot")
     assert_bounded(agent)
     assert "unrepresentable" in agent.attributes[n.OUTPUT_VALUE]
+
+
+def test_agent_answer_mapping_whose_get_raises(
+    otel: Otel, cp_observe_judge: FakeJudge, scored: cp_observe.ContextPrecisionProcessor
+) -> None:
+    """A mapping whose ``get`` raises names no answer: returned unchanged, its retrievals judged on the query."""
+    result = BrokenMapping()
+    turn = make_turn(docs=["Paris is the capital of France."], answer=result, agent="bot")
+    assert turn.ask("capital?") is result
+    assert_invariant(scored)
+    [agent] = otel.by_name("invoke_agent bot")
+    assert n.OUTPUT_VALUE not in (agent.attributes or {})
+    assert [call.reference for call in cp_observe_judge.calls] == ["capital?"]
 
 
 def test_an_agent_without_an_answer_falls_back_to_the_query(

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from cp_observe._capture import _extract
 from cp_observe._capture._extract import Context, ExtractedContexts, extract_contexts
-from cp_observe._capture._serialize import MARKER_MAX
+from cp_observe._capture._serialize import MARKER_MAX, MAX_JUDGED_CHARS, as_limit
 
 # --- stand-ins for the libraries' document types ---------------------------------------------------------------
 
@@ -501,7 +501,7 @@ def test_bad_bounds_do_not_raise(
     max_items: Any, max_chars: Any, bounds: tuple[int, int], expected: ExtractedContexts
 ) -> None:
     """Nonsense bounds fall back to sane ones instead of raising, and the fallback is what extraction uses."""
-    assert (_extract._bound(max_items, 100), _extract._bound(max_chars, 20_000)) == bounds
+    assert (as_limit(max_items, 100), as_limit(max_chars, MAX_JUDGED_CHARS)) == bounds
     # extract_contexts swallows errors into an empty result, so only the exact contexts prove bounding worked.
     assert extract_contexts(["abc"] * 3, max_items=max_items, max_chars=max_chars) == expected
 
