@@ -24,16 +24,26 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from cp_observe import _names as n
 from cp_observe._judging._evaluate import evaluate
-from cp_observe._processing._gates import Gates
 from cp_observe._types import CascadeResult, Judge, Reference
 
-__all__ = ["Cascade", "llm_drawn"]
+__all__ = ["Cascade", "Gate", "llm_drawn"]
 
 _SALT = b"cp-observe/cascade/llm_share"
 _SCALE = float(1 << 64)
+
+
+class Gate(Protocol):
+    """What the judge stages ask of the gates (``_gates.Gates``, a stage before them): may a call go, and how it went."""
+
+    def refusal(self) -> str | None: ...
+
+    def judged(self, cost_usd: float | None) -> None: ...
+
+    def failed(self) -> None: ...
 
 
 def llm_drawn(trace_id: int, span_id: int, share: float) -> bool:
@@ -62,7 +72,7 @@ class Cascade:
         *,
         trace_id: int,
         span_id: int,
-        gates: Gates,
+        gates: Gate,
         failure_reason: Callable[[BaseException], str],
         query: str,
         reference_text: str,

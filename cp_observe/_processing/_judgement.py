@@ -26,9 +26,8 @@ from cp_observe._judging._rerank import evaluate_rerank
 from cp_observe._types import CascadeResult, Judge, ScoreResult
 
 if TYPE_CHECKING:
-    from cp_observe._processing._assembly import Ready
-    from cp_observe._processing._cascade import Cascade
-    from cp_observe._processing._gates import Gates
+    from cp_observe._processing._cascade import Cascade, Gate
+    from cp_observe._processing._record import Record
 
 __all__ = ["Outcome", "call_judge", "failure_reason"]
 
@@ -58,42 +57,40 @@ class Outcome:
 
 
 async def call_judge(
-    ready: Ready,
+    record: Record,
     contexts: Sequence[str],
     *,
     llm: Judge,
     cascade: Cascade | None,
-    gates: Gates,
-    rerank: bool,
+    gates: Gate,
     limit: int,
     timeout_s: float,
 ) -> Outcome:
-    """Judge ``ready`` on ``contexts`` (its first ``limit``): refused by a gate, failed, or scored.
+    """Judge ``record`` on ``contexts`` (its first ``limit``): refused by a gate, failed, or scored.
 
     Raises:
         asyncio.CancelledError: the evaluator is shutting down (the caller counts the target dropped).
     """
-    item = ready.item
-    query = item.query() or ""
-    reference = ready.reference
+    query = record.query or ""
+    reference = record.reference
     if cascade is not None:  # the gates stand before its LLM calls only
         model = judge_model_name(cascade.cheap)
-        judging = cascade.judge(llm, trace_id=item.span_context.trace_id, span_id=item.span_context.span_id,
+        judging = cascade.judge(llm, trace_id=record.span_context.trace_id, span_id=record.span_context.span_id,
                                 gates=gates, failure_reason=failure_reason, query=query,
-                                reference_text=ready.reference_text, reference=reference,  # type: ignore[arg-type]
+                                reference_text=record.reference_text, reference=reference,  # type: ignore[arg-type]
                                 contexts=contexts[:limit])
     else:
         refused = gates.refusal()
         if refused is not None:
             return Outcome(n.OUTCOME_SKIPPED, refused)
         model = judge_model_name(llm)
-        before = item.before() if rerank else None
+        before = record.before if record.stage == n.STAGE_RERANK else None
         if before is not None:  # a reranker: one judgement of both orders' documents
-            judging = evaluate_rerank(llm, query=query, reference_text=ready.reference_text,
+            judging = evaluate_rerank(llm, query=query, reference_text=record.reference_text,
                                       reference=reference,  # type: ignore[arg-type]
                                       before=before, after=contexts, limit=limit)
         else:
-            judging = evaluate(llm, query=query, reference_text=ready.reference_text,
+            judging = evaluate(llm, query=query, reference_text=record.reference_text,
                                reference=reference,  # type: ignore[arg-type]
                                contexts=contexts[:limit])
     start_ns = time.time_ns()
