@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from cp_observe import _names as n
@@ -25,43 +24,22 @@ from cp_observe._processing._record import Record
 from cp_observe._tally import Tally
 from cp_observe._types import ScoreResult
 
-__all__ = ["Accounting", "Finish", "Finished", "Stats", "target_of"]
+__all__ = ["Accounting", "Finish", "Finished", "target_of"]
+
+_OUTCOMES = (n.OUTCOME_SCORED, n.OUTCOME_FAILED, n.OUTCOME_DROPPED, n.OUTCOME_SKIPPED)
 
 #: Told of every finished target on the evaluator thread: its record, its outcome string ("scored", "failed",
 #: "dropped:<reason>", "skipped:<reason>", or "" when folded into another span) and its result, if scored.
-Finished = Callable[[Record, str, "ScoreResult | None"], None]
-
-
-@dataclass(slots=True)
-class Stats:
-    """Counts of evaluation targets. ``reasons`` counts ``(outcome, reason)`` pairs."""
-
-    sampled: int = 0
-    scored: int = 0
-    failed: int = 0
-    dropped: int = 0
-    skipped: int = 0
-    reasons: Counter[tuple[str, str]] = field(default_factory=Counter)
-
-    def as_dict(self, pending: int) -> dict[str, Any]:
-        """A snapshot, with the targets still in flight as ``pending``."""
-        return {
-            "sampled": self.sampled,
-            "scored": self.scored,
-            "failed": self.failed,
-            "dropped": self.dropped,
-            "skipped": self.skipped,
-            "pending": pending,
-            "reasons": {f"{o}:{r}": c for (o, r), c in sorted(self.reasons.items())},
-        }
+Finished = Callable[[Record, str, ScoreResult | None], None]
 
 
 class Accounting:
     """Counts of targets by outcome and reason: ``refused`` from any thread, the rest from the evaluator's."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards _stats; never taken on a path a finalizer can reach
-        self._stats = Stats()
+        self._lock = threading.Lock()  # guards _sampled and _reasons; never taken on a path a finalizer can reach
+        self._sampled = 0
+        self._reasons: Counter[tuple[str, str]] = Counter()  # (outcome, reason) -> targets
         self._refused: Tally[str] = Tally()  # reasons of targets refused at submit: sampled and dropped at once
 
     def refused(self, reason: str) -> None:
@@ -71,7 +49,7 @@ class Accounting:
     def sampled(self) -> None:
         """Count one target that entered the evaluator."""
         with self._lock:
-            self._stats.sampled += 1
+            self._sampled += 1
 
     def outcome(self, outcome: str, reason: str, *, sampled: bool = False) -> None:
         """Count one target's outcome (and, for a target refused before it entered, its sampling).
@@ -79,30 +57,24 @@ class Accounting:
         Only the evaluator thread and ``shutdown`` call this: a refusal on a host thread goes to ``refused``.
         """
         with self._lock:
-            stats = self._stats
-            if sampled:
-                stats.sampled += 1
-            if outcome == n.OUTCOME_SCORED:
-                stats.scored += 1
-            elif outcome == n.OUTCOME_FAILED:
-                stats.failed += 1
-            elif outcome == n.OUTCOME_DROPPED:
-                stats.dropped += 1
-            else:
-                stats.skipped += 1
-            stats.reasons[(outcome, reason)] += 1
+            self._sampled += sampled
+            self._reasons[(outcome, reason)] += 1
 
     def snapshot(self, pending: Callable[[], int]) -> dict[str, Any]:
-        """The counts now, with ``pending()`` (read under the same lock, so no outcome lands between) in flight."""
+        """The counts now (``sampled``, each outcome, ``reasons``) and ``pending()`` in flight.
+
+        ``pending()`` is read under the same lock, so no outcome lands between.
+        """
         with self._lock:
-            stats = self._stats
-            merged = Stats(stats.sampled, stats.scored, stats.failed, stats.dropped, stats.skipped,
-                           Counter(stats.reasons))
+            sampled, reasons = self._sampled, Counter(self._reasons)
             for reason, count in self._refused.counts().items():  # each refusal in one entry: never half seen
-                merged.sampled += count
-                merged.dropped += count
-                merged.reasons[(n.OUTCOME_DROPPED, reason)] += count
-            return merged.as_dict(pending())
+                sampled += count
+                reasons[(n.OUTCOME_DROPPED, reason)] += count
+            totals: Counter[str] = Counter()
+            for (outcome, _), count in reasons.items():
+                totals[outcome] += count
+            return {"sampled": sampled, **{o: totals[o] for o in _OUTCOMES}, "pending": pending(),
+                    "reasons": {f"{o}:{r}": c for (o, r), c in sorted(reasons.items())}}
 
 
 def target_of(record: Record) -> Target:

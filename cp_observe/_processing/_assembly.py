@@ -39,10 +39,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from cp_observe import _names as n
-from cp_observe._processing._record import FINGERPRINT_CHARS, Record, complete
+from cp_observe._processing._record import FINGERPRINT_CHARS, Record
 
 __all__ = ["Assembler", "Fold", "Ready", "Skip"]
 
@@ -57,42 +57,27 @@ Segments = Callable[[Mapping[str, Any] | None, Mapping[str, Any] | None, Mapping
                     tuple[tuple[str, str], ...]]
 
 
-class Skip:
+class Skip(NamedTuple):
     """A sampled target that will not be judged, and why (its record completed, for its labels)."""
 
-    __slots__ = ("reason", "record")
-
-    def __init__(self, record: Record, reason: str) -> None:
-        self.record = record
-        self.reason = reason
-
-    def __repr__(self) -> str:
-        return f"Skip({self.record.span_name!r}, {self.reason!r})"
+    record: Record
+    reason: str
 
 
-class Fold:
+class Fold(NamedTuple):
     """A span that is not judged on its own: it describes a retrieval counted under another span, or none."""
 
-    __slots__ = ("record",)
-
-    def __init__(self, record: Record) -> None:
-        self.record = record
-
-    def __repr__(self) -> str:
-        return f"Fold({self.record.span_name!r})"
+    record: Record
 
 
-class _Answer:
-    """An answer remembered for the retrievals of its trace that end later (read only once made)."""
+class _Answer(NamedTuple):
+    """An answer remembered for the retrievals of its trace that end later."""
 
-    __slots__ = ("agent_name", "attributes", "end_ns", "start_ns", "text")
-
-    def __init__(self, start_ns: int, end_ns: int, text: str, agent_name: str | None, attributes: Any = None) -> None:
-        self.start_ns = start_ns
-        self.end_ns = end_ns
-        self.text = text
-        self.agent_name = agent_name
-        self.attributes = attributes  # the answering span's segment attributes only (a small dict), or None
+    start_ns: int
+    end_ns: int
+    text: str
+    agent_name: str | None
+    attributes: Any = None  # the answering span's segment attributes only (a small dict), or None
 
 
 class _Seen:
@@ -149,12 +134,14 @@ class Assembler:
                  agent_name: str | None = None, enclosing: Mapping[str, Any] | None = None) -> Record:
         """``record`` completed: its reference, agent and segment values (own span, reranked retrieval, enclosing)."""
         segments = self._segments(record.attributes, enclosing, record.reranked) if self._segments else ()
-        return complete(record, reference_text=reference_text, reference=reference, agent_name=agent_name,
-                        segments=segments)
+        return replace(record, reference_text=reference_text, reference=reference, agent_name=agent_name,
+                       segments=segments)
 
     def add(self, record: Record, now: float) -> tuple[bool, Out]:
-        """Take one ended span; return whether it counts as a retrieval of its own (not a twin, not without
-        documents) and what became ready (or skipped, or folded) because of it."""
+        """Take one record; return whether it counts and what became ready (or skipped, or folded) because of it.
+
+        It does not count when it is not a retrieval of its own: a twin of one counted, or one without documents.
+        """
         out: Out = []
         counts = True
         trace_id = record.span_context.trace_id
@@ -197,8 +184,10 @@ class Assembler:
         return counts, out
 
     def _folded(self, record: Record, now: float, out: Out) -> tuple[bool, Record]:
-        """Whether ``record`` is not a retrieval of its own (twins are merged, the preferred span kept); the record
-        to go on with (a reranker named after the retrieval it reranks)."""
+        """Whether ``record`` is not a retrieval of its own, and the record to go on with.
+
+        Twins are merged (the preferred span kept); a reranker goes on named after the retrieval it reranks.
+        """
         if not record.decorated and record.contexts is None and record.document_ids is None:
             out.append(Fold(record))
             return True, record

@@ -37,7 +37,7 @@ _SCALE = float(1 << 64)
 
 
 class Gate(Protocol):
-    """What the judge stages ask of the gates (``_gates.Gates``, a stage before them): may a call go, and how it went."""
+    """What the judge stages ask of the gates (``_gates.Gates``, a stage before them): may a call go; how it went."""
 
     def refusal(self) -> str | None: ...
 

@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cp_observe import _names as n
-from cp_observe._capture._conventions import convention_name
 from cp_observe._config._settings import Settings
 from cp_observe._emission._emit import Emitter
 from cp_observe._internal import report_internal_error
@@ -37,9 +36,9 @@ from cp_observe._log import logger
 from cp_observe._processing._accounting import Accounting, Finish, Finished
 from cp_observe._processing._assembly import Assembler, Fold, Skip
 from cp_observe._processing._cascade import Cascade
-from cp_observe._processing._gates import CircuitBreaker, Gates
+from cp_observe._processing._gates import Gates
 from cp_observe._processing._path import INTERNAL_ERROR, Path
-from cp_observe._processing._record import Ended, Record, decode
+from cp_observe._processing._record import Ended, Record, decode, name_of
 from cp_observe._processing._resolver import DocumentResolver
 from cp_observe._tally import Tally
 from cp_observe._types import Judge
@@ -69,11 +68,9 @@ class Evaluator:
         received: bool = False,
     ) -> None:
         self.received = received
-        self.judge = judge
-        self.cascade = cascade
         self.resolver = resolver
         self.data_source = data_source  # the user's mapping: called on this evaluator's thread only
-        self._on_finished = on_finished
+        self.finish = Finish(Accounting(), emitter, on_finished)  # on_finished: told of every finished target
         self.on_tick = on_tick
         self.emitter = emitter
         # Of the options it reads queue_size, concurrency, turn_timeout_s, max_pending_traces, and the path's and
@@ -82,23 +79,11 @@ class Evaluator:
         self.queue_size = options.queue_size
         self.concurrency = options.concurrency
         self.gates = Gates(options)
+        self._path = Path(judge=judge, cascade=cascade, gates=self.gates, resolver=resolver, emitter=emitter,
+                          options=options, finish=self.finish)
         self._wake_at = max(_WAKE_BATCH, self.queue_size // 2)
         self._refused_bound = max(_MIN_REFUSED_KEPT, _SIGNAL_BOUND_FACTOR * self.queue_size)
         self._reset()
-
-    @property
-    def circuit(self) -> CircuitBreaker:
-        """The circuit breaker before the judge."""
-        return self.gates.circuit
-
-    @property
-    def on_finished(self) -> Finished | None:
-        """Told of every finished target on this thread (``_accounting.Finished``)."""
-        return self._finish.on_finished
-
-    @on_finished.setter
-    def on_finished(self, callback: Finished | None) -> None:
-        self._on_finished = self._finish.on_finished = callback
 
     def _reset(self) -> None:
         """Fresh state: at construction and in a forked child (the parent's thread does not exist there)."""
@@ -109,17 +94,14 @@ class Evaluator:
         # be the one submitting). Admission never exceeds the bound; racing submitters may refuse early.
         self._tokens: deque[None] = deque()
         self._thread_lock = threading.Lock()  # serialises starting the thread; submit only tries it
-        self.accounting = Accounting()
-        self._finish = Finish(self.accounting, self.emitter, self._on_finished)
+        self.accounting = self.finish.accounting = Accounting()
         segments = self.emitter.segments
-        self._assembler = Assembler(turn_timeout_s=self.options.turn_timeout_s,
+        self.assembler = Assembler(turn_timeout_s=self.options.turn_timeout_s,
                                     max_pending_traces=self.options.max_pending_traces,
                                     segments=segments.resolve if segments else None,
                                     segment_attributes=tuple(a for a, _ in segments.labels) if segments else (),
                                     received=self.received)
-        self._assembler.on_split = self.emitter.count_split
-        self._path = Path(judge=self.judge, cascade=self.cascade, gates=self.gates, resolver=self.resolver,
-                          emitter=self.emitter, options=self.options, finish=self._finish)
+        self.assembler.on_split = self.emitter.count_split
         self._ready: deque[Record] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
         self._load = 0  # written by the evaluator thread only: targets assembled, ready or running
@@ -141,11 +123,6 @@ class Evaluator:
         self._reset()
         if self.resolver is not None:
             self.resolver.after_fork()
-
-    @property
-    def split_traces(self) -> int:
-        """Traces whose spans arrived more than turn_timeout_s apart (after their retrievals were released)."""
-        return self._assembler.split_traces
 
     def start(self) -> None:
         """Start the evaluator thread now (at creation), so no request ever waits for it."""
@@ -192,41 +169,28 @@ class Evaluator:
     def _refuse(self, ended: Ended, reason: str) -> None:
         """Count a refused target on the caller's thread in O(1): no user code, no metric, no export, no wait."""
         self.accounting.refused(reason)
-        if len(self._refused) < self._refused_bound:
-            ended.payload, ended.events = None, ()  # its content is never judged: keep only what names it
-            self._refused.append((ended, reason))  # named, counted and released by the evaluator thread
+        if len(self._refused) < self._refused_bound:  # named, counted and released by the evaluator thread
+            self._refused.append((ended, reason))
             return
-        attributes = ended.attributes or {}
-        if ended.kind == "retriever":
-            value = attributes.get(n.GEN_AI_DATA_SOURCE_ID)
-            name = str(value) if value is not None and str(value) else convention_name(ended.span_name, attributes)
-        else:
-            value = attributes.get(n.GEN_AI_AGENT_NAME)
-            name = str(value) if value is not None else None
-        rerank = ended.kind == "retriever" and attributes.get(n.OPENINFERENCE_SPAN_KIND) == n.KIND_RERANKER
-        stage = n.STAGE_RERANK if rerank else n.STAGE_RETRIEVAL
-        self._refused_unnamed.add((name or "unknown", ended.kind, reason, stage))
+        name, _, stage = name_of(ended)  # beyond the bound: from the span alone, no user code
+        self._refused_unnamed.add((name, ended.kind, reason, stage))
 
     def _emit_refused(self) -> None:
         """On the evaluator thread (or at shutdown): the naming, metrics and releases that ``_refuse`` deferred."""
         while self._refused:
             ended, reason = self._refused.popleft()
             try:
-                self._finish(decode(ended, self.data_source), n.OUTCOME_DROPPED, reason, refused=True)
+                self.finish(decode(ended, self.data_source), n.OUTCOME_DROPPED, reason, refused=True)
             except Exception as exc:  # noqa: BLE001 - already counted dropped; only its labels are lost
                 report_internal_error("refused target", exc)
         unnamed = self._refused_unnamed.drain()
         for (name, kind, reason, stage), count in unnamed.items():
-            labels = {n.GEN_AI_DATA_SOURCE_ID: name, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME, n.STAGE: stage}
-            if kind != "retriever":
-                labels[n.GEN_AI_AGENT_NAME] = name
             self.refused_unnamed += count
-            try:
-                for _ in range(count):
-                    self.emitter.count_sampled(labels)
-                    self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
-            except Exception as exc:  # noqa: BLE001 - a failing meter must not stop the evaluator
-                logger.warning("counting refused targets failed", error_type=type(exc).__name__)
+            # Labelled as its decoded record would be, but for the data_source mapping; nothing to release.
+            record = Record(kind, None, 0, 0, False, False, False, "", "", 0,  # type: ignore[arg-type]
+                            {}, False, name, True, stage)
+            for _ in range(count):
+                self.finish(record, n.OUTCOME_DROPPED, reason, refused=True)
         if unnamed:
             logger.warning("refused targets beyond the bound were labelled without the data_source mapping",
                            count=sum(unnamed.values()), bound=self._refused_bound)
@@ -234,8 +198,8 @@ class Evaluator:
     def drop(self, ended: Ended, reason: str) -> None:
         """Count a target sampled and dropped without queueing it (``serve``'s recovery: ``expired``)."""
         if ended.target:
-            record = self._assembler.complete(decode(ended, self.data_source))
-            self._finish(record, n.OUTCOME_DROPPED, reason, sampled=True)
+            record = self.assembler.complete(decode(ended, self.data_source))
+            self.finish(record, n.OUTCOME_DROPPED, reason, sampled=True)
 
     def _start_thread(self) -> None:
         # Only tried: a submit from a finalizer may land while this very thread is starting the thread (the
@@ -286,8 +250,6 @@ class Evaluator:
             except (RuntimeError, concurrent.futures.TimeoutError):
                 pass
             thread.join(max(0.1, deadline - time.monotonic()))
-        if self.resolver is not None:
-            self.resolver.shutdown()  # its threads end; a call still running is not waited for
         # Whatever the thread did not take is counted here (the thread has stopped or is abandoned).
         self._emit_refused()
         while self._queue:
@@ -338,7 +300,7 @@ class Evaluator:
                 self._tokens.popleft()
             self._queue.popleft()
             outcomes.extend(self._assembled(ended, now))
-        outcomes.extend(self._assembler.flush() if flush else self._assembler.expire(now))
+        outcomes.extend(self.assembler.flush() if flush else self.assembler.expire(now))
         if self.on_tick is not None:
             try:
                 self.on_tick()
@@ -346,25 +308,25 @@ class Evaluator:
                 logger.warning("expiring held spans failed", error_type=type(exc).__name__)
         for outcome in outcomes:
             if isinstance(outcome, Skip):
-                self._finish(outcome.record, n.OUTCOME_SKIPPED, outcome.reason)
+                self.finish(outcome.record, n.OUTCOME_SKIPPED, outcome.reason)
             elif isinstance(outcome, Fold):
-                self._finish(outcome.record, "")  # judged (and counted) under another span, or not at all
+                self.finish(outcome.record, "")  # judged (and counted) under another span, or not at all
             else:
                 self._ready.append(outcome)
         while self._ready and len(self._inflight) < self.concurrency:
             task = asyncio.get_running_loop().create_task(self._path.run(self._ready.popleft()))
             self._inflight.add(task)
             task.add_done_callback(self._task_done)
-        self._load = self._assembler.pending + len(self._ready) + len(self._inflight)
+        self._load = self.assembler.pending + len(self._ready) + len(self._inflight)
         self._notify_idle()
 
     def _assembled(self, ended: Ended, now: float) -> list[Record | Skip | Fold]:
         """Decode one span and hand it to assembly; a target counted sampled when it is a retrieval of its own."""
         try:
             record = decode(ended, self.data_source)
-            counts, out = self._assembler.add(record, now)
+            counts, out = self.assembler.add(record, now)
             if record.target and counts:
-                self._finish.sampled(record)
+                self.finish.sampled(record)
             return out
         except Exception as exc:  # noqa: BLE001 - one span failing to decode must not stop the evaluator
             report_internal_error("decode", exc)
@@ -381,7 +343,7 @@ class Evaluator:
         self._step(flush=True)
 
     def _notify_idle(self) -> None:
-        busy = self._queue or self._ready or self._inflight or self._assembler.pending
+        busy = self._queue or self._ready or self._inflight or self.assembler.pending
         if self._idle_waiters and not busy:
             for waiter in self._idle_waiters:
                 if not waiter.done():
@@ -392,16 +354,17 @@ class Evaluator:
         for task in list(self._inflight):
             task.cancel()
         for ready in self._ready:
-            self._finish(ready, n.OUTCOME_DROPPED, "shutdown")
+            self.finish(ready, n.OUTCOME_DROPPED, "shutdown")
         self._ready.clear()
-        for outcome in self._assembler.flush():
+        for outcome in self.assembler.flush():
             if not isinstance(outcome, Fold):
-                self._finish(outcome if isinstance(outcome, Record) else outcome.record, n.OUTCOME_DROPPED,
+                self.finish(outcome if isinstance(outcome, Record) else outcome.record, n.OUTCOME_DROPPED,
                              "shutdown")
         self._running = False
         if self._wake is not None:
             self._wake.set()
         done.set_result(None)
+
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
     """Close the loop as ``asyncio.run`` does: cancel what is left (litellm leaves a logging worker), then close."""

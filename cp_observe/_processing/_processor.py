@@ -282,7 +282,7 @@ class ContextPrecisionProcessor(SpanProcessor):
                 hold(record, outcome, result)
             callback(record, outcome, result)
 
-        self._evaluator.on_finished = finished
+        self._evaluator.finish.on_finished = finished
 
     def _drop_unjudged(self, span: ReadableSpan, reason: str) -> None:
         """Count a target span sampled and dropped for ``reason`` without judging it (``serve``: ``expired``)."""
@@ -446,9 +446,9 @@ class ContextPrecisionProcessor(SpanProcessor):
     @property
     def split_traces(self) -> int:
         """Traces whose spans arrived more than ``turn_timeout_s`` apart (after their retrievals were released)."""
-        return self._evaluator.split_traces
+        return self._evaluator.assembler.split_traces
 
     @property
     def circuit_state(self) -> str:
         """``closed``, ``open`` or ``half_open``."""
-        return self._evaluator.circuit.state
+        return self._evaluator.gates.circuit.state

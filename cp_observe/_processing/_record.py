@@ -6,22 +6,23 @@ the payload the decorators kept) and runs no user code. The evaluator thread tur
 stage, the requested top_k, a reranker's input list and model, and its name (the user's ``data_source``
 callable runs here, never on the host's thread). Each is read once, from the payload when the decorators kept
 one, else from the span by convention (``_capture/_conventions.py``), another instrumentation's content
-redacted like ours. Assembly (``_assembly.py``) completes a record with ``complete``: what it is judged against,
+redacted like ours. Assembly (``_assembly.py``) completes a record: what it is judged against,
 its agent, its segment values (its own span, the retrieval a reranker reranks, then the span it was assembled
 with) and a reranker's inherited data source. Every later stage reads that one record.
 
-Memory: a record holds what its span held (the contexts at most ``_MAX_DOCUMENTS`` of them, each already
-bounded by the capture's text cap or the exporter's attribute limit). Records live in the evaluator's bounded
-queue (``queue_size`` targets), in a pending turn (at most ``max_pending_traces`` traces of at most 64
-retrievals, each for at most ``turn_timeout_s``), or in a judgement (``concurrency`` at once); nothing else
-keeps them.
+Memory: a record holds what its span held (at most ``_MAX_DOCUMENTS`` contexts, each already bounded by the
+capture's text cap or the exporter's attribute limit). ``Ended`` spans wait in the evaluator's queue; a record
+then lives in a pending turn (at most ``max_pending_traces`` traces of at most 64 retrievals, each for at most
+``turn_timeout_s``), the ready list or a judgement (``concurrency`` at once). Targets queued, pending, ready
+and judged together never exceed ``queue_size``; nothing else keeps a record (assembly remembers an answer's
+first 4,000 characters and a retrieval's document fingerprint per trace, bounded by ``max_pending_traces``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry.trace import SpanContext
 
@@ -42,40 +43,37 @@ from cp_observe._capture._conventions import (
 from cp_observe._capture._payloads import Payload
 from cp_observe._capture._spans import redact_foreign
 
-__all__ = ["FINGERPRINT_CHARS", "Ended", "Record", "complete", "decode"]
+__all__ = ["FINGERPRINT_CHARS", "Ended", "Record", "decode", "name_of"]
 
 _MAX_DOCUMENTS = 1000
 FINGERPRINT_CHARS = 256  # documents compared on their first characters (spans may truncate them differently)
 
 
-class Ended:
-    """One ended span as ``on_end`` hands it over: references only, built positionally (cheaper on the request
-    path). ``kind`` is ``retriever``, ``agent`` (any span that may carry an answer) or ``root``."""
+class Ended(NamedTuple):
+    """One ended span as ``on_end`` hands it over: references only, nothing read or decoded yet.
 
-    __slots__ = ("attributes", "end_ns", "error", "events", "kind", "local_root", "parent_id", "payload",
-                 "sampling_reason", "span_context", "span_name", "start_ns", "target")
+    Built positionally (cheaper on the request path). ``kind`` is ``retriever``, ``agent`` (any span that may
+    carry an answer) or ``root``.
+    """
 
-    def __init__(self, kind: str, span_context: SpanContext, start_ns: int, end_ns: int, error: bool,
-                 local_root: bool, attributes: Any, payload: Payload | None, target: bool, sampling_reason: str,
-                 span_name: str = "", events: Sequence[Any] = (), parent_id: int = 0) -> None:
-        self.kind = kind
-        self.span_context = span_context
-        self.start_ns = start_ns
-        self.end_ns = end_ns
-        self.error = error
-        self.local_root = local_root
-        self.attributes = attributes
-        self.payload = payload
-        self.target = target
-        self.sampling_reason = sampling_reason
-        self.span_name = span_name
-        self.events = events
-        self.parent_id = parent_id  # the parent's span id in the same process (0: a root or a remote parent)
+    kind: str
+    span_context: SpanContext
+    start_ns: int
+    end_ns: int
+    error: bool
+    local_root: bool
+    attributes: Any
+    payload: Payload | None
+    target: bool
+    sampling_reason: str
+    span_name: str = ""
+    events: Sequence[Any] = ()
+    parent_id: int = 0  # the parent's span id in the same process (0: a root or a remote parent)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)  # compared by identity (twins)
 class Record:
-    """One span as every stage after ``on_end`` reads it; the fields after ``returned`` are set by ``complete``."""
+    """One span as every stage after ``on_end`` reads it; the fields after ``returned`` are set by assembly."""
 
     kind: str
     span_context: SpanContext
@@ -124,28 +122,35 @@ class Record:
         return 2 if self.decorated else 1 if self.attributes.get(n.GEN_AI_DATA_SOURCE_ID) is not None else 0
 
 
+def name_of(ended: Ended, data_source: Any = None) -> tuple[str, bool, str]:
+    """A span's name, whether the user's mapping or the data source attribute gave it, and its stage.
+
+    A retrieval's name: the user's mapping, the data source attribute, the convention's, ``unknown``; an agent's:
+    ``gen_ai.agent.name`` or ``unknown``. A reranker's span is ``STAGE_RERANK``, every other ``STAGE_RETRIEVAL``.
+    """
+    attributes: Mapping[str, Any] = ended.attributes or {}
+    if ended.kind != "retriever":
+        value = attributes.get(n.GEN_AI_AGENT_NAME)
+        return str(value) if value is not None else "unknown", True, n.STAGE_RETRIEVAL
+    name = data_source(attributes) if data_source is not None else None
+    if name is None:
+        value = attributes.get(n.GEN_AI_DATA_SOURCE_ID)
+        name = str(value) if value is not None and str(value) else None
+    stage = n.STAGE_RERANK if attributes.get(n.OPENINFERENCE_SPAN_KIND) == n.KIND_RERANKER else n.STAGE_RETRIEVAL
+    if name is not None:
+        return name, True, stage
+    return convention_name(ended.span_name, attributes) or "unknown", False, stage
+
+
 def decode(ended: Ended, data_source: Any = None) -> Record:
     """Read ``ended`` once into a ``Record``; ``data_source`` is the user's mapping of attributes to a name."""
     attributes: Mapping[str, Any] = ended.attributes or {}
     payload = ended.payload
     decorated = payload is not None or is_decorated(attributes)
     kind = ended.kind
-    fields: dict[str, Any] = {}
-    if kind == "retriever":
-        name = data_source(attributes) if data_source is not None else None
-        if name is None:
-            value = attributes.get(n.GEN_AI_DATA_SOURCE_ID)
-            name = str(value) if value is not None and str(value) else None
-        named = name is not None
-        if name is None:
-            name = convention_name(ended.span_name, attributes) or "unknown"
-        reranker = attributes.get(n.OPENINFERENCE_SPAN_KIND) == n.KIND_RERANKER
-        stage = n.STAGE_RERANK if reranker else n.STAGE_RETRIEVAL
-        fields["top_k"] = top_k_of(attributes)
-    else:
-        value = attributes.get(n.GEN_AI_AGENT_NAME)
-        name, named, stage = str(value) if value is not None else "unknown", True, n.STAGE_RETRIEVAL
-    if kind != "root" and ended.target or kind == "retriever":
+    name, named, stage = name_of(ended, data_source)
+    fields: dict[str, Any] = {"top_k": top_k_of(attributes)} if kind == "retriever" else {}
+    if (kind != "root" and ended.target) or kind == "retriever":
         fields["query"] = payload.query if payload is not None else _foreign(query_of(attributes), decorated)
         _read_documents(ended, attributes, decorated, stage == n.STAGE_RERANK, fields)
         counted = attributes.get(n.CP_CONTEXT_COUNT)
@@ -194,12 +199,3 @@ def _foreign(text: str | None, decorated: bool) -> str | None:
     """Another instrumentation's content is redacted like ours; ours already was."""
     return text if decorated else redact_foreign(text)
 
-
-def complete(record: Record, *, reference_text: str = "", reference: str = "", agent_name: str | None = None,
-             segments: tuple[tuple[str, str], ...] = (), name: str | None = None) -> Record:
-    """``record`` as assembly completed it: its reference, agent, segment values and (a reranker) inherited name."""
-    changes: dict[str, Any] = {"reference_text": reference_text, "reference": reference, "agent_name": agent_name,
-                               "segments": segments}
-    if name is not None:
-        changes["name"] = name
-    return dataclasses.replace(record, **changes)

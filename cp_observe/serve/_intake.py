@@ -39,8 +39,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from cp_observe import _names as n
 from cp_observe._log import logger
-from cp_observe._processing._record import Record
 from cp_observe._processing._processor import ContextPrecisionProcessor, takes_as_target
+from cp_observe._processing._record import Record
 from cp_observe._traces._convert import spans_from_request
 from cp_observe._types import ScoreResult
 from cp_observe.serve._admission import Admission, Offer

@@ -86,9 +86,7 @@ def test_failed_retrieval_is_skipped() -> None:
 
 
 def _child(span_id: int, parent_id: int, start: int, end: int, **kwargs: Any) -> Ended:
-    ended = _item("retriever", span_id, start, end, **kwargs)
-    ended.parent_id = parent_id
-    return ended
+    return _item("retriever", span_id, start, end, **kwargs)._replace(parent_id=parent_id)
 
 
 def test_received_retrieval_whose_parent_never_arrived_is_skipped_as_parent_missing() -> None:
