@@ -1,12 +1,9 @@
-"""The judge call of one ready evaluation, and its outcome: the gates, then the plain, reranker or cascade case.
+"""The judge stage: one judge call of a ready record, the plain, reranker or cascade case, and its ``Outcome``.
 
-``call_judge`` is the one place a judge is called on the evaluator thread. Its three cases differ only in what is
-called: the plain judge over the target's contexts; a reranker's one judgement over its input and output
-documents (``_judging/_rerank.py``); or the cascade's cheap judge, then the LLM on its uniform share
-(``_cascade.py``, where the gates stand before the LLM call only). Everything around the call is written once:
-the gates, the evaluation timeout, instrumentation suppressed for the judge's own calls (so they are neither
-traced nor scored), the circuit told of the result, and the result or failure returned as an ``Outcome`` that
-the evaluator counts and emits. Runs on the evaluator thread only.
+The cases differ only in what is called: the plain judge over the contexts; a reranker's one judgement over its
+input and output (``_judging/_rerank.py``); or the cascade (``_cascade.py``, gates before its LLM call only).
+Around the call, once: the gates, the timeout, instrumentation suppressed (the judge's own calls are neither traced
+nor scored), and the circuit told of the result. Runs on the evaluator thread only.
 """
 
 from __future__ import annotations
