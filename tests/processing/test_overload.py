@@ -130,3 +130,38 @@ def test_a_slow_data_source_callable_never_runs_on_the_calling_thread(otel: Otel
     dropped = [p for p in otel.metric_points(n.METRIC_EVALUATIONS) if p.attributes.get(n.OUTCOME) == n.OUTCOME_DROPPED]
     assert {p.attributes[n.GEN_AI_DATA_SOURCE_ID] for p in dropped} == {"named-by-callable"}
     assert sum(p.value for p in dropped) == stats["dropped"]
+
+
+def test_refusals_beyond_the_bound_are_labelled_from_the_span_and_counted(otel: Otel, cp_observe_judge: Any) -> None:
+    """Past the bound of refusals waiting for the evaluator, the rest are labelled from the span alone, and counted."""
+    from cp_observe import _names as n
+
+    entered, release = threading.Event(), threading.Event()
+
+    def data_source(attributes: Any) -> str:
+        entered.set()
+        release.wait(30)  # the first call holds the evaluator thread: nothing refused is named meanwhile
+        return "named-by-callable"
+
+    processor = otel.processor(cp_observe_judge, queue_size=1, data_source=data_source)
+
+    @cp_observe.retriever(name="kb")
+    def search(query: str) -> list[str]:
+        return ["a context"]
+
+    search("admitted")
+    assert entered.wait(10)
+    for i in range(1200):
+        search(f"q{i}")
+    release.set()
+    assert processor.force_flush(30_000)
+    stats = processor.stats()
+    assert stats["dropped"] == 1200 and stats["reasons"] == {"dropped:queue_full": 1200, "scored:ok": 1}
+    kept = 1024  # refusals kept for naming on the evaluator thread: max(1024, 4 x queue_size)
+    assert processor._evaluator.refused_unnamed == 1200 - kept
+    dropped: dict[str, float] = {}
+    for point in otel.metric_points(n.METRIC_EVALUATIONS):
+        if point.attributes.get(n.OUTCOME) == n.OUTCOME_DROPPED:
+            name = point.attributes[n.GEN_AI_DATA_SOURCE_ID]
+            dropped[name] = dropped.get(name, 0) + point.value
+    assert dropped == {"named-by-callable": kept, "kb": 1200 - kept}
