@@ -444,3 +444,36 @@ def test_reads_the_kit_and_own_attributes_are_allowed() -> None:
         "items.append(1)\n"
     )
     assert list(_private_state_writes(allowed)) == []
+
+
+# The evaluation path, in the order a span travels it: the processor's on_end (with its exit hooks and hold), the
+# evaluator's queue and thread, assembly, the path after it (resolve documents, gates, the judge call and the
+# cascade's second judge, then finish and accounting), and last the record every stage reads.
+STAGES = ("_processor", "_exit", "_hold", "_evaluator", "_assembly", "_path", "_resolver", "_gates", "_judgement",
+          "_cascade", "_accounting", "_record")
+
+
+def _stage_violations(stages: tuple[str, ...]) -> Iterator[str]:
+    """Each import in ``_processing`` of a stage module listed at or before the importer (``a -> b``)."""
+    order = {f"cp_observe._processing.{stage}": i for i, stage in enumerate(stages)}
+    for module, place in order.items():
+        for imported in _imports(MODULES[module]):
+            if imported in order and order[imported] <= place:
+                yield f"{module} -> {imported}"
+
+
+def test_the_stages_run_in_one_direction() -> None:
+    """A stage module imports only the stages after it in ``STAGES``, never one before it (nor lazily, nor for types).
+
+    So the path reads top to bottom: the processor hands a span to the evaluator, which decodes it, assembles it and
+    runs it down resolve, gates, judge, emit (``_emission``) and account; the record they all read comes last.
+    """
+    assert set(STAGES) == {p.stem for p in (PACKAGE / "_processing").glob("_*.py") if p.stem != "__init__"}
+    assert not list(_stage_violations(STAGES))
+
+
+def test_a_stage_importing_an_earlier_one_is_caught() -> None:
+    """The direction check can fail: with the judge call listed before the path, the path's import of it is reported."""
+    reordered = ("_processor", "_exit", "_hold", "_evaluator", "_assembly", "_judgement", "_path", "_resolver",
+                 "_gates", "_cascade", "_accounting", "_record")
+    assert "cp_observe._processing._path -> cp_observe._processing._judgement" in set(_stage_violations(reordered))

@@ -307,7 +307,7 @@ def _bounds(judge: LLMJudge, processor: ContextPrecisionProcessor, args: argpars
         ["verdict cache (LRU)", f"{len(cache)} / {args.cache_size}", f"evictions {cache.evictions}"],
         ["payload store", f"{len(_payloads.PAYLOADS)} / 10000", f"evicted {_payloads.PAYLOADS.evicted}"],
         ["evaluator queue + load", f"{evaluator.depth()} / {args.queue_size}", "refusals counted dropped"],
-        ["assembler traces", f"{evaluator._assembler.pending} pending", "max_pending_traces 1000"],
+        ["assembler traces", f"{evaluator.assembler.pending} pending", "max_pending_traces 1000"],
         ["extraction plans", f"{len(_extract._PLANS)} / {_extract._PLAN_CACHE_MAX}", ""],
         ["forced trace ids", f"{len(FORCED._ids)}", "bounded set"],
     ]

@@ -130,9 +130,12 @@ class SettingField:
         """Whether the value must never be shown (in a repr, a log line or an error)."""
         return self.kind is Secret
 
-    def shown(self, value: object) -> str:
-        """``value`` as an error or a log line may quote it: ``***`` for a secret, else a short repr."""
-        return "***" if self.secret else repr(value)[:_SHOWN]
+    def shown(self, value: object, *, as_text: bool = False) -> str:
+        """``value`` as an error or a log line may quote it: ``***`` for a secret, else a short repr (``as_text``:
+        a string as it is, so a log field holds the text that was set)."""
+        if self.secret:
+            return "***"
+        return (value if as_text and isinstance(value, str) else repr(value))[:_SHOWN]
 
     def coerce(self, value: object) -> Any:
         """``value`` as this field's type, within its bounds.

@@ -232,6 +232,6 @@ class Settings:
                 values[name] = field.coerce(raw)
             except ValueError:
                 logger.warning("ignoring invalid environment value", variable=ENV_PREFIX + name.upper(),
-                               value=field.shown(raw))
+                               value=field.shown(raw, as_text=True))
         values.update(given)
         return cls(**values)

@@ -24,17 +24,29 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from cp_observe import _names as n
 from cp_observe._judging._evaluate import evaluate
 from cp_observe._judging._prices import billed_usd
-from cp_observe._processing._gates import Gates
 from cp_observe._types import CascadeResult, Judge, Reference
 
-__all__ = ["Cascade", "llm_drawn"]
+__all__ = ["Cascade", "Gate", "llm_drawn"]
 
 _SALT = b"cp-observe/cascade/llm_share"
 _SCALE = float(1 << 64)
+
+
+class Gate(Protocol):
+    """What the judge stages ask of the gates (``_gates.Gates``, a stage before them): may a call go; how it went."""
+
+    def refusal(self) -> str | None: ...
+
+    def judged(self, cost_usd: float | None) -> None: ...
+
+    def failed(self) -> None: ...
+
+    def spend(self, cost_usd: float | None) -> None: ...
 
 
 def llm_drawn(trace_id: int, span_id: int, share: float) -> bool:
@@ -63,7 +75,7 @@ class Cascade:
         *,
         trace_id: int,
         span_id: int,
-        gates: Gates,
+        gates: Gate,
         failure_reason: Callable[[BaseException], str],
         query: str,
         reference_text: str,
@@ -79,7 +91,7 @@ class Cascade:
         cheap = await evaluate(self.cheap, query=query, reference_text=reference_text, reference=reference,
                                contexts=contexts)
         cheap_seconds = time.perf_counter() - started
-        gates.budget.spend(cheap.cost_usd)  # an LLM as the cheap judge is billed too (the lexical one costs 0)
+        gates.spend(cheap.cost_usd)  # an LLM as the cheap judge is billed too (the lexical one costs 0)
         if not llm_drawn(trace_id, span_id, self.llm_share):
             return CascadeResult(cheap, None, n.CASCADE_LLM_NOT_DRAWN, cheap_seconds, 0.0)
         refused = gates.refusal()
@@ -94,7 +106,7 @@ class Cascade:
         except Exception as exc:  # noqa: BLE001 - the LLM failing loses one subsample point, never the evaluation
             gates.failed()
             billed = billed_usd(exc)
-            gates.budget.spend(billed)
+            gates.spend(billed)
             return CascadeResult(cheap, None, f"{n.OUTCOME_FAILED}:{failure_reason(exc)}", cheap_seconds,
                                  time.perf_counter() - started, llm_failed_cost_usd=billed)
         gates.judged(result.cost_usd)

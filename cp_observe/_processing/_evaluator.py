@@ -5,11 +5,13 @@ already awake. It never waits, and it takes no lock that it could wait on: ``on_
 ends, and a span ends inside the garbage collector when it collects an abandoned decorated generator, on
 whatever thread, at whatever line, possibly inside one of our own locked blocks. So the queue bound is a
 deque of tokens (reserve, then check), a refusal is counted in a ``Tally``, and the thread (after a fork,
-on the next submit) is started under a lock that submit only tries. The metrics of a refused target and
-the release of its held span are done by the evaluator thread on its next tick, never on the caller's.
-Everything else happens on the thread named ``cp-observe-evaluator``: turn assembly, the rate cap, the
-budget, the circuit breaker, at most ``concurrency`` judge calls at once (each made by ``_judgement.call_judge``,
-with instrumentation suppressed, so the judge's own HTTP calls are not traced or scored), and emission.
+on the next submit) is started under a lock that submit only tries. A refused target keeps its ``Ended``
+(references only) in a bounded deque: its name (the user's ``data_source`` callable), its metrics and the
+release of its held span are done by the evaluator thread on its next tick, never on the caller's. Beyond
+the bound a refusal is labelled from its span alone (no user code) and counted in ``refused_unnamed``.
+Everything else happens on the thread named ``cp-observe-evaluator``, one pass per span: decoded once into a
+``Record`` (``_record.py``), assembled (``_assembly.py``), then at most ``concurrency`` at once down the path
+(``_path.py``: resolve, gates, judge, emit, account).
 
 Accounting: each target is counted sampled exactly once and ends in exactly one of scored, failed,
 dropped or skipped, so ``sampled == scored + failed + dropped + skipped`` once nothing is pending.
@@ -23,28 +25,30 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cp_observe import _names as n
-from cp_observe._capture._conventions import reranker_model_of, top_k_of
 from cp_observe._config._settings import Settings
-from cp_observe._emission._emit import Emitter, Target
+from cp_observe._emission._emit import Emitter
+from cp_observe._internal import report_internal_error
 from cp_observe._log import logger
-from cp_observe._processing._accounting import Accounting
-from cp_observe._processing._assembly import Assembler, Fold, Item, Ready, Skip
+from cp_observe._processing._accounting import Accounting, Finish, Finished
+from cp_observe._processing._assembly import Assembler, Fold, Skip
 from cp_observe._processing._cascade import Cascade
-from cp_observe._processing._gates import CircuitBreaker, Gates
-from cp_observe._processing._judgement import call_judge
+from cp_observe._processing._gates import Gates
+from cp_observe._processing._path import INTERNAL_ERROR, Path
+from cp_observe._processing._record import Ended, Record, decode, name_of
 from cp_observe._processing._resolver import DocumentResolver
 from cp_observe._tally import Tally
-from cp_observe._types import Judge, ScoreResult
+from cp_observe._types import Judge
 
 __all__ = ["Evaluator"]
 
 _TICK_S = 0.1
 _WAKE_BATCH = 64  # at least this many queued before submit wakes the loop early
 _SIGNAL_BOUND_FACTOR = 4
+_MIN_REFUSED_KEPT = 1024  # refused targets kept for naming per tick, at least (else _SIGNAL_BOUND_FACTOR x queue)
 
 
 class Evaluator:
@@ -56,51 +60,49 @@ class Evaluator:
         judge: Judge,
         emitter: Emitter,
         options: Settings,
-        on_finished: Callable[[Item, ScoreResult | None], None] | None = None,
+        data_source: Callable[[Mapping[str, Any]], str | None] | None = None,
+        on_finished: Finished | None = None,
         on_tick: Callable[[], None] | None = None,
         cascade: Cascade | None = None,
         resolver: DocumentResolver | None = None,
         received: bool = False,
     ) -> None:
         self.received = received
-        self.judge = judge
-        self.cascade = cascade
         self.resolver = resolver
-        self._said_no_text = False  # the missing-text remedy is logged once (evaluator thread only)
-        self.on_finished = on_finished
+        self.data_source = data_source  # the user's mapping: called on this evaluator's thread only
+        self.finish = Finish(Accounting(), emitter, on_finished)  # on_finished: told of every finished target
         self.on_tick = on_tick
         self.emitter = emitter
-        # Of the options it reads queue_size, concurrency, turn_timeout_s, max_pending_traces, max_judged_contexts,
-        # evaluation_timeout_s, and the gates' (_gates.Gates).
+        # Of the options it reads queue_size, concurrency, turn_timeout_s, max_pending_traces, and the path's and
+        # the gates' (_path.Path, _gates.Gates).
         self.options = options
         self.queue_size = options.queue_size
         self.concurrency = options.concurrency
         self.gates = Gates(options)
+        self._path = Path(judge=judge, cascade=cascade, gates=self.gates, resolver=resolver, emitter=emitter,
+                          options=options, finish=self.finish)
         self._wake_at = max(_WAKE_BATCH, self.queue_size // 2)
+        self._refused_bound = max(_MIN_REFUSED_KEPT, _SIGNAL_BOUND_FACTOR * self.queue_size)
         self._reset()
-
-    @property
-    def circuit(self) -> CircuitBreaker:
-        """The circuit breaker before the judge."""
-        return self.gates.circuit
 
     def _reset(self) -> None:
         """Fresh state: at construction and in a forked child (the parent's thread does not exist there)."""
-        self._queue: deque[Item] = deque()
+        self._queue: deque[Ended] = deque()
         # One token per target queued or being admitted: submit appends one, then checks the bound and takes
         # one back when over it; the evaluator thread takes one per target it moves out of the queue. The tokens
         # are alike, so taking "one" back is exact whichever one it is, and no lock is needed (a finalizer may
         # be the one submitting). Admission never exceeds the bound; racing submitters may refuse early.
         self._tokens: deque[None] = deque()
         self._thread_lock = threading.Lock()  # serialises starting the thread; submit only tries it
-        self.accounting = Accounting()
+        self.accounting = self.finish.accounting = Accounting()
         segments = self.emitter.segments
-        self._assembler = Assembler(turn_timeout_s=self.options.turn_timeout_s,
+        self.assembler = Assembler(turn_timeout_s=self.options.turn_timeout_s,
                                     max_pending_traces=self.options.max_pending_traces,
+                                    segments=segments.resolve if segments else None,
                                     segment_attributes=tuple(a for a, _ in segments.labels) if segments else (),
                                     received=self.received)
-        self._assembler.on_split = self.emitter.count_split
-        self._ready: deque[Ready] = deque()
+        self.assembler.on_split = self.emitter.count_split
+        self._ready: deque[Record] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
         self._load = 0  # written by the evaluator thread only: targets assembled, ready or running
         self._thread: threading.Thread | None = None
@@ -110,22 +112,17 @@ class Evaluator:
         self._started = threading.Event()
         self._closed = False
         self._idle_waiters: list[concurrent.futures.Future[None]] = []
-        # Refused targets, accounted in stats at once; their metrics (by labels) and, in hold mode, the release
-        # of their held spans wait for the evaluator thread. Both bounded: the keys by the data sources and
-        # agents, the items by the held-span bound (only held spans' items are kept).
-        self._refused: Tally[tuple[str, str, str, str, str]] = Tally()  # (name, kind, sampling, reason, stage)
-        self._refused_items: deque[Item] = deque()
+        # Refused targets, accounted in stats at once; their naming, metrics and release wait for the evaluator
+        # thread. Bounded (_refused_bound); beyond it a refusal is labelled from its span alone, in a Tally.
+        self._refused: deque[tuple[Ended, str]] = deque()
+        self._refused_unnamed: Tally[tuple[str, str, str, str]] = Tally()  # (name, kind, reason, stage)
+        self.refused_unnamed = 0  # refusals beyond the bound, labelled without the data_source mapping
 
     def after_fork(self) -> None:
         """Called in a forked child: start over with an empty queue and no thread (started on the next submit)."""
         self._reset()
         if self.resolver is not None:
             self.resolver.after_fork()
-
-    @property
-    def split_traces(self) -> int:
-        """Traces whose spans arrived more than turn_timeout_s apart (after their retrievals were released)."""
-        return self._assembler.split_traces
 
     def start(self) -> None:
         """Start the evaluator thread now (at creation), so no request ever waits for it."""
@@ -136,7 +133,7 @@ class Evaluator:
         """Targets queued, waiting for an answer, ready or being judged."""
         return len(self._tokens) + self._load
 
-    def submit(self, item: Item) -> bool:
+    def submit(self, ended: Ended) -> bool:
         """Queue an ended span; False (and counted dropped, for a target) when the queue is full or closed.
 
         Targets count against ``queue_size``. An agent's answer or a root's end is tiny and is what releases
@@ -144,18 +141,18 @@ class Evaluator:
         refusing it would leave those retrievals holding every slot until their turn timeout.
         """
         queued = len(self._queue)
-        if item.target:
+        if ended.target:
             tokens = self._tokens
             tokens.append(None)  # reserve a place, then check: every admitted target saw itself counted
             if self._closed or len(tokens) + self._load > self.queue_size:
                 tokens.pop()
-                self._refuse(item, "shutdown" if self._closed else "queue_full")
+                self._refuse(ended, "shutdown" if self._closed else "queue_full")
                 return False
-            self._queue.append(item)
+            self._queue.append(ended)
         elif self._closed or queued >= _SIGNAL_BOUND_FACTOR * self.queue_size:
             return False
         else:
-            self._queue.append(item)
+            self._queue.append(ended)
         if self._thread is None:
             self._start_thread()
         # The loop wakes by itself every _TICK_S and drains everything; an explicit wake-up is a syscall (and a
@@ -169,60 +166,40 @@ class Evaluator:
                 self._wake_pending = False
         return True
 
-    def _refuse(self, item: Item, reason: str) -> None:
-        """Count a refused target on the caller's thread in O(1): no metric update, no export, no I/O, no wait."""
+    def _refuse(self, ended: Ended, reason: str) -> None:
+        """Count a refused target on the caller's thread in O(1): no user code, no metric, no export, no wait."""
         self.accounting.refused(reason)
-        self._refused.add((item.name, item.kind, item.sampling_reason, reason, item.stage))
-        if self.on_finished is not None:
-            item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"  # one slot store: no lock
-            self._refused_items.append(item)  # released by the evaluator thread (or by shutdown)
+        if len(self._refused) < self._refused_bound:  # named, counted and released by the evaluator thread
+            self._refused.append((ended, reason))
+            return
+        name, _, stage = name_of(ended)  # beyond the bound: from the span alone, no user code
+        self._refused_unnamed.add((name, ended.kind, reason, stage))
 
     def _emit_refused(self) -> None:
-        """On the evaluator thread (or at shutdown): the metrics and releases that ``_refuse`` deferred."""
-        refused = self._refused.drain()
-        for (name, kind, _, reason, stage), count in refused.items():
-            # What Emitter.labels(_target(item, ...)) gives: an agent target is labelled with its own name. No
-            # segment labels: a target refused at the queue was never read past its name (on_end stays O(1)).
-            labels = {n.GEN_AI_DATA_SOURCE_ID: name, n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME, n.STAGE: stage}
-            if kind != "retriever":
-                labels[n.GEN_AI_AGENT_NAME] = name
+        """On the evaluator thread (or at shutdown): the naming, metrics and releases that ``_refuse`` deferred."""
+        while self._refused:
+            ended, reason = self._refused.popleft()
             try:
-                for _ in range(count):
-                    self.emitter.count_sampled(labels)
-                    self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
-            except Exception as exc:  # noqa: BLE001 - a failing meter must not stop the evaluator
-                logger.warning("counting refused targets failed", error_type=type(exc).__name__)
-        while self._refused_items:
-            self._finished(self._refused_items.popleft(), None)
+                self.finish(decode(ended, self.data_source), n.OUTCOME_DROPPED, reason, refused=True)
+            except Exception as exc:  # noqa: BLE001 - already counted dropped; only its labels are lost
+                report_internal_error("refused target", exc)
+        unnamed = self._refused_unnamed.drain()
+        for (name, kind, reason, stage), count in unnamed.items():
+            self.refused_unnamed += count
+            # Labelled as its decoded record would be, but for the data_source mapping; nothing to release.
+            record = Record(kind, None, 0, 0, False, False, False, "", "", 0,  # type: ignore[arg-type]
+                            {}, False, name, True, stage)
+            for _ in range(count):
+                self.finish(record, n.OUTCOME_DROPPED, reason, refused=True)
+        if unnamed:
+            logger.warning("refused targets beyond the bound were labelled without the data_source mapping",
+                           count=sum(unnamed.values()), bound=self._refused_bound)
 
-    def drop(self, item: Item, reason: str) -> None:
+    def drop(self, ended: Ended, reason: str) -> None:
         """Count a target sampled and dropped without queueing it (``serve``'s recovery: ``expired``)."""
-        if item.target:
-            self._drop(item, reason)
-
-    def _segments(self, item: Item) -> tuple[tuple[str, str], ...]:
-        """The item's segment labels, resolved once (so an overflow is counted once per target)."""
-        values = self.emitter.segments
-        if values is None:
-            return ()
-        if item.segments is None:
-            item.segments = values.resolve(item.attributes, item.enclosing, item.reranked)
-        return item.segments
-
-    def _drop(self, item: Item, reason: str) -> None:
-        target = _target(item, "", item.sampling_reason, segments=self._segments(item))
-        self.accounting.outcome(n.OUTCOME_DROPPED, reason, sampled=True)
-        self.emitter.count_sampled(Emitter.base_labels(target))  # the sampled counter has no segment labels
-        self.emitter.count(n.OUTCOME_DROPPED, reason, Emitter.labels(target))
-        item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"
-        self._finished(item, None)
-
-    def _finished(self, item: Item, result: ScoreResult | None) -> None:
-        if self.on_finished is not None:
-            try:
-                self.on_finished(item, result)
-            except Exception as exc:  # noqa: BLE001 - a failing export must not stop the accounting
-                logger.warning("releasing a held span failed", error_type=type(exc).__name__)
+        if ended.target:
+            record = self.assembler.complete(decode(ended, self.data_source))
+            self.finish(record, n.OUTCOME_DROPPED, reason, sampled=True)
 
     def _start_thread(self) -> None:
         # Only tried: a submit from a finalizer may land while this very thread is starting the thread (the
@@ -273,15 +250,13 @@ class Evaluator:
             except (RuntimeError, concurrent.futures.TimeoutError):
                 pass
             thread.join(max(0.1, deadline - time.monotonic()))
-        if self.resolver is not None:
-            self.resolver.shutdown()  # its threads end; a call still running is not waited for
         # Whatever the thread did not take is counted here (the thread has stopped or is abandoned).
         self._emit_refused()
         while self._queue:
-            item = self._queue.popleft()
-            if item.target:
+            ended = self._queue.popleft()
+            if ended.target:
                 self._tokens.popleft()
-                self._drop(item, "shutdown")
+                self.drop(ended, "shutdown")
 
     # --- the evaluator thread ------------------------------------------------------------------------------
     def _run_thread(self) -> None:
@@ -314,40 +289,50 @@ class Evaluator:
             await asyncio.gather(*self._inflight, return_exceptions=True)
 
     def _step(self, *, flush: bool = False) -> None:
-        if self._refused or self._refused_items:
+        if self._refused or self._refused_unnamed:
             self._emit_refused()
         now = time.monotonic()
-        outcomes: list[Ready | Skip | Fold] = []
+        outcomes: list[Record | Skip | Fold] = []
         while self._queue:
-            item = self._queue[0]
-            if item.target:
+            ended = self._queue[0]
+            if ended.target:
                 self._load += 1  # counted before its token goes, so depth() and the bound never read low
                 self._tokens.popleft()
             self._queue.popleft()
-            added = self._assembler.add(item, now)  # may find the span is not a retrieval of its own (counts)
-            if item.target and item.counts:
-                self.accounting.sampled()
-                self.emitter.count_sampled(Emitter.labels(_target(item, "", item.sampling_reason)))
-            outcomes.extend(added)
-        outcomes.extend(self._assembler.flush() if flush else self._assembler.expire(now))
+            outcomes.extend(self._assembled(ended, now))
+        outcomes.extend(self.assembler.flush() if flush else self.assembler.expire(now))
         if self.on_tick is not None:
             try:
                 self.on_tick()
-            except Exception as exc:  # noqa: BLE001 - see _finished
+            except Exception as exc:  # noqa: BLE001 - the hold failing must not stop the evaluator
                 logger.warning("expiring held spans failed", error_type=type(exc).__name__)
         for outcome in outcomes:
             if isinstance(outcome, Skip):
-                self._finish_skip(outcome.item, outcome.reason)
+                self.finish(outcome.record, n.OUTCOME_SKIPPED, outcome.reason)
             elif isinstance(outcome, Fold):
-                self._finished(outcome.item, None)  # judged (and counted) under another span, or not at all
+                self.finish(outcome.record, "")  # judged (and counted) under another span, or not at all
             else:
                 self._ready.append(outcome)
         while self._ready and len(self._inflight) < self.concurrency:
-            task = asyncio.get_running_loop().create_task(self._evaluate(self._ready.popleft()))
+            task = asyncio.get_running_loop().create_task(self._path.run(self._ready.popleft()))
             self._inflight.add(task)
             task.add_done_callback(self._task_done)
-        self._load = self._assembler.pending + len(self._ready) + len(self._inflight)
+        self._load = self.assembler.pending + len(self._ready) + len(self._inflight)
         self._notify_idle()
+
+    def _assembled(self, ended: Ended, now: float) -> list[Record | Skip | Fold]:
+        """Decode one span and hand it to assembly; a target counted sampled when it is a retrieval of its own."""
+        try:
+            record = decode(ended, self.data_source)
+            counts, out = self.assembler.add(record, now)
+            if record.target and counts:
+                self.finish.sampled(record)
+            return out
+        except Exception as exc:  # noqa: BLE001 - one span failing to decode must not stop the evaluator
+            report_internal_error("decode", exc)
+            if ended.target:
+                self.accounting.outcome(n.OUTCOME_FAILED, INTERNAL_ERROR, sampled=True)
+            return []
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -358,7 +343,7 @@ class Evaluator:
         self._step(flush=True)
 
     def _notify_idle(self) -> None:
-        busy = self._queue or self._ready or self._inflight or self._assembler.pending
+        busy = self._queue or self._ready or self._inflight or self.assembler.pending
         if self._idle_waiters and not busy:
             for waiter in self._idle_waiters:
                 if not waiter.done():
@@ -369,99 +354,16 @@ class Evaluator:
         for task in list(self._inflight):
             task.cancel()
         for ready in self._ready:
-            self._finish_drop(ready.item, "shutdown")
+            self.finish(ready, n.OUTCOME_DROPPED, "shutdown")
         self._ready.clear()
-        for outcome in self._assembler.flush():
+        for outcome in self.assembler.flush():
             if not isinstance(outcome, Fold):
-                self._finish_drop(outcome.item, "shutdown")
+                self.finish(outcome if isinstance(outcome, Record) else outcome.record, n.OUTCOME_DROPPED,
+                             "shutdown")
         self._running = False
         if self._wake is not None:
             self._wake.set()
         done.set_result(None)
-
-    def _finish_drop(self, item: Item, reason: str) -> None:
-        labels = Emitter.labels(_target(item, "", item.sampling_reason, segments=self._segments(item)))
-        self.accounting.outcome(n.OUTCOME_DROPPED, reason)
-        self.emitter.count(n.OUTCOME_DROPPED, reason, labels)
-        item.outcome = f"{n.OUTCOME_DROPPED}:{reason}"
-        self._finished(item, None)
-
-    def _finish_skip(self, item: Item, reason: str) -> None:
-        labels = Emitter.labels(_target(item, "", item.sampling_reason, segments=self._segments(item)))
-        self.accounting.outcome(n.OUTCOME_SKIPPED, reason)
-        self.emitter.count(n.OUTCOME_SKIPPED, reason, labels)
-        item.outcome = f"{n.OUTCOME_SKIPPED}:{reason}"
-        self._finished(item, None)
-
-    async def _evaluate(self, ready: Ready) -> None:
-        item = ready.item
-        target = _target(item, ready.reference, item.sampling_reason, ready.agent_name,
-                         segments=self._segments(item))
-        user_error = item.attributes.get(n.CP_USER_ERROR) if item.attributes else None
-        if isinstance(user_error, str) and user_error:  # a callback the user gave raised: nothing sound to judge
-            self._finish_skip(item, user_error[:64])
-            return
-        contexts = item.contexts()
-        if contexts is None:
-            contexts = await self._resolved(item, target.data_source)
-            if contexts is None:
-                return  # skipped, and counted, by _resolved
-        target.returned = _returned(item, contexts)
-        options = self.options
-        try:
-            outcome = await call_judge(ready, contexts, llm=self.judge, cascade=self.cascade, gates=self.gates,
-                                  rerank=target.stage == n.STAGE_RERANK, limit=options.max_judged_contexts,
-                                  timeout_s=options.evaluation_timeout_s)
-        except asyncio.CancelledError:
-            self._finish_drop(item, "shutdown")
-            raise
-        if outcome.kind == n.OUTCOME_SKIPPED:
-            self._finish_skip(item, outcome.reason)
-            return
-        self.accounting.outcome(outcome.kind, outcome.reason)
-        if outcome.result is None:
-            error = outcome.error
-            logger.info("evaluation failed", reason=outcome.reason, error_type=type(error).__name__,
-                        data_source=target.data_source)
-            self._emit_safely(self.emitter.failed, target, error, outcome.reason, start_ns=outcome.start_ns,
-                              end_ns=outcome.end_ns, model=outcome.model,
-                              **({"cheap": True} if outcome.cheap else {}))
-        else:
-            self._emit_safely(self.emitter.scored, target, outcome.result, start_ns=outcome.start_ns,
-                              end_ns=outcome.end_ns, model=outcome.model,
-                              **({"cascade": outcome.cascade} if outcome.cascade is not None else {}))
-        item.outcome = outcome.kind
-        self._finished(item, outcome.result)
-
-    async def _resolved(self, item: Item, data_source: str) -> list[str] | None:
-        """The text of documents named by id only, through the resolver; ``None`` once the item is skipped."""
-        ids = item.document_ids()
-        if ids is None:
-            self._finish_skip(item, "no_content")
-            return None
-        if self.resolver is None or any(i is None for i in ids):
-            if not self._said_no_text:
-                self._said_no_text = True
-                logger.warning(
-                    "retrievals carry documents without text, so the judge has nothing to read; they are skipped "
-                    "as no_document_text. Record the text (OpenInference retrieval.documents.{i}.document.content, "
-                    "or cp-observe's decorators), or give a document_resolver: a callable "
-                    "(document_id, data_source) -> text, or module:function for serve and replay",
-                    data_source=data_source, resolver=self.resolver is not None)
-            self._finish_skip(item, n.SKIP_NO_DOCUMENT_TEXT)
-            return None
-        resolved = await self.resolver.texts([i for i in ids if i is not None], data_source)
-        if isinstance(resolved, str):
-            self._finish_skip(item, resolved)
-            return None
-        return resolved
-
-    @staticmethod
-    def _emit_safely(emit: Any, *args: Any, **kwargs: Any) -> None:
-        try:
-            emit(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - an exporter or meter failing must not kill the evaluator
-            logger.warning("emitting an evaluation failed", error_type=type(exc).__name__)
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -478,26 +380,3 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
         logger.debug("closing the evaluator loop", error_type=type(exc).__name__)
     finally:
         loop.close()
-
-
-def _target(item: Item, reference: str, sampling_reason: str, agent_name: str | None = None, *,
-            segments: tuple[tuple[str, str], ...] = ()) -> Target:
-    name = item.name
-    return Target(
-        span_context=item.span_context,
-        data_source=name,
-        agent_name=agent_name if item.kind == "retriever" else name,
-        reference=reference,
-        sampling_reason=sampling_reason,
-        attributes=item.attributes,
-        segments=segments,
-        stage=item.stage,
-        top_k=top_k_of(item.attributes) if item.kind == "retriever" and item.attributes else None,
-        reranker_model=reranker_model_of(item.attributes) if item.attributes else None,
-    )
-
-
-def _returned(item: Item, contexts: Sequence[str]) -> int:
-    """How many documents the retrieval returned: the decorator's count (it may keep fewer), else those read."""
-    counted = item.attributes.get(n.CP_CONTEXT_COUNT) if item.attributes else None
-    return counted if isinstance(counted, int) and not isinstance(counted, bool) else len(contexts)

@@ -50,6 +50,10 @@ class Gates:
         self.circuit.success()
         self.budget.spend(cost_usd)
 
+    def spend(self, cost_usd: float | None) -> None:
+        """Count a billed call that no gate let through as a judgement: a cheap LLM judge's, a failed one's."""
+        self.budget.spend(cost_usd)
+
     def failed(self) -> None:
         """A judge call failed: it counts against the circuit."""
         self.circuit.failure()

@@ -1,12 +1,9 @@
-"""The judge call of one ready evaluation, and its outcome: the gates, then the plain, reranker or cascade case.
+"""The judge stage: one judge call of a ready record, the plain, reranker or cascade case, and its ``Outcome``.
 
-``call_judge`` is the one place a judge is called on the evaluator thread. Its three cases differ only in what is
-called: the plain judge over the target's contexts; a reranker's one judgement over its input and output
-documents (``_judging/_rerank.py``); or the cascade's cheap judge, then the LLM on its uniform share
-(``_cascade.py``, where the gates stand before the LLM call only). Everything around the call is written once:
-the gates, the evaluation timeout, instrumentation suppressed for the judge's own calls (so they are neither
-traced nor scored), the circuit told of the result, and the result or failure returned as an ``Outcome`` that
-the evaluator counts and emits. Runs on the evaluator thread only.
+The cases differ only in what is called: the plain judge over the contexts; a reranker's one judgement over its
+input and output (``_judging/_rerank.py``); or the cascade (``_cascade.py``, gates before its LLM call only).
+Around the call, once: the gates, the timeout, instrumentation suppressed (the judge's own calls are neither traced
+nor scored), and the circuit told of the result. Runs on the evaluator thread only.
 """
 
 from __future__ import annotations
@@ -27,9 +24,8 @@ from cp_observe._judging._rerank import evaluate_rerank
 from cp_observe._types import CascadeResult, Judge, ScoreResult
 
 if TYPE_CHECKING:
-    from cp_observe._processing._assembly import Ready
-    from cp_observe._processing._cascade import Cascade
-    from cp_observe._processing._gates import Gates
+    from cp_observe._processing._cascade import Cascade, Gate
+    from cp_observe._processing._record import Record
 
 __all__ = ["Outcome", "call_judge", "failure_reason"]
 
@@ -59,42 +55,40 @@ class Outcome:
 
 
 async def call_judge(
-    ready: Ready,
+    record: Record,
     contexts: Sequence[str],
     *,
     llm: Judge,
     cascade: Cascade | None,
-    gates: Gates,
-    rerank: bool,
+    gates: Gate,
     limit: int,
     timeout_s: float,
 ) -> Outcome:
-    """Judge ``ready`` on ``contexts`` (its first ``limit``): refused by a gate, failed, or scored.
+    """Judge ``record`` on ``contexts`` (its first ``limit``): refused by a gate, failed, or scored.
 
     Raises:
         asyncio.CancelledError: the evaluator is shutting down (the caller counts the target dropped).
     """
-    item = ready.item
-    query = item.query() or ""
-    reference = ready.reference
+    query = record.query or ""
+    reference = record.reference
     if cascade is not None:  # the gates stand before its LLM calls only
         model = judge_model_name(cascade.cheap)
-        judging = cascade.judge(llm, trace_id=item.span_context.trace_id, span_id=item.span_context.span_id,
+        judging = cascade.judge(llm, trace_id=record.span_context.trace_id, span_id=record.span_context.span_id,
                                 gates=gates, failure_reason=failure_reason, query=query,
-                                reference_text=ready.reference_text, reference=reference,  # type: ignore[arg-type]
+                                reference_text=record.reference_text, reference=reference,  # type: ignore[arg-type]
                                 contexts=contexts[:limit])
     else:
         refused = gates.refusal()
         if refused is not None:
             return Outcome(n.OUTCOME_SKIPPED, refused)
         model = judge_model_name(llm)
-        before = item.before() if rerank else None
+        before = record.before if record.stage == n.STAGE_RERANK else None
         if before is not None:  # a reranker: one judgement of both orders' documents
-            judging = evaluate_rerank(llm, query=query, reference_text=ready.reference_text,
+            judging = evaluate_rerank(llm, query=query, reference_text=record.reference_text,
                                       reference=reference,  # type: ignore[arg-type]
                                       before=before, after=contexts, limit=limit)
         else:
-            judging = evaluate(llm, query=query, reference_text=ready.reference_text,
+            judging = evaluate(llm, query=query, reference_text=record.reference_text,
                                reference=reference,  # type: ignore[arg-type]
                                contexts=contexts[:limit])
     start_ns = time.time_ns()
@@ -106,7 +100,7 @@ async def call_judge(
     except Exception as exc:  # noqa: BLE001 - a failing judge is an outcome, never an exception in the host
         if cascade is None:  # the cascade's circuit is the LLM's, told inside it; the cheap judge failed here
             gates.failed()
-        gates.budget.spend(billed_usd(exc))  # the replies before the failure were billed all the same
+        gates.spend(billed_usd(exc))  # the replies before the failure were billed all the same
         return Outcome(n.OUTCOME_FAILED, failure_reason(exc), model=model, start_ns=start_ns, error=exc,
                        cheap=cascade is not None)
     finally:

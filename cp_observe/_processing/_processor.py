@@ -2,7 +2,9 @@
 
 ``on_end`` is the only part on the request path. For a span that is neither a retrieval, an agent nor a
 local root it returns after two dictionary lookups; for one in an unsampled trace after a bit mask; for
-a sampled one it takes the in-memory payload and appends to a bounded queue. It never blocks and never
+a sampled one it takes the in-memory payload, keeps references (ids, times, the immutable attribute mapping,
+the payload: ``_record.Ended``) and appends them to a bounded queue. It runs no user code (the
+``data_source`` mapping runs on the evaluator thread, a refused target's too), never blocks and never
 raises. Everything else runs on the evaluator thread (see ``_evaluator``).
 """
 
@@ -40,11 +42,11 @@ from cp_observe._internal import report_internal_error
 from cp_observe._judging._judges import resolve_judge
 from cp_observe._judging._prices import require_prices
 from cp_observe._log import logger
-from cp_observe._processing._assembly import Item
 from cp_observe._processing._cascade import Cascade
 from cp_observe._processing._evaluator import Evaluator
 from cp_observe._processing._exit import watch as finish_at_exit
 from cp_observe._processing._hold import HeldSpans
+from cp_observe._processing._record import Ended, Record
 from cp_observe._processing._resolver import DocumentResolver
 from cp_observe._types import Judge, ScoreResult
 
@@ -189,7 +191,6 @@ class ContextPrecisionProcessor(SpanProcessor):
             options["document_resolver"] = document_resolver  # checked by the field; a callable is kept apart
         self.options = o = processor_options(options, data_source=data_source, segments=segments,
                                              cheap_judge=cheap_judge, capture_content=capture_content)
-        self._data_source = data_source_reader(data_source if callable(data_source) else o.data_source_attributes())
         self.judge = resolve_judge(judge) if isinstance(judge, str) else judge
         if not hasattr(self.judge, "judge"):
             raise ValueError("judge must implement the Judge protocol (an async judge(query, reference, contexts))")
@@ -224,6 +225,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         self._hold = HeldSpans(export_processor, options=o) if export_processor is not None else None
         self._evaluator = Evaluator(
             judge=self.judge,
+            data_source=data_source_reader(data_source if callable(data_source) else o.data_source_attributes()),
             emitter=self._emitter,
             options=o,
             on_finished=self._release if self._hold is not None else None,
@@ -245,24 +247,24 @@ class ContextPrecisionProcessor(SpanProcessor):
         if self._hold is not None:
             self._hold.after_fork()
 
-    def _release(self, item: Item, result: ScoreResult | None) -> None:
-        if self._hold is not None and item.target:
-            self._hold.release((item.span_context.trace_id, item.span_context.span_id), result)
+    def _release(self, record: Record, outcome: str, result: ScoreResult | None) -> None:
+        if self._hold is not None:
+            self._hold.release((record.span_context.trace_id, record.span_context.span_id), result)
 
     # --- internal hooks of `cp-observe serve` (not public API) --------------------------------------------------------
-    def _watch_finished(self, callback: Callable[[Item, ScoreResult | None], None]) -> None:
-        """Call ``callback(item, result)`` on the evaluator thread for every finished item (``item.outcome`` set).
+    def _watch_finished(self, callback: Callable[[Record, str, ScoreResult | None], None]) -> None:
+        """Call ``callback(record, outcome, result)`` on the evaluator thread for every finished target.
 
         ``serve``'s durable intake removes a target from its store here. Install it before the first span.
         """
         hold = self._release if self._hold is not None else None
 
-        def finished(item: Item, result: ScoreResult | None) -> None:
+        def finished(record: Record, outcome: str, result: ScoreResult | None) -> None:
             if hold is not None:
-                hold(item, result)
-            callback(item, result)
+                hold(record, outcome, result)
+            callback(record, outcome, result)
 
-        self._evaluator.on_finished = finished
+        self._evaluator.finish.on_finished = finished
 
     def _drop_unjudged(self, span: ReadableSpan, reason: str) -> None:
         """Count a target span sampled and dropped for ``reason`` without judging it (``serve``: ``expired``)."""
@@ -320,30 +322,17 @@ class ContextPrecisionProcessor(SpanProcessor):
                 item_kind, target = "root", False
             payload = PAYLOADS.take((trace_id, context.span_id)) if marked and item_kind != "root" else None
             held = hold and target and self._hold is not None and self._hold.hold(span)
-            # A target the queue refuses is counted dropped and, in hold mode, released (exported) right there.
-            item = Item(  # positionally, in Item's field order: keyword passing costs 0.4 µs more per sampled span
-                item_kind,  # kind
-                context,  # span_context
-                span.start_time or 0,  # start_ns
-                span.end_time or 0,  # end_ns
-                span.status.status_code is StatusCode.ERROR,  # error
-                local_root,
-                attributes,
-                payload,
-                target,
-                reason,  # sampling_reason
-                span.name,  # span_name
-                # events: a retrieval's documents may be in them (vector-DB spans); not read when the
-                # decorators kept the contexts (the SDK copies the events on every read)
-                span.events if role == ROLE_RETRIEVER and (payload is None or payload.contexts is None) else (),
-                self._data_source,  # data_source
-            )
-            if parent is not None and not local_root and role == ROLE_RETRIEVER:
-                item.parent_id = parent.span_id  # read only for received spans, whose parent may never arrive
+            # A retrieval's documents may be in its events (vector-DB spans); not read when the decorators kept the
+            # contexts (the SDK copies the events on every read). The parent is read only for received spans.
+            events = span.events if role == ROLE_RETRIEVER and (payload is None or payload.contexts is None) else ()
+            parent_id = parent.span_id if parent is not None and not local_root and role == ROLE_RETRIEVER else 0
+            ended = Ended(item_kind, context, span.start_time or 0, span.end_time or 0,  # positionally: cheaper
+                          span.status.status_code is StatusCode.ERROR, local_root, attributes, payload, target, reason,
+                          span.name, events, parent_id)
             if drop:
-                self._evaluator.drop(item, drop)  # serve's recovery: counted, never judged
+                self._evaluator.drop(ended, drop)  # serve's recovery: counted, never judged
             else:
-                self._evaluator.submit(item)
+                self._evaluator.submit(ended)
             return held
         except Exception as exc:  # noqa: BLE001 - on_end must never raise into the SDK or the host
             report_internal_error("on_end", exc)
@@ -427,9 +416,9 @@ class ContextPrecisionProcessor(SpanProcessor):
     @property
     def split_traces(self) -> int:
         """Traces whose spans arrived more than ``turn_timeout_s`` apart (after their retrievals were released)."""
-        return self._evaluator.split_traces
+        return self._evaluator.assembler.split_traces
 
     @property
     def circuit_state(self) -> str:
         """``closed``, ``open`` or ``half_open``."""
-        return self._evaluator.circuit.state
+        return self._evaluator.gates.circuit.state

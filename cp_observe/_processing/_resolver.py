@@ -67,20 +67,15 @@ class DocumentResolver:
     """Resolves document ids to text on the evaluator's loop, bounded in time and concurrency."""
 
     def __init__(self, resolve: Resolve | str, *, timeout_s: float, concurrency: int) -> None:
-        """Wrap ``resolve`` (a callable, or ``module:function``).
+        """Wrap ``resolve`` (a callable, or ``module:function``); the bounds are the settings' (checked there).
 
         Raises:
             ConfigurationError: ``resolve`` is neither callable nor an importable ``module:function``.
-            ValueError: ``timeout_s`` is not > 0 or ``concurrency`` is not >= 1.
         """
         if isinstance(resolve, str):
             resolve = load_resolver(resolve)
         if not callable(resolve):
             raise ConfigurationError("document_resolver must be a callable (document_id, data_source) -> text")
-        if not timeout_s > 0:
-            raise ValueError("document_resolver_timeout_s must be > 0")
-        if int(concurrency) < 1:
-            raise ValueError("document_resolver_concurrency must be >= 1")
         self._resolve = resolve
         call = getattr(resolve, "__call__", None)  # noqa: B004 - a callable object's async __call__ counts too
         self._async = inspect.iscoroutinefunction(resolve) or inspect.iscoroutinefunction(call)
@@ -92,9 +87,6 @@ class DocumentResolver:
     def after_fork(self) -> None:
         """Fresh state (at construction, and in a forked child, where the parent's threads do not exist)."""
         self._slots: asyncio.Semaphore | None = None  # made on the evaluator's loop, on first use
-
-    def shutdown(self) -> None:
-        """Nothing waits for a call still running: its daemon thread ends with it, or with the process."""
 
     async def texts(self, ids: Sequence[str], data_source: str) -> list[str] | str:
         """Each document's text in rank order, or the skip reason of the first document that failed."""

@@ -39,8 +39,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from cp_observe import _names as n
 from cp_observe._log import logger
-from cp_observe._processing._assembly import Item
 from cp_observe._processing._processor import ContextPrecisionProcessor, takes_as_target
+from cp_observe._processing._record import Record
 from cp_observe._traces._convert import spans_from_request
 from cp_observe._types import ScoreResult
 from cp_observe.serve._admission import Admission, Offer
@@ -144,16 +144,15 @@ class DurableIntake:
         return "", [span for span in spans if _key_of(span) not in skipped]
 
     # --- the evaluator thread ----------------------------------------------------------------------------------
-    def _finished(self, item: Item, result: ScoreResult | None) -> None:
-        if not item.target:
+    def _finished(self, record: Record, outcome: str, result: ScoreResult | None) -> None:
+        if not record.target:
             return
         self._progress.set()
-        outcome = item.outcome
         if self.exporter is not None and outcome in (n.OUTCOME_SCORED, n.OUTCOME_FAILED):
             return  # its evaluation span's export removes it (AcknowledgingExporter)
         if self.handover and outcome == f"{n.OUTCOME_DROPPED}:shutdown":
             return  # not judged before the drain timeout: the next start resumes it
-        self.store.remove([(item.span_context.trace_id, item.span_context.span_id)])
+        self.store.remove([(record.span_context.trace_id, record.span_context.span_id)])
 
     # --- start-up ----------------------------------------------------------------------------------------------
     def recover(self) -> None:

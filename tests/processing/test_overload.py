@@ -96,3 +96,72 @@ def test_evaluator_thread_runs_before_the_first_span(otel: Otel, cp_observe_judg
     started = [t for t in _threading.enumerate() if t.name == "cp-observe-evaluator" and t.ident not in before]
     assert len(started) == 1
     assert started[0].is_alive()
+
+
+def test_a_slow_data_source_callable_never_runs_on_the_calling_thread(otel: Otel, server: Any) -> None:
+    """At a full queue the user's data_source callable runs on the evaluator thread, and the drop keeps its label."""
+    import time as _time
+
+    from cp_observe import _names as n
+
+    server.latency = 2.0  # the judge is busy: the one slot stays taken while the calls below end
+    ran_on: list[int] = []
+
+    def data_source(attributes: Any) -> str:
+        ran_on.append(threading.get_ident())
+        _time.sleep(0.1)
+        return "named-by-callable"
+
+    judge = cp_observe.LLMJudge("openai/judge", api_base=server.url, api_key="sk-test", timeout=10, max_retries=0)
+    processor = otel.processor(judge, queue_size=1, concurrency=1, data_source=data_source)
+
+    @cp_observe.retriever(name="kb")
+    def search(query: str) -> list[str]:
+        return ["a context"]
+
+    caller = threading.get_ident()
+    for i in range(20):
+        search(f"q{i}")
+    assert processor.force_flush(30_000)
+    assert ran_on, "the callable names every target"
+    assert caller not in ran_on
+    stats = processor.stats()
+    assert stats["dropped"] >= 1
+    dropped = [p for p in otel.metric_points(n.METRIC_EVALUATIONS) if p.attributes.get(n.OUTCOME) == n.OUTCOME_DROPPED]
+    assert {p.attributes[n.GEN_AI_DATA_SOURCE_ID] for p in dropped} == {"named-by-callable"}
+    assert sum(p.value for p in dropped) == stats["dropped"]
+
+
+def test_refusals_beyond_the_bound_are_labelled_from_the_span_and_counted(otel: Otel, cp_observe_judge: Any) -> None:
+    """Past the bound of refusals waiting for the evaluator, the rest are labelled from the span alone, and counted."""
+    from cp_observe import _names as n
+
+    entered, release = threading.Event(), threading.Event()
+
+    def data_source(attributes: Any) -> str:
+        entered.set()
+        release.wait(30)  # the first call holds the evaluator thread: nothing refused is named meanwhile
+        return "named-by-callable"
+
+    processor = otel.processor(cp_observe_judge, queue_size=1, data_source=data_source)
+
+    @cp_observe.retriever(name="kb")
+    def search(query: str) -> list[str]:
+        return ["a context"]
+
+    search("admitted")
+    assert entered.wait(10)
+    for i in range(1200):
+        search(f"q{i}")
+    release.set()
+    assert processor.force_flush(30_000)
+    stats = processor.stats()
+    assert stats["dropped"] == 1200 and stats["reasons"] == {"dropped:queue_full": 1200, "scored:ok": 1}
+    kept = 1024  # refusals kept for naming on the evaluator thread: max(1024, 4 x queue_size)
+    assert processor._evaluator.refused_unnamed == 1200 - kept
+    dropped: dict[str, float] = {}
+    for point in otel.metric_points(n.METRIC_EVALUATIONS):
+        if point.attributes.get(n.OUTCOME) == n.OUTCOME_DROPPED:
+            name = point.attributes[n.GEN_AI_DATA_SOURCE_ID]
+            dropped[name] = dropped.get(name, 0) + point.value
+    assert dropped == {"named-by-callable": kept, "kb": 1200 - kept}
