@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from cp_observe._batch._http import BatchApiError, get_bytes, get_json, post_json
+from cp_observe._batch._http import get_bytes, get_object, named, post_json
 from cp_observe._batch._api import BatchStatus, Endpoint, Result
 from cp_observe._batch._requests import BatchRequest
 
@@ -68,10 +68,7 @@ class AnthropicBatches:
     def submit(self, requests: Sequence[BatchRequest]) -> str:
         created = post_json(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches", self._headers(),
                             {"requests": [self._entry(r) for r in requests]})
-        batch_id = created.get("id") if isinstance(created, dict) else None
-        if not isinstance(batch_id, str):
-            raise BatchApiError(f"the batch create gave no id: {str(created)[:200]}")
-        return batch_id
+        return named(created, "id", "the batch create")
 
     def complete(self, request: BatchRequest) -> Result:
         """One synchronous Messages call with the batch entry's parameters (a corrective call)."""
@@ -80,10 +77,8 @@ class AnthropicBatches:
         return _result({"custom_id": request.custom_id, "result": {"type": "succeeded", "message": message}})
 
     def _batch(self, batch_id: str) -> dict[str, Any]:
-        batch = get_json(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches/{batch_id}", self._headers())
-        if not isinstance(batch, dict):
-            raise BatchApiError(f"batch {batch_id}: not an object: {str(batch)[:200]}")
-        return batch
+        return get_object(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches/{batch_id}", self._headers(),
+                          f"batch {batch_id}")
 
     def status(self, batch_id: str) -> BatchStatus:
         batch = self._batch(batch_id)

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from cp_observe._batch._http import BatchApiError, get_json, post_json
+from cp_observe._batch._http import get_object, named, post_json
 from cp_observe._batch._api import BatchStatus, Endpoint, Result
 from cp_observe._batch._requests import BatchRequest
 
@@ -70,11 +70,7 @@ class GeminiBatches:
         body = {"batch": {"display_name": "cp-observe judge",
                           "input_config": {"requests": {"requests": [self._entry(r) for r in requests]}}}}
         url = f"{self._endpoint.base.rstrip('/')}/v1beta/models/{self._model}:batchGenerateContent"
-        created = post_json(url, self._headers(), body)
-        name = created.get("name") if isinstance(created, dict) else None
-        if not isinstance(name, str) or not name.startswith("batches/"):
-            raise BatchApiError(f"the batch create gave no batches/ name: {str(created)[:200]}")
-        return name
+        return named(post_json(url, self._headers(), body), "name", "the batch create", prefix="batches/")
 
     def complete(self, request: BatchRequest) -> Result:
         """One synchronous ``generateContent`` with the batch entry's request (a corrective call)."""
@@ -83,10 +79,7 @@ class GeminiBatches:
         return _result({"metadata": {"key": request.custom_id}, "response": response})
 
     def _batch(self, batch_id: str) -> dict[str, Any]:
-        batch = get_json(f"{self._endpoint.base.rstrip('/')}/v1beta/{batch_id}", self._headers())
-        if not isinstance(batch, dict):
-            raise BatchApiError(f"{batch_id}: not an object: {str(batch)[:200]}")
-        return batch
+        return get_object(f"{self._endpoint.base.rstrip('/')}/v1beta/{batch_id}", self._headers(), batch_id)
 
     def status(self, batch_id: str) -> BatchStatus:
         batch = self._batch(batch_id)

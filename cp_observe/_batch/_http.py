@@ -19,7 +19,7 @@ import orjson
 
 from cp_observe._errors import CpObserveError
 
-__all__ = ["BatchApiError", "get_bytes", "get_json", "post_json", "post_multipart"]
+__all__ = ["BatchApiError", "get_bytes", "get_json", "get_object", "named", "post_json", "post_multipart"]
 
 _TIMEOUT_S = 120.0
 _GET_ATTEMPTS = 4
@@ -70,6 +70,22 @@ def _get(url: str, headers: Mapping[str, str], sleep: Any = time.sleep) -> bytes
 def get_json(url: str, headers: Mapping[str, str]) -> Any:
     """GET ``url`` and parse its JSON (retried on a connection error, 429 or 5xx)."""
     return _json(_get(url, headers), url)
+
+
+def get_object(url: str, headers: Mapping[str, str], what: str) -> dict[str, Any]:
+    """``get_json`` of an answer that must be a JSON object (``what`` names it in the error)."""
+    answer = get_json(url, headers)
+    if not isinstance(answer, dict):
+        raise BatchApiError(f"{what}: not an object: {str(answer)[:200]}")
+    return answer
+
+
+def named(answer: Any, key: str, what: str, prefix: str = "") -> str:
+    """The string ``answer[key]`` (an id a create or upload gave, starting with ``prefix``), else an error."""
+    value = answer.get(key) if isinstance(answer, dict) else None
+    if not isinstance(value, str) or not value.startswith(prefix):
+        raise BatchApiError(f"{what} gave no {prefix}{key}: {str(answer)[:200]}")
+    return value
 
 
 def get_bytes(url: str, headers: Mapping[str, str]) -> bytes:
