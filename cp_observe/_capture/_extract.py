@@ -483,42 +483,29 @@ def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, sc
     return _make(_text(text, max_chars, cut), _ident(_first_attr(obj, attrs, plan, plan.ids)), score, meta)
 
 
-class _Fields:
-    """How to read a document class whose text is a plain field: one ``attrgetter`` for every role.
-
-    ``read`` returns ``(text, ...)``: the first name of each role (text, id, score, metadata) when it is a
-    plain field; ``*_at`` is that role's position in the tuple, 0 when its first name is not a plain field
-    or it has none, and ``*_more`` whether the role has further names, which only the general reader tries
-    (it does when the first is ``None``). Reading plain fields runs no code of the host's, so reading them
-    all at once gives exactly what the general reader's name-by-name reads give. A plain class with slots
-    (read only once made), as ``_Keys``.
-    """
-
-    __slots__ = ("id_at", "id_more", "meta_at", "meta_more", "read", "score_at", "score_more")
-
-    def __init__(self, read: Callable[[object], Any], id_at: int, score_at: int, meta_at: int, id_more: bool,
-                 score_more: bool, meta_more: bool) -> None:
-        self.read = read
-        self.id_at = id_at
-        self.score_at = score_at
-        self.meta_at = meta_at
-        self.id_more = id_more
-        self.score_more = score_more
-        self.meta_more = meta_more
+#: How to read a document class whose text is a plain field: one ``attrgetter`` for every role, as the tuple
+#: ``(read, id_at, score_at, meta_at, id_more, score_more, meta_more)``. ``read`` returns ``(text, ...)``: the
+#: first name of each role (text, id, score, metadata) when it is a plain field; ``*_at`` is that role's position
+#: in the tuple, 0 when its first name is not a plain field or it has none, and ``*_more`` whether the role has
+#: further names, which only the general reader tries (it does when the first is ``None``). Reading plain fields
+#: runs no code of the host's, so reading them all at once gives exactly what the general reader's name-by-name
+#: reads give. A plain tuple, unpacked once per document.
+_Fields = tuple[Callable[[object], Any], int, int, int, bool, bool, bool]
 
 
 def _from_fields(obj: object, f: _Fields, max_chars: int, cut: list[int], score: Score) -> Context | None:
     """The general reader's answer for a plain-field document, or ``None`` when only it can tell."""
+    read, id_at, score_at, meta_at, id_more, score_more, meta_more = f
     try:
-        values = f.read(obj)
+        values = read(obj)
     except Exception:  # noqa: BLE001 - an unset slot, say: the general reader copes
         return None
     text = values[0]
     if type(text) is not str:
         return None  # None (then get_content() or the metadata), or a non-text value: the general rules
-    ident = values[f.id_at] if f.id_at else None
+    ident = values[id_at] if id_at else None
     if ident is None:
-        if f.id_more:
+        if id_more:
             return None
     elif type(ident) is not str:
         if callable(ident):
@@ -527,9 +514,9 @@ def _from_fields(obj: object, f: _Fields, max_chars: int, cut: list[int], score:
     elif not ident or len(ident) > _ID_LIMIT:
         ident = _ident(ident)
     if score is None:
-        own = values[f.score_at] if f.score_at else None
+        own = values[score_at] if score_at else None
         if own is None:
-            if f.score_more:
+            if score_more:
                 return None
         elif type(own) is float:
             score = own if own - own == 0.0 else None  # NaN and infinities fail this
@@ -537,9 +524,9 @@ def _from_fields(obj: object, f: _Fields, max_chars: int, cut: list[int], score:
             return None
         else:
             score = _score(own)
-    meta = values[f.meta_at] if f.meta_at else None
+    meta = values[meta_at] if meta_at else None
     if meta is None:
-        if f.meta_more:
+        if meta_more:
             return None
     elif type(meta) is dict:
         meta = meta or None
@@ -582,7 +569,7 @@ def _fields_reader(cls: type, roles: tuple[tuple[str, ...], ...], declared: froz
         more = [len(role) > 1 or (bool(role) and not readable) for role, readable in zip(roles, plain, strict=True)]
         getter = operator.attrgetter(*names)
         read = getter if len(names) > 1 else lambda obj: (getter(obj),)
-        return _Fields(read, at[1], at[2], at[3], more[1], more[2], more[3])
+        return (read, at[1], at[2], at[3], more[1], more[2], more[3])
     except Exception:  # noqa: BLE001 - an odd class: the general reader
         return None
 
