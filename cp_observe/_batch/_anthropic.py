@@ -15,10 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import orjson
-
-from cp_observe._batch._http import get_bytes, get_object, named, post_json
-from cp_observe._batch._api import BatchStatus, Endpoint, Result
+from cp_observe._batch._http import get_lines, get_object, named, post_json
+from cp_observe._batch._api import BatchStatus, JsonEntries, Result
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["AnthropicBatches", "messages_params"]
@@ -45,25 +43,18 @@ def messages_params(model: str, messages: Sequence[Mapping[str, Any]], params: M
     return body
 
 
-class AnthropicBatches:
+class AnthropicBatches(JsonEntries):
     """Anthropic's Message Batches."""
 
     name = "anthropic"
     max_requests = 100_000
     max_bytes = 256 * 1024 * 1024
 
-    def __init__(self, endpoint: Endpoint, model: str) -> None:
-        self._endpoint = endpoint
-        self._model = model
-
     def _headers(self) -> dict[str, str]:
         return {"x-api-key": self._endpoint.key, "anthropic-version": _VERSION}
 
     def _entry(self, request: BatchRequest) -> dict[str, Any]:
         return {"custom_id": request.custom_id, "params": messages_params(self._model, request.messages, request.params)}
-
-    def size_of(self, request: BatchRequest) -> int:
-        return len(orjson.dumps(self._entry(request))) + 1
 
     def submit(self, requests: Sequence[BatchRequest]) -> str:
         created = post_json(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches", self._headers(),
@@ -92,9 +83,7 @@ class AnthropicBatches:
         url = self._batch(batch_id).get("results_url")
         if not isinstance(url, str) or not url:
             return
-        for line in get_bytes(url, self._headers()).splitlines():
-            if line.strip():
-                yield _result(orjson.loads(line))
+        yield from map(_result, get_lines(url, self._headers()))
 
 
 def _result(line: dict[str, Any]) -> Result:

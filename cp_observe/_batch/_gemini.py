@@ -16,10 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from cp_observe._batch._http import get_object, named, post_json
-from cp_observe._batch._api import BatchStatus, Endpoint, Result
+from cp_observe._batch._api import BatchStatus, JsonEntries, Result
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["GeminiBatches", "generate_content_request"]
@@ -45,16 +43,12 @@ def generate_content_request(messages: Sequence[Mapping[str, Any]], params: Mapp
     return body
 
 
-class GeminiBatches:
+class GeminiBatches(JsonEntries):
     """The Gemini API's batch mode, inline requests."""
 
     name = "gemini"
     max_requests = 100_000
     max_bytes = 20 * 1024 * 1024
-
-    def __init__(self, endpoint: Endpoint, model: str) -> None:
-        self._endpoint = endpoint
-        self._model = model
 
     def _headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self._endpoint.key}
@@ -62,9 +56,6 @@ class GeminiBatches:
     def _entry(self, request: BatchRequest) -> dict[str, Any]:
         return {"request": generate_content_request(request.messages, request.params),
                 "metadata": {"key": request.custom_id}}
-
-    def size_of(self, request: BatchRequest) -> int:
-        return len(orjson.dumps(self._entry(request))) + 1
 
     def submit(self, requests: Sequence[BatchRequest]) -> str:
         body = {"batch": {"display_name": "cp-observe judge",

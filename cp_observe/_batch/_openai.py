@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from cp_observe._batch._http import get_bytes, get_object, named, post_json, post_multipart
+from cp_observe._batch._http import get_lines, get_object, named, post_json, post_multipart
 from cp_observe._batch._api import BatchStatus, Endpoint, Result
 from cp_observe._batch._requests import BatchRequest
 
@@ -95,9 +95,7 @@ class OpenAIBatches:
             file_id = batch.get(key)
             if not isinstance(file_id, str) or not file_id:
                 continue
-            for line in get_bytes(self._at(f"/files/{file_id}/content"), self._headers()).splitlines():
-                if line.strip():
-                    yield _result(orjson.loads(line))
+            yield from map(_result, get_lines(self._at(f"/files/{file_id}/content"), self._headers()))
 
 
 def _result(line: dict[str, Any]) -> Result:
