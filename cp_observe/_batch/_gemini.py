@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from cp_observe._batch._http import get_object, named, post_json
 from cp_observe._batch._api import BatchStatus, JsonEntries, Result
+from cp_observe._batch._http import get_object, named, post_json
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["GeminiBatches", "generate_content_request"]

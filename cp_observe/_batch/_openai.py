@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from cp_observe._batch._http import get_lines, get_object, named, post_json, post_multipart
 from cp_observe._batch._api import BatchStatus, Endpoint, Result
+from cp_observe._batch._http import get_lines, get_object, named, post_json, post_multipart
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["OpenAIBatches"]

@@ -40,19 +40,19 @@ def provider_for(model: str, api_base: str | None, api_key: str | None,
             version = os.environ.get("AZURE_API_VERSION") or "2024-10-21"
             return OpenAIBatches(Endpoint(base, key, {"api_version": version}), azure_deployment, azure=True,
                                  sync_model=name)
-        return OpenAIBatches(_endpoint("an openai/", api_base, api_key, ("OPENAI_BASE_URL", "OPENAI_API_BASE"),
-                                       "https://api.openai.com/v1", ("OPENAI_API_KEY",)), name)
+        return OpenAIBatches(_endpoint("an openai/", api_base, api_key, bases=("OPENAI_BASE_URL", "OPENAI_API_BASE"),
+                                       default="https://api.openai.com/v1", keys=("OPENAI_API_KEY",)), name)
     if provider == "anthropic":
         from cp_observe._batch._anthropic import AnthropicBatches
 
-        bases = ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL")
-        return AnthropicBatches(_endpoint("an anthropic/", api_base, api_key, bases, "https://api.anthropic.com",
-                                          ("ANTHROPIC_API_KEY",)), name)
+        return AnthropicBatches(_endpoint("an anthropic/", api_base, api_key,
+                                          bases=("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
+                                          default="https://api.anthropic.com", keys=("ANTHROPIC_API_KEY",)), name)
     from cp_observe._batch._gemini import GeminiBatches
 
-    return GeminiBatches(_endpoint("a gemini/", api_base, api_key, ("GEMINI_API_BASE",),
-                                   "https://generativelanguage.googleapis.com", ("GEMINI_API_KEY", "GOOGLE_API_KEY")),
-                         name)
+    return GeminiBatches(_endpoint("a gemini/", api_base, api_key, bases=("GEMINI_API_BASE",),
+                                   default="https://generativelanguage.googleapis.com",
+                                   keys=("GEMINI_API_KEY", "GOOGLE_API_KEY")), name)
 
 
 def _env(names: tuple[str, ...]) -> str:
@@ -60,7 +60,7 @@ def _env(names: tuple[str, ...]) -> str:
     return next((value for value in map(os.environ.get, names) if value), "")
 
 
-def _endpoint(judge: str, api_base: str | None, api_key: str | None, bases: tuple[str, ...], default: str,
+def _endpoint(judge: str, api_base: str | None, api_key: str | None, *, bases: tuple[str, ...], default: str,
               keys: tuple[str, ...]) -> Endpoint:
     """The judge's base and key, else the provider's environment variables (a key is required)."""
     key = api_key or _env(keys)
