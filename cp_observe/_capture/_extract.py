@@ -319,26 +319,13 @@ def _context(item: object, max_chars: int, cut: list[int], score: Score = None, 
         return _make(_text(f"<unrepresentable {type_name(item)}>", max_chars, cut))
 
 
-class _Keys:
-    """Which keys a dict of one key set is read by: the first present name of each role, and whether more follow.
-
-    ``_from_mapping`` reads each role's names in order and takes the first that is not ``None``; with the key
-    set known, the names absent from it read ``None``, so reading only the first present one gives the same
-    answer whenever it is not ``None`` or no other name of the role is present. A plain class with slots (read
-    only once made), not a dataclass: building a dataclass costs about a millisecond at import.
-    """
-
-    __slots__ = ("ident", "ident_more", "meta", "meta_more", "score", "score_more", "text")
-
-    def __init__(self, text: str, meta: str | None, meta_more: bool, score: str | None, score_more: bool,
-                 ident: str | None, ident_more: bool) -> None:
-        self.text = text
-        self.meta = meta
-        self.meta_more = meta_more
-        self.score = score
-        self.score_more = score_more  # another score key, or "distance" (read when there is no score)
-        self.ident = ident
-        self.ident_more = ident_more
+#: Which keys a dict of one key set is read by, as the tuple ``(text, meta, meta_more, score, score_more, ident,
+#: ident_more)``: the first present name of each role, and whether more follow (``score_more`` also when
+#: "distance" is present, read when there is no score). ``_from_mapping`` reads each role's names in order and
+#: takes the first that is not ``None``; with the key set known, the names absent from it read ``None``, so
+#: reading only the first present one gives the same answer whenever it is not ``None`` or no other name of the
+#: role is present. A plain tuple, unpacked once per document.
+_Keys = tuple[str, str | None, bool, str | None, bool, str | None, bool]
 
 
 _KEY_PLANS: dict[tuple[Any, ...], _Keys | None] = {}  # bounded like _PLANS; dict stores are atomic
@@ -358,28 +345,29 @@ def _from_dict(doc: dict[Any, Any], max_chars: int, cut: list[int]) -> Context |
                 _KEY_PLANS[shape] = keys
         if keys is None:
             return None
+        text_key, meta_key, meta_more, score_key, score_more, ident_key, ident_more = keys
         get = doc.get
-        text = get(keys.text)
+        text = get(text_key)
         if type(text) is not str:
             return None
-        meta = get(keys.meta) if keys.meta is not None else None
+        meta = get(meta_key) if meta_key is not None else None
         if meta is None:
-            if keys.meta_more:
+            if meta_more:
                 return None
         elif type(meta) is dict:
             meta = meta or None
         else:
             meta = _meta(meta)
         score = None
-        if keys.score is not None:
-            own = get(keys.score)
+        if score_key is not None:
+            own = get(score_key)
             if own is not None:
                 score = own if type(own) is float and own - own == 0.0 else _score(own)
-        if score is None and keys.score_more:
+        if score is None and score_more:
             return None
-        ident = get(keys.ident) if keys.ident is not None else None
+        ident = get(ident_key) if ident_key is not None else None
         if ident is None:
-            if keys.ident_more:
+            if ident_more:
                 return None
         elif type(ident) is not str or not ident or len(ident) > _ID_LIMIT:
             ident = _ident(ident)
@@ -403,7 +391,7 @@ def _key_plan(shape: tuple[Any, ...]) -> _Keys | None:
     meta, meta_more = first(_META_NAMES)
     score, score_more = first(_SCORE_KEYS)
     ident, ident_more = first(_ID_KEYS)
-    return _Keys(text, meta, meta_more, score, score_more or "distance" in present, ident, ident_more)
+    return (text, meta, meta_more, score, score_more or "distance" in present, ident, ident_more)
 
 
 def _from_mapping(doc: Mapping[Any, Any], max_chars: int, cut: list[int], score: Score) -> Context:
