@@ -6,8 +6,9 @@ decorators load only what the request path needs; litellm is imported only when 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cp_observe._exports import lazy_exports
 
 __all__ = [
     "Budget",
@@ -47,56 +48,25 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_WHERE: dict[str, str] = {
-    "Budget": "_judging._prompt",
-    "ConfigurationError": "_errors",
-    "ContextPrecisionOptions": "_offline._scorer",
-    "ContextPrecisionProcessor": "_processing._processor",
-    "ContextPrecisionScorer": "_offline._scorer",
-    "CpObserveError": "_errors",
-    "Delivery": "_emission._sinks",
-    "EvalItemResult": "_offline._evals",
-    "EvalRunResult": "_offline._evals",
-    "EvaluationRecord": "_emission._sinks",
-    "Judge": "_types",
-    "JudgeError": "_errors",
-    "JudgeTransportError": "_errors",
-    "Judgement": "_types",
-    "LLMJudge": "_judging._llm_judge",
-    "LexicalJudge": "_judging._lexical",
-    "PhoenixSink": "_emission._phoenix",
-    "Sink": "_emission._sinks",
-    "RerankLift": "_types",
-    "ScoreResult": "_types",
-    "Usage": "_types",
-    "Verdict": "_types",
-    "agent": "_capture._decorators",
-    "arun_evals": "_offline._evals",
-    "average_precision": "_judging._map",
-    "configure": "_wiring._configure",
-    "context_precision_score": "_judging._map",
-    "create_context_precision_scorer": "_offline._scorer",
-    "force_evaluation": "_config._sampling",
-    "load_dataset": "dataset._record",
-    "reranker": "_capture._decorators",
-    "retriever": "_capture._decorators",
-    "run_evals": "_offline._evals",
-    "write_eval_results": "_offline._results",
+_MODULES: dict[str, tuple[str, ...]] = {  # where each public name is defined
+    "_capture._decorators": ("agent", "reranker", "retriever"),
+    "_config._sampling": ("force_evaluation",),
+    "_emission._phoenix": ("PhoenixSink",),
+    "_emission._sinks": ("Delivery", "EvaluationRecord", "Sink"),
+    "_errors": ("ConfigurationError", "CpObserveError", "JudgeError", "JudgeTransportError"),
+    "_judging._lexical": ("LexicalJudge",),
+    "_judging._llm_judge": ("LLMJudge",),
+    "_judging._map": ("average_precision", "context_precision_score"),
+    "_judging._prompt": ("Budget",),
+    "_offline._evals": ("EvalItemResult", "EvalRunResult", "arun_evals", "run_evals"),
+    "_offline._results": ("write_eval_results",),
+    "_offline._scorer": ("ContextPrecisionOptions", "ContextPrecisionScorer", "create_context_precision_scorer"),
+    "_processing._processor": ("ContextPrecisionProcessor",),
+    "_types": ("Judge", "Judgement", "RerankLift", "ScoreResult", "Usage", "Verdict"),
+    "_wiring._configure": ("configure",),
+    "dataset._record": ("load_dataset",),
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'cp_observe' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"cp_observe.{module}"), name)
-    globals()[name] = value  # later lookups are plain module attributes
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES, __all__)
 
 if TYPE_CHECKING:
     from cp_observe._capture._decorators import agent, reranker, retriever

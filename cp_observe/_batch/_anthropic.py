@@ -15,10 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import orjson
-
-from cp_observe._batch._http import BatchApiError, get_bytes, get_json, post_json
-from cp_observe._batch._api import BatchStatus, Endpoint, Result
+from cp_observe._batch._api import BatchStatus, JsonEntries, Result
+from cp_observe._batch._http import get_lines, get_object, named, post_json
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["AnthropicBatches", "messages_params"]
@@ -45,16 +43,12 @@ def messages_params(model: str, messages: Sequence[Mapping[str, Any]], params: M
     return body
 
 
-class AnthropicBatches:
+class AnthropicBatches(JsonEntries):
     """Anthropic's Message Batches."""
 
     name = "anthropic"
     max_requests = 100_000
     max_bytes = 256 * 1024 * 1024
-
-    def __init__(self, endpoint: Endpoint, model: str) -> None:
-        self._endpoint = endpoint
-        self._model = model
 
     def _headers(self) -> dict[str, str]:
         return {"x-api-key": self._endpoint.key, "anthropic-version": _VERSION}
@@ -62,16 +56,10 @@ class AnthropicBatches:
     def _entry(self, request: BatchRequest) -> dict[str, Any]:
         return {"custom_id": request.custom_id, "params": messages_params(self._model, request.messages, request.params)}
 
-    def size_of(self, request: BatchRequest) -> int:
-        return len(orjson.dumps(self._entry(request))) + 1
-
     def submit(self, requests: Sequence[BatchRequest]) -> str:
         created = post_json(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches", self._headers(),
                             {"requests": [self._entry(r) for r in requests]})
-        batch_id = created.get("id") if isinstance(created, dict) else None
-        if not isinstance(batch_id, str):
-            raise BatchApiError(f"the batch create gave no id: {str(created)[:200]}")
-        return batch_id
+        return named(created, "id", "the batch create")
 
     def complete(self, request: BatchRequest) -> Result:
         """One synchronous Messages call with the batch entry's parameters (a corrective call)."""
@@ -80,10 +68,8 @@ class AnthropicBatches:
         return _result({"custom_id": request.custom_id, "result": {"type": "succeeded", "message": message}})
 
     def _batch(self, batch_id: str) -> dict[str, Any]:
-        batch = get_json(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches/{batch_id}", self._headers())
-        if not isinstance(batch, dict):
-            raise BatchApiError(f"batch {batch_id}: not an object: {str(batch)[:200]}")
-        return batch
+        return get_object(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches/{batch_id}", self._headers(),
+                          f"batch {batch_id}")
 
     def status(self, batch_id: str) -> BatchStatus:
         batch = self._batch(batch_id)
@@ -97,9 +83,7 @@ class AnthropicBatches:
         url = self._batch(batch_id).get("results_url")
         if not isinstance(url, str) or not url:
             return
-        for line in get_bytes(url, self._headers()).splitlines():
-            if line.strip():
-                yield _result(orjson.loads(line))
+        yield from map(_result, get_lines(url, self._headers()))
 
 
 def _result(line: dict[str, Any]) -> Result:

@@ -6,9 +6,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from cp_observe._batch._requests import BatchRequest
 
-__all__ = ["BatchProvider", "BatchStatus", "Endpoint", "Result"]
+__all__ = ["BatchProvider", "BatchStatus", "Endpoint", "JsonEntries", "Result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +74,18 @@ class Endpoint:
     base: str
     key: str = field(repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class JsonEntries:
+    """A provider whose batch holds one JSON object per request (``_entry``), for ``model`` at ``endpoint``."""
+
+    def __init__(self, endpoint: Endpoint, model: str) -> None:
+        self._endpoint = endpoint
+        self._model = model
+
+    def _entry(self, request: BatchRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def size_of(self, request: BatchRequest) -> int:
+        """The bytes the request's entry adds to a batch (its JSON and a separator)."""
+        return len(orjson.dumps(self._entry(request))) + 1

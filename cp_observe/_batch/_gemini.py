@@ -16,10 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import orjson
-
-from cp_observe._batch._http import BatchApiError, get_json, post_json
-from cp_observe._batch._api import BatchStatus, Endpoint, Result
+from cp_observe._batch._api import BatchStatus, JsonEntries, Result
+from cp_observe._batch._http import get_object, named, post_json
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["GeminiBatches", "generate_content_request"]
@@ -45,16 +43,12 @@ def generate_content_request(messages: Sequence[Mapping[str, Any]], params: Mapp
     return body
 
 
-class GeminiBatches:
+class GeminiBatches(JsonEntries):
     """The Gemini API's batch mode, inline requests."""
 
     name = "gemini"
     max_requests = 100_000
     max_bytes = 20 * 1024 * 1024
-
-    def __init__(self, endpoint: Endpoint, model: str) -> None:
-        self._endpoint = endpoint
-        self._model = model
 
     def _headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self._endpoint.key}
@@ -63,18 +57,11 @@ class GeminiBatches:
         return {"request": generate_content_request(request.messages, request.params),
                 "metadata": {"key": request.custom_id}}
 
-    def size_of(self, request: BatchRequest) -> int:
-        return len(orjson.dumps(self._entry(request))) + 1
-
     def submit(self, requests: Sequence[BatchRequest]) -> str:
         body = {"batch": {"display_name": "cp-observe judge",
                           "input_config": {"requests": {"requests": [self._entry(r) for r in requests]}}}}
         url = f"{self._endpoint.base.rstrip('/')}/v1beta/models/{self._model}:batchGenerateContent"
-        created = post_json(url, self._headers(), body)
-        name = created.get("name") if isinstance(created, dict) else None
-        if not isinstance(name, str) or not name.startswith("batches/"):
-            raise BatchApiError(f"the batch create gave no batches/ name: {str(created)[:200]}")
-        return name
+        return named(post_json(url, self._headers(), body), "name", "the batch create", prefix="batches/")
 
     def complete(self, request: BatchRequest) -> Result:
         """One synchronous ``generateContent`` with the batch entry's request (a corrective call)."""
@@ -83,10 +70,7 @@ class GeminiBatches:
         return _result({"metadata": {"key": request.custom_id}, "response": response})
 
     def _batch(self, batch_id: str) -> dict[str, Any]:
-        batch = get_json(f"{self._endpoint.base.rstrip('/')}/v1beta/{batch_id}", self._headers())
-        if not isinstance(batch, dict):
-            raise BatchApiError(f"{batch_id}: not an object: {str(batch)[:200]}")
-        return batch
+        return get_object(f"{self._endpoint.base.rstrip('/')}/v1beta/{batch_id}", self._headers(), batch_id)
 
     def status(self, batch_id: str) -> BatchStatus:
         batch = self._batch(batch_id)

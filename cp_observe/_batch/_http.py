@@ -12,14 +12,14 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
 
 from cp_observe._errors import CpObserveError
 
-__all__ = ["BatchApiError", "get_bytes", "get_json", "post_json", "post_multipart"]
+__all__ = ["BatchApiError", "get_lines", "get_object", "named", "post_json", "post_multipart"]
 
 _TIMEOUT_S = 120.0
 _GET_ATTEMPTS = 4
@@ -67,14 +67,27 @@ def _get(url: str, headers: Mapping[str, str], sleep: Any = time.sleep) -> bytes
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def get_json(url: str, headers: Mapping[str, str]) -> Any:
-    """GET ``url`` and parse its JSON (retried on a connection error, 429 or 5xx)."""
-    return _json(_get(url, headers), url)
+def get_object(url: str, headers: Mapping[str, str], what: str) -> dict[str, Any]:
+    """GET ``url``'s JSON object (retried on a connection error, 429 or 5xx); ``what`` names it in the error."""
+    answer = _json(_get(url, headers), url)
+    if not isinstance(answer, dict):
+        raise BatchApiError(f"{what}: not an object: {str(answer)[:200]}")
+    return answer
 
 
-def get_bytes(url: str, headers: Mapping[str, str]) -> bytes:
-    """GET ``url`` as bytes, a results file (retried on a connection error, 429 or 5xx)."""
-    return _get(url, headers)
+def named(answer: Any, key: str, what: str, prefix: str = "") -> str:
+    """The string ``answer[key]`` (an id a create or upload gave, starting with ``prefix``), else an error."""
+    value = answer.get(key) if isinstance(answer, dict) else None
+    if not isinstance(value, str) or not value.startswith(prefix):
+        raise BatchApiError(f"{what} gave no {prefix}{key}: {str(answer)[:200]}")
+    return value
+
+
+def get_lines(url: str, headers: Mapping[str, str]) -> Iterator[Any]:
+    """GET a results file of JSON lines and parse each non-blank line (retried on a connection error, 429 or 5xx)."""
+    for line in _get(url, headers).splitlines():
+        if line.strip():
+            yield orjson.loads(line)
 
 
 def post_json(url: str, headers: Mapping[str, str], body: Any) -> Any:

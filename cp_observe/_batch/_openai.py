@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from cp_observe._batch._http import BatchApiError, get_bytes, get_json, post_json, post_multipart
 from cp_observe._batch._api import BatchStatus, Endpoint, Result
+from cp_observe._batch._http import get_lines, get_object, named, post_json, post_multipart
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["OpenAIBatches"]
@@ -64,17 +64,12 @@ class OpenAIBatches:
     def submit(self, requests: Sequence[BatchRequest]) -> str:
         content = b"\n".join(self._line(r) for r in requests) + b"\n"
         uploaded = post_multipart(self._at("/files"), self._headers(), {"purpose": "batch"}, "judge.jsonl", content)
-        file_id = uploaded.get("id") if isinstance(uploaded, dict) else None
-        if not isinstance(file_id, str):
-            raise BatchApiError(f"the file upload gave no id: {str(uploaded)[:200]}")
+        file_id = named(uploaded, "id", "the file upload")
         created = post_json(self._at("/batches"), self._headers(), {
             "input_file_id": file_id, "endpoint": self._url, "completion_window": "24h",
             "metadata": {"source": "cp-observe"},
         })
-        batch_id = created.get("id") if isinstance(created, dict) else None
-        if not isinstance(batch_id, str):
-            raise BatchApiError(f"the batch create gave no id: {str(created)[:200]}")
-        return batch_id
+        return named(created, "id", "the batch create")
 
     def complete(self, request: BatchRequest) -> Result:
         """One synchronous chat completion of ``request`` (a corrective call), read like a batch result."""
@@ -85,10 +80,7 @@ class OpenAIBatches:
         return _result({"custom_id": request.custom_id, "response": {"status_code": 200, "body": body}})
 
     def _batch(self, batch_id: str) -> dict[str, Any]:
-        batch = get_json(self._at(f"/batches/{batch_id}"), self._headers())
-        if not isinstance(batch, dict):
-            raise BatchApiError(f"batch {batch_id}: not an object: {str(batch)[:200]}")
-        return batch
+        return get_object(self._at(f"/batches/{batch_id}"), self._headers(), f"batch {batch_id}")
 
     def status(self, batch_id: str) -> BatchStatus:
         batch = self._batch(batch_id)
@@ -103,9 +95,7 @@ class OpenAIBatches:
             file_id = batch.get(key)
             if not isinstance(file_id, str) or not file_id:
                 continue
-            for line in get_bytes(self._at(f"/files/{file_id}/content"), self._headers()).splitlines():
-                if line.strip():
-                    yield _result(orjson.loads(line))
+            yield from map(_result, get_lines(self._at(f"/files/{file_id}/content"), self._headers()))
 
 
 def _result(line: dict[str, Any]) -> Result:

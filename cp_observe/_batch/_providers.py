@@ -29,8 +29,8 @@ def provider_for(model: str, api_base: str | None, api_key: str | None,
         from cp_observe._batch._openai import OpenAIBatches
 
         if provider == "azure":
-            base = api_base or os.environ.get("AZURE_API_BASE") or ""
-            key = api_key or os.environ.get("AZURE_API_KEY") or os.environ.get("AZURE_OPENAI_API_KEY") or ""
+            base = api_base or _env(("AZURE_API_BASE",))
+            key = api_key or _env(("AZURE_API_KEY", "AZURE_OPENAI_API_KEY"))
             if not base or not key:
                 raise ConfigurationError("--batch with an azure/ judge needs its endpoint (--judge-api-base or "
                                          "AZURE_API_BASE) and key (AZURE_API_KEY)")
@@ -40,25 +40,30 @@ def provider_for(model: str, api_base: str | None, api_key: str | None,
             version = os.environ.get("AZURE_API_VERSION") or "2024-10-21"
             return OpenAIBatches(Endpoint(base, key, {"api_version": version}), azure_deployment, azure=True,
                                  sync_model=name)
-        base = api_base or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or \
-            "https://api.openai.com/v1"
-        key = api_key or os.environ.get("OPENAI_API_KEY") or ""
-        if not key:
-            raise ConfigurationError("--batch with an openai/ judge needs OPENAI_API_KEY (or the judge's key)")
-        return OpenAIBatches(Endpoint(base, key), name)
+        return OpenAIBatches(_endpoint("an openai/", api_base, api_key, bases=("OPENAI_BASE_URL", "OPENAI_API_BASE"),
+                                       default="https://api.openai.com/v1", keys=("OPENAI_API_KEY",)), name)
     if provider == "anthropic":
         from cp_observe._batch._anthropic import AnthropicBatches
 
-        base = api_base or os.environ.get("ANTHROPIC_API_BASE") or os.environ.get("ANTHROPIC_BASE_URL") or \
-            "https://api.anthropic.com"
-        key = api_key or os.environ.get("ANTHROPIC_API_KEY") or ""
-        if not key:
-            raise ConfigurationError("--batch with an anthropic/ judge needs ANTHROPIC_API_KEY (or the judge's key)")
-        return AnthropicBatches(Endpoint(base, key), name)
+        return AnthropicBatches(_endpoint("an anthropic/", api_base, api_key,
+                                          bases=("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"),
+                                          default="https://api.anthropic.com", keys=("ANTHROPIC_API_KEY",)), name)
     from cp_observe._batch._gemini import GeminiBatches
 
-    base = api_base or os.environ.get("GEMINI_API_BASE") or "https://generativelanguage.googleapis.com"
-    key = api_key or os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY") or ""
+    return GeminiBatches(_endpoint("a gemini/", api_base, api_key, bases=("GEMINI_API_BASE",),
+                                   default="https://generativelanguage.googleapis.com",
+                                   keys=("GEMINI_API_KEY", "GOOGLE_API_KEY")), name)
+
+
+def _env(names: tuple[str, ...]) -> str:
+    """The first of the environment variables ``names`` that is set and not empty, else ``""``."""
+    return next((value for value in map(os.environ.get, names) if value), "")
+
+
+def _endpoint(judge: str, api_base: str | None, api_key: str | None, *, bases: tuple[str, ...], default: str,
+              keys: tuple[str, ...]) -> Endpoint:
+    """The judge's base and key, else the provider's environment variables (a key is required)."""
+    key = api_key or _env(keys)
     if not key:
-        raise ConfigurationError("--batch with a gemini/ judge needs GEMINI_API_KEY (or the judge's key)")
-    return GeminiBatches(Endpoint(base, key), name)
+        raise ConfigurationError(f"--batch with {judge} judge needs {keys[0]} (or the judge's key)")
+    return Endpoint(api_base or _env(bases) or default, key)

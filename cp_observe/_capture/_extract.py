@@ -319,26 +319,13 @@ def _context(item: object, max_chars: int, cut: list[int], score: Score = None, 
         return _make(_text(f"<unrepresentable {type_name(item)}>", max_chars, cut))
 
 
-class _Keys:
-    """Which keys a dict of one key set is read by: the first present name of each role, and whether more follow.
-
-    ``_from_mapping`` reads each role's names in order and takes the first that is not ``None``; with the key
-    set known, the names absent from it read ``None``, so reading only the first present one gives the same
-    answer whenever it is not ``None`` or no other name of the role is present. A plain class with slots (read
-    only once made), not a dataclass: building a dataclass costs about a millisecond at import.
-    """
-
-    __slots__ = ("ident", "ident_more", "meta", "meta_more", "score", "score_more", "text")
-
-    def __init__(self, text: str, meta: str | None, meta_more: bool, score: str | None, score_more: bool,
-                 ident: str | None, ident_more: bool) -> None:
-        self.text = text
-        self.meta = meta
-        self.meta_more = meta_more
-        self.score = score
-        self.score_more = score_more  # another score key, or "distance" (read when there is no score)
-        self.ident = ident
-        self.ident_more = ident_more
+#: Which keys a dict of one key set is read by, as the tuple ``(text, meta, meta_more, score, score_more, ident,
+#: ident_more)``: the first present name of each role, and whether more follow (``score_more`` also when
+#: "distance" is present, read when there is no score). ``_from_mapping`` reads each role's names in order and
+#: takes the first that is not ``None``; with the key set known, the names absent from it read ``None``, so
+#: reading only the first present one gives the same answer whenever it is not ``None`` or no other name of the
+#: role is present. A plain tuple, unpacked once per document.
+_Keys = tuple[str, str | None, bool, str | None, bool, str | None, bool]
 
 
 _KEY_PLANS: dict[tuple[Any, ...], _Keys | None] = {}  # bounded like _PLANS; dict stores are atomic
@@ -358,28 +345,29 @@ def _from_dict(doc: dict[Any, Any], max_chars: int, cut: list[int]) -> Context |
                 _KEY_PLANS[shape] = keys
         if keys is None:
             return None
+        text_key, meta_key, meta_more, score_key, score_more, ident_key, ident_more = keys
         get = doc.get
-        text = get(keys.text)
+        text = get(text_key)
         if type(text) is not str:
             return None
-        meta = get(keys.meta) if keys.meta is not None else None
+        meta = get(meta_key) if meta_key is not None else None
         if meta is None:
-            if keys.meta_more:
+            if meta_more:
                 return None
         elif type(meta) is dict:
             meta = meta or None
         else:
             meta = _meta(meta)
         score = None
-        if keys.score is not None:
-            own = get(keys.score)
+        if score_key is not None:
+            own = get(score_key)
             if own is not None:
                 score = own if type(own) is float and own - own == 0.0 else _score(own)
-        if score is None and keys.score_more:
+        if score is None and score_more:
             return None
-        ident = get(keys.ident) if keys.ident is not None else None
+        ident = get(ident_key) if ident_key is not None else None
         if ident is None:
-            if keys.ident_more:
+            if ident_more:
                 return None
         elif type(ident) is not str or not ident or len(ident) > _ID_LIMIT:
             ident = _ident(ident)
@@ -403,7 +391,7 @@ def _key_plan(shape: tuple[Any, ...]) -> _Keys | None:
     meta, meta_more = first(_META_NAMES)
     score, score_more = first(_SCORE_KEYS)
     ident, ident_more = first(_ID_KEYS)
-    return _Keys(text, meta, meta_more, score, score_more or "distance" in present, ident, ident_more)
+    return (text, meta, meta_more, score, score_more or "distance" in present, ident, ident_more)
 
 
 def _from_mapping(doc: Mapping[Any, Any], max_chars: int, cut: list[int], score: Score) -> Context:
@@ -483,42 +471,29 @@ def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, sc
     return _make(_text(text, max_chars, cut), _ident(_first_attr(obj, attrs, plan, plan.ids)), score, meta)
 
 
-class _Fields:
-    """How to read a document class whose text is a plain field: one ``attrgetter`` for every role.
-
-    ``read`` returns ``(text, ...)``: the first name of each role (text, id, score, metadata) when it is a
-    plain field; ``*_at`` is that role's position in the tuple, 0 when its first name is not a plain field
-    or it has none, and ``*_more`` whether the role has further names, which only the general reader tries
-    (it does when the first is ``None``). Reading plain fields runs no code of the host's, so reading them
-    all at once gives exactly what the general reader's name-by-name reads give. A plain class with slots
-    (read only once made), as ``_Keys``.
-    """
-
-    __slots__ = ("id_at", "id_more", "meta_at", "meta_more", "read", "score_at", "score_more")
-
-    def __init__(self, read: Callable[[object], Any], id_at: int, score_at: int, meta_at: int, id_more: bool,
-                 score_more: bool, meta_more: bool) -> None:
-        self.read = read
-        self.id_at = id_at
-        self.score_at = score_at
-        self.meta_at = meta_at
-        self.id_more = id_more
-        self.score_more = score_more
-        self.meta_more = meta_more
+#: How to read a document class whose text is a plain field: one ``attrgetter`` for every role, as the tuple
+#: ``(read, id_at, score_at, meta_at, id_more, score_more, meta_more)``. ``read`` returns ``(text, ...)``: the
+#: first name of each role (text, id, score, metadata) when it is a plain field; ``*_at`` is that role's position
+#: in the tuple, 0 when its first name is not a plain field or it has none, and ``*_more`` whether the role has
+#: further names, which only the general reader tries (it does when the first is ``None``). Reading plain fields
+#: runs no code of the host's, so reading them all at once gives exactly what the general reader's name-by-name
+#: reads give. A plain tuple, unpacked once per document.
+_Fields = tuple[Callable[[object], Any], int, int, int, bool, bool, bool]
 
 
 def _from_fields(obj: object, f: _Fields, max_chars: int, cut: list[int], score: Score) -> Context | None:
     """The general reader's answer for a plain-field document, or ``None`` when only it can tell."""
+    read, id_at, score_at, meta_at, id_more, score_more, meta_more = f
     try:
-        values = f.read(obj)
+        values = read(obj)
     except Exception:  # noqa: BLE001 - an unset slot, say: the general reader copes
         return None
     text = values[0]
     if type(text) is not str:
         return None  # None (then get_content() or the metadata), or a non-text value: the general rules
-    ident = values[f.id_at] if f.id_at else None
+    ident = values[id_at] if id_at else None
     if ident is None:
-        if f.id_more:
+        if id_more:
             return None
     elif type(ident) is not str:
         if callable(ident):
@@ -527,9 +502,9 @@ def _from_fields(obj: object, f: _Fields, max_chars: int, cut: list[int], score:
     elif not ident or len(ident) > _ID_LIMIT:
         ident = _ident(ident)
     if score is None:
-        own = values[f.score_at] if f.score_at else None
+        own = values[score_at] if score_at else None
         if own is None:
-            if f.score_more:
+            if score_more:
                 return None
         elif type(own) is float:
             score = own if own - own == 0.0 else None  # NaN and infinities fail this
@@ -537,9 +512,9 @@ def _from_fields(obj: object, f: _Fields, max_chars: int, cut: list[int], score:
             return None
         else:
             score = _score(own)
-    meta = values[f.meta_at] if f.meta_at else None
+    meta = values[meta_at] if meta_at else None
     if meta is None:
-        if f.meta_more:
+        if meta_more:
             return None
     elif type(meta) is dict:
         meta = meta or None
@@ -582,7 +557,7 @@ def _fields_reader(cls: type, roles: tuple[tuple[str, ...], ...], declared: froz
         more = [len(role) > 1 or (bool(role) and not readable) for role, readable in zip(roles, plain, strict=True)]
         getter = operator.attrgetter(*names)
         read = getter if len(names) > 1 else lambda obj: (getter(obj),)
-        return _Fields(read, at[1], at[2], at[3], more[1], more[2], more[3])
+        return (read, at[1], at[2], at[3], more[1], more[2], more[3])
     except Exception:  # noqa: BLE001 - an odd class: the general reader
         return None
 

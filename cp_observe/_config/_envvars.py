@@ -7,9 +7,9 @@ the same answers for the settings they read before anything was configured. Inva
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from cp_observe._log import logger
 from cp_observe._names import ENV_OTEL_CAPTURE_CONTENT, ENV_PREFIX
@@ -18,6 +18,7 @@ __all__ = ["capture_from_otel_env", "env_bool", "env_float", "env_int"]
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
+_N = TypeVar("_N", int, float)
 
 
 def capture_from_otel_env(env: Mapping[str, str]) -> bool | None:
@@ -58,30 +59,24 @@ def env_bool(name: str, env: Mapping[str, str] | None = None) -> bool | None:
 
 def env_float(name: str, low: float, high: float, env: Mapping[str, str] | None = None) -> float | None:
     """``CP_OBSERVE_<NAME>`` as a float within ``[low, high]``, or ``None``."""
-    raw = _raw(name, env)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not low <= value <= high:
-        _invalid(name, raw)
-        return None
-    return value
+    return _number(name, float, low, high, env)
 
 
 def env_int(name: str, low: int, high: int, env: Mapping[str, str] | None = None) -> int | None:
     """``CP_OBSERVE_<NAME>`` as an integer within ``[low, high]``, or ``None``."""
+    return _number(name, int, low, high, env)
+
+
+def _number(name: str, parse: Callable[[str], _N], low: _N, high: _N, env: Mapping[str, str] | None) -> _N | None:
+    """``CP_OBSERVE_<NAME>`` parsed and within ``[low, high]`` (NaN is not), else ``None`` (warned when set)."""
     raw = _raw(name, env)
     if raw is None:
         return None
     try:
-        value = int(raw)
+        value: _N | None = parse(raw)
     except ValueError:
-        _invalid(name, raw)
-        return None
-    if not low <= value <= high:
+        value = None
+    if value is None or not low <= value <= high:
         _invalid(name, raw)
         return None
     return value

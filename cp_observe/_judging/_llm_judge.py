@@ -42,10 +42,9 @@ from cp_observe._judging._params import EFFORTS, TIERS, rejected_parameter, requ
 from cp_observe._judging._prices import Price, model_price, price_of, table_entry
 from cp_observe._judging._prompt import (
     PROMPT_VERSION,
-    PROMPT_VERSIONS,
-    REASONS,
     Budget,
     build_prompt,
+    check_prompt,
     corrective_message,
     prompt_label,
     verdicts_schema,
@@ -151,12 +150,7 @@ class LLMJudge:
             raise ValueError(f"structured_output must be one of auto, {', '.join(_MODES)}")
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}")
-        if prompt_version not in PROMPT_VERSIONS:
-            raise ValueError(f"prompt_version must be one of {', '.join(PROMPT_VERSIONS)}")
-        if reasons not in REASONS:
-            raise ValueError(f"reasons must be one of {', '.join(REASONS)}")
-        if prompt_version == "cp-2" and reasons != "all":
-            raise ValueError("prompt_version cp-2 writes a reason for every verdict: reasons must be 'all'")
+        check_prompt(prompt_version, reasons)
         if reasoning_effort not in EFFORTS:
             raise ValueError(f"reasoning_effort must be one of {', '.join(EFFORTS)}")
         if service_tier is not None and service_tier not in TIERS:

@@ -28,9 +28,9 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar, cast
 
 from cp_observe._errors import ConfigurationError
 from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
@@ -53,6 +53,9 @@ _TABLE_FILE = "model_prices_and_context_window_backup.json"
 _lock = threading.Lock()  # one read of the table at a time (evaluator threads of several processors)
 _found: dict[tuple[str, str], Price | None] = {}  # bounded by the judges a process builds
 _MAX_FOUND = 256
+_MISSING: Final = object()
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,15 +165,21 @@ def price_of(provider: str, name: str) -> Price | None:
 
     ``provider`` empty: a bare model name, looked up as it is whatever its provider.
     """
-    key = (provider, name)
-    if key in _found:
-        return _found[key]
+    return _once(_found, (provider, name), lambda: _lookup(_table(), provider, name))
+
+
+def _once(cache: dict[_K, _V], key: _K, find: Callable[[], _V]) -> _V:
+    """``cache[key]``, found once under the lock that evaluator threads share; a full cache is cleared first."""
+    value = cache.get(key, _MISSING)
+    if value is not _MISSING:
+        return cast(_V, value)
     with _lock:
-        if key not in _found:
-            if len(_found) >= _MAX_FOUND:
-                _found.clear()
-            _found[key] = _lookup(_table(), provider, name)
-        return _found[key]
+        value = cache.get(key, _MISSING)
+        if value is _MISSING:
+            if len(cache) >= _MAX_FOUND:
+                cache.clear()
+            value = cache[key] = find()
+        return cast(_V, value)
 
 
 def _table() -> dict[str, Any]:
@@ -256,20 +265,14 @@ def table_entry(model: str) -> dict[str, Any] | None:
     it is (litellm then infers the provider from the entry). What the request parameters of a model are decided
     from (`_judging/_params.py`): whether it reasons, which reasoning efforts it takes.
     """
-    if model in _entries:
-        return _entries[model]
-    with _lock:
-        if model not in _entries:
-            if len(_entries) >= _MAX_FOUND:
-                _entries.clear()
-            table = _table()
-            provider, slash, name = model.partition("/")
-            found: dict[str, Any] | None = None
-            for key, wanted in (((model, provider), (name, provider)) if slash else ((model, None),)):
-                entry = table.get(key)
-                if isinstance(entry, dict) and (wanted is None or entry.get("litellm_provider") in (wanted, None)
-                                                or key == model):
-                    found = entry
-                    break
-            _entries[model] = found
-        return _entries[model]
+    return _once(_entries, model, lambda: _entry(_table(), model))
+
+
+def _entry(table: Mapping[str, Any], model: str) -> dict[str, Any] | None:
+    provider, slash, name = model.partition("/")
+    for key, wanted in (((model, provider), (name, provider)) if slash else ((model, None),)):
+        entry = table.get(key)
+        if isinstance(entry, dict) and (wanted is None or entry.get("litellm_provider") in (wanted, None)
+                                        or key == model):
+            return entry
+    return None

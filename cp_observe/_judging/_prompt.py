@@ -30,6 +30,7 @@ __all__ = [
     "Budget",
     "JudgePrompt",
     "build_prompt",
+    "check_prompt",
     "corrective_message",
     "prompt_label",
     "system_message",
@@ -46,27 +47,20 @@ REASONS: Final = ("all", "no", "none")
 _MARK: Final = "==="
 _CUT_NOTE: Final = " [...cut {n} characters]"
 
-VERDICTS_SCHEMA: Final[dict[str, Any]] = {
-    "type": "object",
-    "properties": {
-        "verdicts": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "context_index": {"type": "integer"},
-                    "verdict": {"type": "string", "enum": ["yes", "no"]},
-                    "reason": {"type": "string"},
-                },
-                "required": ["context_index", "verdict", "reason"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["verdicts"],
-    "additionalProperties": False,
-}
 
+def _schema(with_reason: bool) -> dict[str, Any]:
+    """The strict verdicts schema; every property required (a strict schema requires them all)."""
+    verdict: dict[str, Any] = {"context_index": {"type": "integer"},
+                               "verdict": {"type": "string", "enum": ["yes", "no"]}}
+    if with_reason:
+        verdict["reason"] = {"type": "string"}
+    item = {"type": "object", "properties": verdict, "required": list(verdict), "additionalProperties": False}
+    return {"type": "object", "properties": {"verdicts": {"type": "array", "items": item}}, "required": ["verdicts"],
+            "additionalProperties": False}
+
+
+VERDICTS_SCHEMA: Final[dict[str, Any]] = _schema(with_reason=True)
+_WITHOUT_REASON: Final[dict[str, Any]] = _schema(with_reason=False)
 
 
 def verdicts_schema(reasons: str = "all") -> dict[str, Any]:
@@ -75,30 +69,17 @@ def verdicts_schema(reasons: str = "all") -> dict[str, Any]:
     Strict schemas require every property, so with reasons only for ``no`` the reason is still required and
     the prompt asks for an empty one on a ``yes``.
     """
-    if reasons != "none":
-        return VERDICTS_SCHEMA
-    return _WITHOUT_REASON
+    return _WITHOUT_REASON if reasons == "none" else VERDICTS_SCHEMA
 
 
-_WITHOUT_REASON: Final[dict[str, Any]] = {
-    "type": "object",
-    "properties": {
-        "verdicts": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "context_index": {"type": "integer"},
-                    "verdict": {"type": "string", "enum": ["yes", "no"]},
-                },
-                "required": ["context_index", "verdict"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["verdicts"],
-    "additionalProperties": False,
-}
+def check_prompt(version: str, reasons: str) -> None:
+    """Refuse (``ValueError``) an unknown version or reasons value, or ``cp-2`` with reasons other than all."""
+    if version not in PROMPT_VERSIONS:
+        raise ValueError(f"prompt_version must be one of {', '.join(PROMPT_VERSIONS)}, got {version!r}")
+    if reasons not in REASONS:
+        raise ValueError(f"reasons must be one of {', '.join(REASONS)}, got {reasons!r}")
+    if version == "cp-2" and reasons != "all":
+        raise ValueError("prompt_version cp-2 writes a reason for every verdict: reasons must be 'all'")
 
 
 def prompt_label(version: str = PROMPT_VERSION, reasons: str = "all") -> str:
@@ -200,12 +181,7 @@ def build_prompt(
     Raises:
         ValueError: an unknown version or reasons value, or ``cp-2`` with reasons other than ``"all"``.
     """
-    if version not in PROMPT_VERSIONS:
-        raise ValueError(f"prompt version must be one of {', '.join(PROMPT_VERSIONS)}, got {version!r}")
-    if reasons not in REASONS:
-        raise ValueError(f"reasons must be one of {', '.join(REASONS)}, got {reasons!r}")
-    if version == "cp-2" and reasons != "all":
-        raise ValueError("prompt version cp-2 writes a reason for every verdict: reasons must be 'all'")
+    check_prompt(version, reasons)
     budget = budget or Budget()
     cut_contexts, truncated = _fit_contexts(contexts, budget)
     query_text, _ = _cut(query, budget.query)

@@ -79,27 +79,40 @@ def _check_query(url: str, kind: str, service: str, since: datetime, until: date
         raise ReplayInputError(f"{url}: --until must be after --since")
 
 
-class JaegerQuery:
-    """Traces of ``service`` between ``since`` and ``until`` from a Jaeger (or Tempo Jaeger-compatible) query API."""
+class _TraceQuery:
+    """Traces of ``service`` between ``since`` and ``until`` (both required) from a trace query API."""
 
     unit = "traces"
+    _API = ""  # the API's name, for the errors
+    _LABEL = ""  # what the source's name says before the service
 
     def __init__(self, url: str, service: str, *, since: datetime, until: datetime, limit: int = 200,
                  timeout_s: float = 30.0) -> None:
-        _check_query(url, "Jaeger", service, since, until)
+        _check_query(url, self._API, service, since, until)
         self.url = url.rstrip("/")
-        self.name = f"{self.url} (service {service})"
+        self.name = f"{self.url} ({self._LABEL + ', ' if self._LABEL else ''}service {service})"
         self.service = service
-        self.start_us = int(since.timestamp() * 1_000_000)
-        self.end_us = int(until.timestamp() * 1_000_000)
+        self.start, self.end = self._window(since, until)
         self.limit = limit
         self.timeout_s = timeout_s
         self.total: int | None = None
         self.position = 0
 
+    def _window(self, since: datetime, until: datetime) -> tuple[int, int]:  # in the unit the API takes
+        raise NotImplementedError
+
+
+class JaegerQuery(_TraceQuery):
+    """Traces of ``service`` between ``since`` and ``until`` from a Jaeger (or Tempo Jaeger-compatible) query API."""
+
+    _API = "Jaeger"
+
+    def _window(self, since: datetime, until: datetime) -> tuple[int, int]:
+        return int(since.timestamp() * 1_000_000), int(until.timestamp() * 1_000_000)  # microseconds
+
     def batches(self) -> Iterator[Batch]:
         """One request per trace, oldest window first."""
-        windows = [(self.start_us, self.end_us)]
+        windows = [(self.start, self.end)]
         while windows:
             start, end = windows.pop(0)
             query = urllib.parse.urlencode(
@@ -239,29 +252,20 @@ def _any(value: Any) -> AnyValue | None:
     return None if value is None else AnyValue(string_value=str(value))
 
 
-class TempoQuery:
+class TempoQuery(_TraceQuery):
     """Traces of ``service`` between ``since`` and ``until`` from Tempo's search and trace-by-id APIs."""
 
-    unit = "traces"
+    _API = _LABEL = "Tempo"
     _SEEN = 100_000
 
-    def __init__(self, url: str, service: str, *, since: datetime, until: datetime, limit: int = 200,
-                 timeout_s: float = 30.0) -> None:
-        _check_query(url, "Tempo", service, since, until)
-        self.url = url.rstrip("/")
-        self.name = f"{self.url} (Tempo, service {service})"
-        self.service = service
-        self.start_s = int(since.timestamp())
-        self.end_s = max(self.start_s + 1, int(until.timestamp() + 0.999))
-        self.limit = limit
-        self.timeout_s = timeout_s
-        self.total: int | None = None
-        self.position = 0
+    def _window(self, since: datetime, until: datetime) -> tuple[int, int]:
+        start = int(since.timestamp())  # whole seconds, the end rounded up and after the start
+        return start, max(start + 1, int(until.timestamp() + 0.999))
 
     def batches(self) -> Iterator[Batch]:
         """One request per trace, oldest window first."""
         seen: dict[str, None] = {}  # insertion-ordered, bounded: the most recent trace ids read
-        windows = [(self.start_s, self.end_s)]
+        windows = [(self.start, self.end)]
         while windows:
             start, end = windows.pop(0)
             query = urllib.parse.urlencode({"tags": f"service.name={self.service}", "start": start, "end": end,

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from cp_observe.report._corrected import corrected_table
-from cp_observe.report._html import CSS
+from cp_observe.report._html import head
 
 __all__ = ["render_calibration"]
 
@@ -64,10 +64,7 @@ def render_calibration(result: dict[str, Any], *, title: str = "Judge calibratio
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     apart = result["counted_apart"]
     parts = [
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        "script-src 'unsafe-inline'; img-src data:\">",
-        f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
+        head(title),
         f"<h1>{e(title)}</h1><div class='meta'>{result['labels']} labels from people against the judge's verdicts "
         f"in {e(', '.join(result['inputs']))}; generated {generated}. Counted apart: {apart['unmatched']} on spans "
         f"no judgement was read for, {apart['unseen']} on documents the judge never saw, {apart['unreadable']} "

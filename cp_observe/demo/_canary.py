@@ -15,10 +15,11 @@ would fire is what Prometheus would fire. ``benchmarks/alerts/bench_alerts.py`` 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cp_observe._stats._canary_scan import Gap, baseline_gap_z, gap_z
+from cp_observe._stats._moments import Moments as Sums  # a window's count, sum and sum of squares of AP
 from cp_observe.demo._alerts import Z as _Z99
 
 __all__ = ["GAP_SD", "MARGIN", "MIN_COUNT", "VAR_FLOOR", "WINDOWS", "Z", "Sums", "Verdict", "report", "scan", "verdict"]
@@ -30,44 +31,6 @@ GAP_SD = 0.01  # how far apart equally good values' MAPs stray, in the standard 
 MIN_COUNT = 20  # scored evaluations in the window, on each side
 VAR_FLOOR = 0.01  # the least AP variance the rules assume
 _Z95 = 1.96  # the printed two-sided 95 % interval of the gap
-
-
-@dataclass(frozen=True, slots=True)
-class Sums:
-    """A window's count, sum and sum of squares of AP: what the score histogram and the squares counter give."""
-
-    count: float
-    total: float
-    squares: float
-
-    @classmethod
-    def of(cls, scores: Iterable[float]) -> Sums:
-        """The sums of ``scores``."""
-        values = list(scores)
-        return cls(len(values), sum(values), sum(s * s for s in values))
-
-    def __add__(self, other: Sums) -> Sums:
-        return Sums(self.count + other.count, self.total + other.total, self.squares + other.squares)
-
-    def __sub__(self, other: Sums) -> Sums:
-        return Sums(self.count - other.count, self.total - other.total, self.squares - other.squares)
-
-    @property
-    def mean(self) -> float:
-        """The window's MAP (NaN when empty)."""
-        return self.total / self.count if self.count > 0 else math.nan
-
-    @property
-    def stderr(self) -> float:
-        """sqrt(max(squares / n - mean^2, 0) / max(n - 1, 1)): the printed band of one value's MAP."""
-        if self.count <= 0:
-            return math.nan
-        variance = max(self.squares / self.count - self.mean ** 2, 0.0)
-        return math.sqrt(variance / max(self.count - 1, 1))
-
-    def astuple(self) -> tuple[float, float, float]:
-        """(count, sum, squares)."""
-        return (self.count, self.total, self.squares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +47,16 @@ class Verdict:
 def verdict(value: Sums, data_source: Sums, baseline: float | None = None) -> Verdict:
     """One window's verdict for ``value`` in its ``data_source``'s totals at its stage (the rest: the difference)."""
     options = dict(margin=MARGIN, var_floor=VAR_FLOOR, min_count=MIN_COUNT, gap_sd=GAP_SD)
-    found = [gap_z(value.astuple(), data_source.astuple(), **options)]
+    found = [gap_z(_sums(value), _sums(data_source), **options)]
     if baseline is not None:
-        found.append(baseline_gap_z(value.astuple(), baseline, **options))
+        found.append(baseline_gap_z(_sums(value), baseline, **options))
     best = max((g for g in found if g is not None), key=lambda g: g.z, default=None)
     rest = data_source - value
     return Verdict(best is not None and best.z > Z, best, value.count, rest.count)
+
+
+def _sums(sums: Sums) -> tuple[float, float, float]:
+    return (sums.count, sums.total, sums.total_sq)
 
 
 def scan(windows: Mapping[int, tuple[Sums, Sums]], baseline: float | None = None) -> Verdict:

@@ -183,19 +183,21 @@ def replay(sources: Sequence[Source], options: ReplayOptions | None = None, *, j
     return result
 
 
+@dataclass
 class _Feeder:
     """Filters one converted request and hands it to the processor, waiting for room first."""
 
-    def __init__(self, processor: Any, admission: Admission, *, queue_size: int, options: ReplayOptions,
-                 result: ReplayResult, scored_spans: JsonLinesSpanExporter | None) -> None:
-        self.processor = processor
-        self.admission = admission
-        self.queue_size = queue_size
-        self.options = options
-        self.result = result
-        self.scored_spans = scored_spans
-        self.since_ns = int(options.since.timestamp() * 1e9) if options.since is not None else None
-        self.until_ns = int(options.until.timestamp() * 1e9) if options.until is not None else None
+    processor: Any
+    admission: Admission
+    queue_size: int
+    options: ReplayOptions
+    result: ReplayResult
+    scored_spans: JsonLinesSpanExporter | None
+
+    def __post_init__(self) -> None:
+        since, until = self.options.since, self.options.until
+        self.since_ns = int(since.timestamp() * 1e9) if since is not None else None
+        self.until_ns = int(until.timestamp() * 1e9) if until is not None else None
 
     def feed(self, converted: Any, where: str) -> None:
         result, options = self.result, self.options

@@ -13,7 +13,7 @@ from typing import Any
 
 from cp_observe.report._html_segments import rerank_section, segment_section, verdict_block
 
-__all__ = ["CSS", "render"]
+__all__ = ["CSS", "head", "render"]
 
 _W, _H = 440, 200
 _PAD_L, _PAD_R, _PAD_T, _PAD_B = 40, 12, 14, 30
@@ -38,10 +38,7 @@ def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str
     e = html.escape
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        "script-src 'unsafe-inline'; img-src data:\">",
-        f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
+        head(title),
         f"<h1>{e(title)}</h1><div class='meta'>{e(run.label)}: {run.evaluations} evaluations, "
         f"{run.overall.failed} failed, from {e(', '.join(run.files))}; generated {generated}. "
         "MAP = mean average precision; intervals are 95 % normal approximations.</div>",
@@ -61,6 +58,14 @@ def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str
     parts.append("<script>console.log('cp-observe report: ' + document.querySelectorAll('svg.chart-svg').length"
                  " + ' charts');</script></body></html>")
     return "".join(parts)
+
+
+def head(title: str) -> str:
+    """A page's start up to ``<body>``: the report's CSS, and a policy that lets the page load nothing."""
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            f"script-src 'unsafe-inline'; img-src data:\"><title>{html.escape(title)}</title><style>{CSS}</style>"
+            "</head><body>")
 
 
 def _interval(interval: tuple[float, float] | None) -> str:

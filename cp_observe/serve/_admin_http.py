@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
-from cp_observe.serve._connections import Connection, HttpDoor
+from cp_observe.serve._connections import Connection, DoorServer
 from cp_observe.serve._limits import Limits
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ _MAX_CONNECTIONS = 256  # probes and scrapers: a few at a time
 _TEXT = "text/plain; charset=utf-8"
 
 
-class AdminServer:
+class AdminServer(DoorServer):
     """``/healthz``, ``/readyz``, ``/metrics`` and ``/stats``: ``start()``, ``stop(grace_s)`` and ``port``."""
 
     name = "admin"
@@ -40,20 +40,8 @@ class AdminServer:
     def __init__(self, service: Backend, host: str, port: int) -> None:
         s = service.settings
         limits = Limits(_MAX_CONNECTIONS, s.http_idle_timeout_s, s.http_read_timeout_s, s.http_first_request_timeout_s)
-        self._service = service
         # One worker: a scrape's collection runs off the loop, so /healthz answers while it runs.
-        self._door = HttpDoor(service, host, port, self._handle, admin=True, limits=limits, workers=1,
-                              name=self.name)
-        self.port = self._door.port
-
-    def start(self) -> AdminServer:
-        """Start serving."""
-        self._door.start()
-        return self
-
-    def stop(self, grace_s: float) -> None:
-        """Stop accepting and close every connection."""
-        self._door.stop(grace_s)
+        super().__init__(service, host, port, admin=True, limits=limits, workers=1)
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         connection = request.protocol

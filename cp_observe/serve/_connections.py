@@ -43,7 +43,7 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from cp_observe.serve._backend import Backend
     from cp_observe.serve._tls import ServerTls
 
-__all__ = ["Connection", "HttpDoor"]
+__all__ = ["Connection", "DoorServer", "HttpDoor"]
 
 _LINGER_S = 2.0  # after a refusal, how long an unread body is drained so the sender sees the answer
 _AIOHTTP_LOG = logging.getLogger(f"{LOGGER_NAME}.http")  # aiohttp's own lines (bugs only): quiet by default
@@ -522,3 +522,30 @@ def _quiet_exceptions(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) 
     exc = context.get("exception")
     logger.warning("HTTP port event loop error", message=str(context.get("message", ""))[:200],
                    error_type=type(exc).__name__ if exc is not None else "")
+
+
+_Server = TypeVar("_Server", bound="DoorServer")
+
+
+class DoorServer:
+    """A server on one ``HttpDoor`` (its ``name`` names the thread): ``start()``, ``stop(grace_s)`` and ``port``."""
+
+    name = ""
+
+    def __init__(self, service: Backend, host: str, port: int, *, admin: bool, limits: Limits, workers: int) -> None:
+        self._service = service
+        self._door = HttpDoor(service, host, port, self._handle, admin=admin, limits=limits, workers=workers,
+                              name=self.name)
+        self.port = self._door.port
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        raise NotImplementedError
+
+    def start(self: _Server) -> _Server:
+        """Start serving."""
+        self._door.start()
+        return self
+
+    def stop(self, grace_s: float) -> None:
+        """Stop accepting, finish requests in flight within ``grace_s``, close every connection."""
+        self._door.stop(grace_s)

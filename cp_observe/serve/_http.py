@@ -34,7 +34,7 @@ from aiohttp import web
 
 from cp_observe.serve._admin_http import AdminServer
 from cp_observe.serve._admission import Decision
-from cp_observe.serve._connections import Connection, HttpDoor
+from cp_observe.serve._connections import Connection, DoorServer
 from cp_observe.serve._limits import effective_limits
 from cp_observe.serve._otlp import (
     JSON,
@@ -70,7 +70,7 @@ _REFUSALS = {
 _UNAUTHENTICATED = {"WWW-Authenticate": 'Bearer realm="cp-observe"'}
 
 
-class OtlpHttpServer:
+class OtlpHttpServer(DoorServer):
     """The OTLP/HTTP front door: ``start()``, ``stop(grace_s)`` and the bound ``port``."""
 
     name = "otlp-http"
@@ -79,19 +79,7 @@ class OtlpHttpServer:
         s = service.settings
         limits = effective_limits(s.max_connections, s.http_idle_timeout_s, s.http_read_timeout_s,
                                   s.http_first_request_timeout_s)
-        self._service = service
-        self._door = HttpDoor(service, host, port, self._handle, admin=False, limits=limits, workers=_WORKERS,
-                              name=self.name)
-        self.port = self._door.port
-
-    def start(self) -> OtlpHttpServer:
-        """Start serving."""
-        self._door.start()
-        return self
-
-    def stop(self, grace_s: float) -> None:
-        """Stop accepting, finish requests in flight within ``grace_s``, close every connection."""
-        self._door.stop(grace_s)
+        super().__init__(service, host, port, admin=False, limits=limits, workers=_WORKERS)
 
     @property
     def open_connections(self) -> int:

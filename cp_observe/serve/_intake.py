@@ -30,6 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -95,23 +96,22 @@ class AcknowledgingExporter(SpanExporter):
         return bool(self.inner.force_flush(timeout_millis))
 
 
+@dataclass(eq=False, repr=False)
 class DurableIntake:
     """Feeds the processor through the store: accepted sampled spans are committed before the 200."""
 
-    def __init__(self, store: DurableStore, processor: ContextPrecisionProcessor, admission: Admission,
-                 exporter: AcknowledgingExporter | None, recovered_counter: Any) -> None:
-        self.store = store
-        self.processor = processor
-        self.admission = admission
-        self.exporter = exporter
-        self._recovered_counter = recovered_counter
+    store: DurableStore
+    processor: ContextPrecisionProcessor
+    admission: Admission
+    exporter: AcknowledgingExporter | None
+    recovered_counter: Any
+
+    def __post_init__(self) -> None:
         #: Set by ``stop`` once the drain timed out: targets dropped at shutdown then stay for the next start.
         self.handover = False
         self._progress = threading.Event()  # set whenever a target finishes (recovery waits for room on it)
-        self.recovered = 0
-        self.expired = 0
-        self.redelivered = 0
-        processor._watch_finished(self._finished)
+        self.recovered = self.expired = self.redelivered = 0
+        self.processor._watch_finished(self._finished)
 
     # --- requests ----------------------------------------------------------------------------------------------
     def offer(self, request: ExportTraceServiceRequest, spans: Sequence[ReadableSpan]) -> Offer:
@@ -187,7 +187,7 @@ class DurableIntake:
             self.processor.on_end(span)
         store.recovered_rows, store.recovered_outbox = [], []
         if self.recovered:
-            self._recovered_counter.add(self.recovered)
+            self.recovered_counter.add(self.recovered)
         if self.recovered or self.expired or self.redelivered:
             logger.info("durable store: resumed what the previous process left", recovered=self.recovered,
                         expired=self.expired, redelivered=self.redelivered)

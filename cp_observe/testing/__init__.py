@@ -20,8 +20,9 @@ cp-observe is installed, and that must not cost the HTTP server's imports.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cp_observe._exports import lazy_exports
 
 __all__ = [
     "Behaviour",
@@ -45,41 +46,16 @@ __all__ = [
     "word_overlap_policy",
 ]
 
-_WHERE: dict[str, str] = {
-    "Behaviour": "_behaviours",
-    "EvaluationCapture": "_capture",
-    "FakeJudge": "_fake_judge",
-    "HumanLabels": "_labels",
-    "LabelAgreement": "_labels",
-    "IsolatedRuntime": "_isolation",
-    "JudgeCall": "_fake_judge",
-    "JudgeServer": "_judge_server",
-    "Policy": "_behaviours",
-    "ProcessorProbe": "_probe",
-    "RecordedRequest": "_judge_server",
-    "delay": "_behaviours",
-    "fixed": "_behaviours",
-    "good": "_behaviours",
-    "raw": "_behaviours",
-    "reset": "_behaviours",
-    "status": "_behaviours",
-    "word_overlap": "_fake_judge",
-    "word_overlap_policy": "_behaviours",
+_MODULES: dict[str, tuple[str, ...]] = {  # where each public name is defined
+    "_behaviours": ("Behaviour", "Policy", "delay", "fixed", "good", "raw", "reset", "status", "word_overlap_policy"),
+    "_capture": ("EvaluationCapture",),
+    "_fake_judge": ("FakeJudge", "JudgeCall", "word_overlap"),
+    "_isolation": ("IsolatedRuntime",),
+    "_judge_server": ("JudgeServer", "RecordedRequest"),
+    "_labels": ("HumanLabels", "LabelAgreement"),
+    "_probe": ("ProcessorProbe",),
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'cp_observe.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"cp_observe.testing.{module}"), name)
-    globals()[name] = value  # later lookups are plain module attributes
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES, __all__)
 
 if TYPE_CHECKING:
     from cp_observe.testing._behaviours import (
