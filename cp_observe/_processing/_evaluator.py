@@ -28,6 +28,7 @@ from typing import Any
 
 from cp_observe import _names as n
 from cp_observe._capture._conventions import reranker_model_of, top_k_of
+from cp_observe._config._sampling import sample_key
 from cp_observe._config._settings import Settings
 from cp_observe._emission._emit import Emitter, Target
 from cp_observe._log import logger
@@ -327,9 +328,11 @@ class Evaluator:
             added = self._assembler.add(item, now)  # may find the span is not a retrieval of its own (counts)
             if item.target and item.counts:
                 self.accounting.sampled()
+                self.gates.saw(sample_key(item.attributes, item.kind == "retriever"), item.sampling_reason)
                 self.emitter.count_sampled(Emitter.labels(_target(item, "", item.sampling_reason)))
             outcomes.extend(added)
         outcomes.extend(self._assembler.flush() if flush else self._assembler.expire(now))
+        self.gates.tick()  # the pacing window's boundary: new sample rates, a new burst allowance
         if self.on_tick is not None:
             try:
                 self.on_tick()

@@ -179,6 +179,8 @@ def configure(
         **({"data_source": data_source_callable} if data_source_callable is not None else {}),
         **({"document_resolver": document_resolver} if callable(document_resolver) else {}),
     )
+    if processor.sampler is not sampler:  # the processor's rates (paced, allocated) mark the decorators' spans
+        _runtime.install(sampler=processor.sampler)
     tracer_provider.add_span_processor(processor)
     _CURRENT[0] = processor
     logger.info("cp-observe configured", judge=processor.judge.model, sample_rate=resolved.sample_rate,

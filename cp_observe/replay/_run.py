@@ -91,6 +91,7 @@ class ReplayOptions:
             "threshold": self.threshold, "concurrency": self.concurrency, "queue_size": self.queue_size,
             "turn_timeout_s": self.turn_timeout_s, "capture_content": self.capture_content,
             "daily_budget_usd": self.budget_usd, "otlp_endpoint": self.otlp_endpoint,
+            "budget_pacing": False, "allocation": False,  # a plain cap: stored traces replay faster than a period
             "service_name": self.service_name, "segments": self.segments,
             "max_segment_values": self.max_segment_values, "document_resolver": self.document_resolver,
         }
