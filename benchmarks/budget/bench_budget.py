@@ -9,8 +9,9 @@ evaluation costs one unit. Policies, on the same streams:
 - **flat**: today's sampler, one trace-id ratio of 5 % for every data source;
 - **paced + allocated**: the library's own arithmetic, window by window (5 min, UTC-aligned): the traffic estimate
   from the sampled calls (``TrafficEstimate``, each sampled call standing for 1 / rate calls), the paced spend rate
-  (``paced_spend_rate``: what is left of the day's budget over what is left of the day), the burst allowance of a
-  window (2x its paced share, the rest skipped), and the allocation (``allocate``: ceiling 100 %, no data source
+  (``paced_spend_rate``: what is left of the day's budget over what is left of the day; above it only as far as
+  0.6 of the even pace stays in reserve for the rest of the day), the burst allowance of a window (2x its paced
+  share, the rest skipped), and the allocation (``allocate``: ceiling 100 %, no data source
   below the flat rate / 1.25, inside the 1.5x bound on delay). The day's budget is the flat rate's mean daily spend;
 - **today's gate**: the flat rate until the day's budget is spent, then nothing until midnight (the hard cap
   without pacing);
@@ -47,7 +48,7 @@ import numpy as np
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE.parents[1] / "alerts"))
-from _common import machine_line, markdown_table
+from _common import block_network, machine_line, markdown_table
 from bench_alerts import (
     DETECT_LIMIT_MIN,
     LEAD_DAYS,
@@ -65,7 +66,7 @@ from bench_alerts import (
 )
 
 from cp_observe._processing._allocation import TrafficEstimate, allocate
-from cp_observe._processing._pacer import paced_spend_rate
+from cp_observe._processing._pacer import RESERVE_SHARE, paced_spend_rate
 from cp_observe._stats._sequential import lorden_threshold
 
 SOURCES = 10
@@ -104,8 +105,11 @@ def plan_rates(calls: np.ndarray, budget_per_day: float, rng: np.random.Generato
             if left <= 0:
                 rates = np.zeros(sources)
             elif per_s:
+                left_s = (day_start + PER_DAY - start) * 60.0
+                headroom = left - RESERVE_SHARE * budget_per_day * left_s / (PER_DAY * 60.0)
                 chosen = allocate(per_s, spend_rate, CEILING, drop=DROP, allocation=allocation,
-                                  flat_rate=estimate.flat_rate(spend_rate, CEILING))
+                                  flat_rate=estimate.flat_rate(spend_rate, CEILING),
+                                  floor_spend=spend_rate + max(0.0, headroom) / (WINDOW_MIN * 60.0))
                 default = min(CEILING, spend_rate / sum(per_s.values()))
                 rates = np.array([chosen.get(k, max([default, *chosen.values()])) for k in keys])
                 planned = sum(per_s[k] * r for k, r in chosen.items())
@@ -251,6 +255,7 @@ def main() -> None:
     args = parser.parse_args()
     episodes, months = (3, 1) if args.quick else (args.episodes, args.months)
     rules = _detection_rules()
+    blocked = block_network()  # a simulation: nothing is reached
     began = time.monotonic()
     print(machine_line())
     print(f"seed {args.seed}; {SOURCES} data sources, {REQUESTS[0]}-{REQUESTS[-1]:.0f} req/s; flat {FLAT:.0%}; "
@@ -282,7 +287,7 @@ def main() -> None:
           f"{alarms['pooled_allocated']:.2f} per data source per month (95 % bound "
           f"{alarms['pooled_allocated_upper']:.2f}; target <= 1: "
           f"{'holds' if alarms['pooled_allocated_upper'] <= 1 else 'see the bound'})")
-    print(f"\n{time.monotonic() - began:.0f} s")
+    print(f"\n{time.monotonic() - began:.0f} s; non-loopback network attempts refused: {blocked.total}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Where the evaluations go: each data source's sample rate, chosen so the worst data source's drop is caught soonest.
 
 A drop of ``δ`` in a data source's MAP is caught after about ``N(δ) = 2σ² ln(ARL) / δ²`` of its evaluations
-(Lorden's bound; ``σ`` ≈ 0.38 for production-like AP, ``ARL`` a month of evaluations), so its delay is ``N(δ)`` over its
-evaluations a second, ``λ r`` (traffic times rate). One flat rate gives a busy data source far more evaluations than
+(Lorden's bound; ``σ`` ≈ 0.38 for production-like AP, ``ARL`` a month of evaluations), so its delay is ``N(δ)``
+over its evaluations a second, ``λ r`` (traffic times rate). One flat rate gives a busy data source far more evaluations than
 its alerts can use and a quiet one too few. As survey sampling allocates across strata, ``allocate`` spends the same
 evaluations a second (``E``) so as to minimise the worst delay, under three bounds:
 
@@ -49,7 +49,8 @@ def saturation(drop: float) -> float:
 
 
 def allocate(traffic: Mapping[str, float], evaluations_per_s: float, ceiling: float, *,
-             drop: float = 0.1, allocation: bool = True, flat_rate: float | None = None) -> dict[str, float]:
+             drop: float = 0.1, allocation: bool = True, flat_rate: float | None = None,
+             floor_spend: float = math.inf) -> dict[str, float]:
     """Each data source's rate so that ``traffic`` (calls a second by data source) yields ``evaluations_per_s``.
 
     Without ``allocation``: one flat rate, ``E / Σλ`` up to the ceiling. With it: the water-filling above, with
@@ -57,7 +58,9 @@ def allocate(traffic: Mapping[str, float], evaluations_per_s: float, ceiling: fl
     over the whole period would have (the paced spend over the period's mean traffic): pacing spends evenly over the day
     where a flat rate follows the traffic, so in busy hours the floor may spend more than ``E`` (the pacer takes
     it back from the quiet hours) and no data source falls behind what the flat rate would have given it then.
-    Without ``flat_rate``, the floor is ``E / Σλ / FLOOR_DIVISOR``.
+    Without ``flat_rate``, the floor is ``E / Σλ / FLOOR_DIVISOR``. ``floor_spend`` bounds what the floors may
+    spend together (evaluations a second): past it they are lowered alike, so a busy hour cannot spend the reserve
+    that keeps the rest of the period paced (``RatePlan``).
     """
     total = sum(traffic.values())
     if total <= 0:
@@ -66,6 +69,9 @@ def allocate(traffic: Mapping[str, float], evaluations_per_s: float, ceiling: fl
     if not allocation or flat >= ceiling:
         return dict.fromkeys(traffic, flat)
     floor = min(ceiling, flat if flat_rate is None else flat_rate) / FLOOR_DIVISOR
+    at_floor = floor * total
+    if at_floor > max(floor_spend, evaluations_per_s):
+        floor *= max(floor_spend, evaluations_per_s) / at_floor
     sat = saturation(drop)
     caps = {k: min(ceiling, max(floor, sat / lam)) if lam > 0 else ceiling for k, lam in traffic.items()}
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["PeriodBudget", "Pacer", "paced_spend_rate"]
+__all__ = ["RESERVE_SHARE", "Pacer", "PeriodBudget", "paced_spend_rate"]
 
 
 class PeriodBudget(Protocol):
@@ -35,6 +35,10 @@ class PeriodBudget(Protocol):
     def save(self) -> None: ...  # noqa: D102
 
 _COST_WEIGHT = 0.1  # the weight of a new judgement's cost in the running mean cost per evaluation
+#: The share of the even pace kept in reserve for the rest of the period: spending above the pace (the
+#: allocation's floors in a busy hour) stops where it would leave less than this for every later hour (above one
+#: half, so that the window-to-window wobble of the rate never takes an hour below half the even pace).
+RESERVE_SHARE = 0.6
 
 
 def paced_spend_rate(left_usd: float, now: float, period_end: float, window_s: float) -> float:
@@ -93,6 +97,18 @@ class Pacer:
         self.window_spent_usd += usd
         mean = self.mean_cost_usd
         self.mean_cost_usd = usd if mean is None else mean + _COST_WEIGHT * (usd - mean)
+
+    def headroom_usd(self) -> float:
+        """What may be spent now beyond the pace while the rest of the period keeps ``RESERVE_SHARE`` of the even pace.
+
+        The spend rate is what is left over how long is left, so as long as what is left covers that share of the
+        even pace for the time left, no later hour falls below it.
+        """
+        budget = self.budget
+        if budget.limit_usd is None:
+            return math.inf
+        left_s = max(budget.period_end - self._clock(), 0.0)
+        return budget.left_usd() - RESERVE_SHARE * budget.limit_usd * left_s / budget.period_s
 
     def evaluations_per_s(self) -> float | None:
         """Evaluations a second the paced spend rate buys at the mean cost (None before any cost is known)."""

@@ -113,12 +113,21 @@ class RatePlan:
             self.sampler.install({}, self.ceiling)
             return True
         rates = allocate(traffic, wanted, self.ceiling, drop=self.drop, allocation=self.allocation,
-                         flat_rate=self.traffic.flat_rate(wanted, self.ceiling))
+                         flat_rate=self.traffic.flat_rate(wanted, self.ceiling), floor_spend=self._floor_spend(wanted))
         self.sampler.install(rates, min(self.ceiling, wanted / total))
         pacer = self.pacer
         if pacer is not None and pacer.mean_cost_usd is not None:
             pacer.expect(sum(traffic[k] * r for k, r in rates.items()) * pacer.mean_cost_usd)
         return True
+
+    def _floor_spend(self, wanted: float) -> float:
+        """Sampled retrievals a second the allocation's floors may take this window: the pace plus the headroom."""
+        pacer = self.pacer
+        mean = pacer.mean_cost_usd if pacer is not None else None
+        if pacer is None or not mean:
+            return math.inf
+        extra = max(0.0, pacer.headroom_usd()) / mean / self.window_s
+        return wanted + (extra / self.llm_share if self.llm_share else extra)
 
     def snapshot(self) -> dict[str, Any]:
         """The rates in force and what they were chosen from, for ``processor.stats()``."""
