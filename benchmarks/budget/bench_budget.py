@@ -155,14 +155,17 @@ def blind_hours(seed: int) -> tuple[list[list[str]], dict[str, float]]:
     calls = fleet_traffic(days, rng, phase=0.75)  # traffic peaks at noon UTC, lowest at midnight
     budget = 0.5 * FLAT * calls.sum() / days
     gate = weekday_hours(todays_gate(calls, budget), days)
-    paced = weekday_hours(plan_rates(calls, budget, rng), days)
+    plan = plan_rates(calls, budget, rng)
+    paced = weekday_hours(plan, days)
+    every = plan.sum(axis=0).reshape(days, 24, 60).sum(axis=2)[1:]  # each hour of each day after the first
     allows = weekday_hours(calls * CEILING, days)
     target = np.minimum(0.5 * budget / 24, allows)
     rows = [[f"{h:02d}", f"{allows[h]:,.0f}", f"{gate[h]:,.0f}", f"{paced[h]:,.0f}", f"{target[h]:,.0f}"]
             for h in range(24)]
     summary = {"budget": budget, "gate_min": float(gate.min()), "paced_min": float(paced.min()),
                "target_min": float(target.min()), "gate_zero_hours": int((gate < 1).sum()),
-               "paced_ok": bool((paced >= target).all())}
+               "paced_ok": bool((paced >= target).all()), "every_min": float(every.min()),
+               "every_ok": bool((every >= 0.5 * budget / 24).all())}
     return rows, summary
 
 
@@ -268,7 +271,8 @@ def main() -> None:
     print(markdown_table(["hour (UTC)", "traffic allows", "today's gate", "paced + allocated", "target"], rows))
     print(f"\ntoday's gate: {hours['gate_zero_hours']} blind hours (min {hours['gate_min']:,.0f}); paced: min "
           f"{hours['paced_min']:,.0f} per hour against a target of {hours['target_min']:,.0f}: "
-          f"{'holds' if hours['paced_ok'] else 'MISSED'}\n")
+          f"{'holds' if hours['paced_ok'] else 'MISSED'}; fewest in any single hour of any day after the first "
+          f"{hours['every_min']:,.0f} ({'holds' if hours['every_ok'] else 'MISSED'})\n")
 
     rows, delay = delays(args.seed + 1, episodes, rules)
     print(f"Median delay (min) to catch a {DROP} step, within 24 h (not caught = 1440), at the flat rate's daily spend "

@@ -2,9 +2,9 @@
 
 A drop of ``δ`` in a data source's MAP is caught after about ``N(δ) = 2σ² ln(ARL) / δ²`` of its evaluations
 (Lorden's bound; ``σ`` ≈ 0.38 for production-like AP, ``ARL`` a month of evaluations), so its delay is ``N(δ)``
-over its evaluations a second, ``λ r`` (traffic times rate). One flat rate gives a busy data source far more evaluations than
-its alerts can use and a quiet one too few. As survey sampling allocates across strata, ``allocate`` spends the same
-evaluations a second (``E``) so as to minimise the worst delay, under three bounds:
+over its evaluations a second, ``λ r`` (traffic times rate). One flat rate gives a busy data source far more
+evaluations than its alerts can use and a quiet one too few. As survey sampling allocates across strata,
+``allocate`` spends the same evaluations a second (``E``) so as to minimise the worst delay, under three bounds:
 
 - no data source's delay grows past 1.5 times what the flat rate of the same spend gives it (``FLAT_DELAY_BOUND``):
   its rate never falls below ``flat / 1.25`` (``FLOOR_DIVISOR``, inside the bound: the scan's delays move in
