@@ -40,6 +40,7 @@ SHORTEST_WINDOW_S = 300.0
 _BISECTIONS = 60
 _MAX_KEYS = 1000  # data sources whose traffic is kept; the quietest are forgotten first past it
 _SMOOTHING = 0.5  # the weight of the newest window in the traffic estimate
+_LONG_RUN_MIN_SHARE = 24  # the long-run mean is used once it covers horizon / this
 
 
 def saturation(drop: float) -> float:
@@ -108,6 +109,7 @@ class TrafficEstimate:
         self.long_run_total: float | None = None
         self._horizon_s = horizon_s
         self._windows = 0
+        self._seen_s = 0.0  # seconds of traffic the long-run mean covers
         self._window: dict[str, float] = {}
 
     def add(self, key: str, rate: float, count: float = 1.0) -> None:
@@ -132,14 +134,19 @@ class TrafficEstimate:
         self.per_s = {k: v for k, v in kept if v > 0}
         total = sum(window.values()) / seconds
         self._windows += 1
+        self._seen_s += seconds
         weight = max(min(1.0, seconds / self._horizon_s), 1.0 / self._windows)  # a plain mean until the horizon
         old_total = self.long_run_total
         self.long_run_total = total if old_total is None else old_total + weight * (total - old_total)
         return self.per_s
 
     def flat_rate(self, evaluations_per_s: float, ceiling: float) -> float | None:
-        """The rate a flat sampler spending ``evaluations_per_s`` on average over the horizon would have."""
+        """The rate a flat sampler spending ``evaluations_per_s`` on average over the horizon would have.
+
+        None until the mean covers a 24th of the horizon (an hour of a day): a mean of the first few windows
+        (a process warming up, a quiet start) says little about the period's traffic.
+        """
         total = self.long_run_total
-        if not total or total <= 0:
+        if not total or total <= 0 or self._seen_s < self._horizon_s / _LONG_RUN_MIN_SHARE:
             return None
         return min(ceiling, evaluations_per_s / total)
