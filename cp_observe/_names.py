@@ -223,6 +223,22 @@ METRIC_CASCADE_SUMS: Final = "context_precision.cascade.sums"
 # Per reranked retrieval, AP of the reranker's output order minus AP of its input order.
 #: histogram, unit "1", labels as the score histogram (stage="rerank") -> context_precision_rerank_lift_*
 METRIC_RERANK_LIFT: Final = "context_precision.rerank.lift"
+# The paced budget and the per-data-source sample rates (_processing/_rate_plan.py): what the sampler holds in force
+# now, and the period's spend against its limit and against the paced allowance.
+#: gauge, the share of a data source's traces sampled now, by data source -> context_precision_sample_rate
+METRIC_SAMPLE_RATE: Final = "context_precision.sample_rate"
+#: gauge, this process's budget for the current period (its replica share) -> context_precision_budget_limit_usd
+METRIC_BUDGET_LIMIT: Final = "context_precision.budget.limit_usd"
+#: gauge, judge cost counted in the current period -> context_precision_budget_spent_usd
+METRIC_BUDGET_SPENT: Final = "context_precision.budget.spent_usd"
+#: gauge, what an even pace would have spent by now in the period -> context_precision_budget_allowance_usd
+METRIC_BUDGET_ALLOWANCE: Final = "context_precision.budget.allowance_usd"
+#: Skip reason of a judge call refused because this pacing window's spend reached its burst allowance.
+SKIP_BUDGET_PACED: Final = "budget_paced"
+#: Skip reason of a judge call refused because the period's budget is spent (the hard cap).
+SKIP_BUDGET_EXHAUSTED: Final = "budget_exhausted"
+#: The sampling key of a span whose data source is not known at span start (agents, roots): the highest rate.
+SAMPLE_KEY_ANY: Final = ""
 
 # `cp-observe serve`'s own instruments (SERVE_ prefix: not part of the library's METRIC_* set).
 #: counter of OTLP requests by protocol and result -> context_precision_serve_requests_total

@@ -76,6 +76,10 @@ CANARY_RULE_GROUPS = ("context_precision.canary.recording", "context_precision.c
 #: The drop-detection rules' alert (its own file, generated) and groups.
 DETECTION_ALERT_NAMES = ("ContextPrecisionMAPRegression",)
 DETECTION_RULE_GROUPS = ("context_precision.detection.recording", "context_precision.detection.alerts")
+#: The judge budget's alerts (their own file, rules/context_precision_budget.rules.yml) and group.
+BUDGET_RULES_FILE = PROMETHEUS_DIR / "rules" / "context_precision_budget.rules.yml"
+BUDGET_ALERT_NAMES = ("ContextPrecisionBudgetExhausted", "ContextPrecisionPacedBelowUseful")
+BUDGET_RULE_GROUPS = ("context_precision.budget",)
 #: A series the canary alert reads that the user records (the baseline MAP per data source and stage), unless the
 #: rules were generated with --baseline, which records it as a constant.
 CANARY_BASELINE_SERIES = "gen_ai_data_source_id_stage:context_precision_score:canary_baseline"
@@ -170,6 +174,16 @@ def library_instruments() -> tuple[Instrument, ...]:
     judged = JudgedRetrieval(trace_id=1, span_id=2, data_source="docs", judge=JudgeKey("judge", "cp-2", "llm"),
                              verdicts=(True, False))
     record_agreement(meter_provider, calibrate([judged], [HumanLabel(1, 2, True, position=0)]).groups)
+    # The sample rates in force and the budget against its pace are gauges of a processor's rate plan (a paced
+    # budget or max_evaluations_per_minute), not of the emitter: observe one plan with a rate per data source.
+    from cp_observe._config._sampling import SourceRates
+    from cp_observe._processing._gates import Gates
+    from cp_observe._processing._rate_plan import RatePlan
+
+    paced = Settings(daily_budget_usd=1.0)
+    sampler = SourceRates(1.0)
+    sampler.install({"docs": 0.5}, 0.5)
+    RatePlan(sampler, Gates(paced).pacer, paced).observe(meter_provider)
     found = []
     data = reader.get_metrics_data()
     assert data is not None

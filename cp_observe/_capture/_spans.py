@@ -82,6 +82,8 @@ class Call:
     top_k_key: str = n.GEN_AI_RETRIEVAL_TOP_K  # where the requested k is recorded
     #: Whether the documents also go out as the GenAI convention's ``gen_ai.retrieval.documents`` (retrievers).
     convention_documents: bool = False
+    #: The sampler's key at span start: a retriever's data source (its name); None (the highest rate) otherwise.
+    sample_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind == "reranker":
@@ -102,6 +104,7 @@ class Call:
             }
             self.scores_contexts = True
             self.convention_documents = True
+            self.sample_key = self.name
         else:
             self.span_name = f"{n.AGENT_SPAN_PREFIX} {self.name}"
             self.start_attributes = {
@@ -168,7 +171,7 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             return State(call, span, rt, False)
         span_context = span.get_span_context()
         trace_id = span_context.trace_id
-        sampled = rt.sampler(trace_id)
+        sampled = rt.sampler(trace_id, call.sample_key)
         if not sampled and is_forced(None, trace_id):
             FORCED.add(trace_id)  # so the processor, which sees only the ended span, agrees
             sampled = True

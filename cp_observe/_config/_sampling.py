@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-__all__ = ["ForcedTraces", "TraceIdRatio", "force_evaluation", "sampling_reason"]
+from cp_observe._names import GEN_AI_DATA_SOURCE_ID as DATA_SOURCE_ID
+
+__all__ = ["ForcedTraces", "SourceRates", "TraceIdRatio", "force_evaluation", "sample_key", "sampling_reason"]
 
 _RANDOM_BITS = 56
 _MASK = (1 << _RANDOM_BITS) - 1
@@ -25,7 +28,11 @@ _FORCE_KEY = otel_context.create_key("cp_observe.force_evaluation")
 
 
 class TraceIdRatio:
-    """Samples ``rate`` of traces by their trace id's low 56 bits."""
+    """Samples ``rate`` of traces by their trace id's low 56 bits.
+
+    ``key`` names the data source a span retrieves from (its ``gen_ai.data_source.id`` at span start) and is
+    ignored here: one flat rate for all. ``SourceRates`` gives each key its own rate.
+    """
 
     __slots__ = ("_bound", "rate")
 
@@ -35,9 +42,52 @@ class TraceIdRatio:
         self.rate = float(rate)
         self._bound = round(rate * (1 << _RANDOM_BITS))
 
-    def __call__(self, trace_id: int) -> bool:
+    def __call__(self, trace_id: int, key: str | None = None) -> bool:  # noqa: ARG002 - the flat rate ignores it
         """True when this trace is in the sampled share."""
         return (trace_id & _MASK) < self._bound
+
+
+class SourceRates(TraceIdRatio):
+    """A rate per data source (the sampling key), each a trace-id ratio, replaced wholesale at window boundaries.
+
+    The key at span start is the data source the span names then: a decorated retriever's name, a foreign
+    retrieval's ``gen_ai.data_source.id``. A ``data_source`` callable's answer is known only on the evaluator
+    thread, so it never keys the sampler: when it names the retrieval otherwise, the retrieval is still sampled
+    at the rate of the key it started with, and counted under that key's traffic.
+
+    A span with no key (an agent, a root: the data sources its retrievals will use are not known when it
+    starts) and a key not yet seen are sampled at ``rate``, the highest rate in force. Decisions nest (the same
+    low bits against a higher bound), so every trace one of its retrievals samples also has its agent's answer
+    captured. The read is one dict lookup; ``install`` swaps the dict, so a reader never sees half an update
+    and nothing waits (a finalizer may start a span).
+    """
+
+    __slots__ = ("_bounds", "rates")
+
+    def __init__(self, rate: float) -> None:
+        super().__init__(rate)
+        self.rates: dict[str, float] = {}
+        self._bounds: dict[str | None, int] = {}
+
+    def __call__(self, trace_id: int, key: str | None = None) -> bool:
+        """True when this trace is in the share sampled for data source ``key``."""
+        return (trace_id & _MASK) < self._bounds.get(key, self._bound)
+
+    def install(self, rates: dict[str, float], default: float) -> None:
+        """Put ``rates`` (data source -> rate) in force; other keys and spans with none get at least ``default``."""
+        for key, rate in rates.items():
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"rate of {key!r} must be within [0, 1], got {rate!r}")
+        top = max([default, *rates.values()])
+        bounds: dict[str | None, int] = {key: round(rate * (1 << _RANDOM_BITS)) for key, rate in rates.items()}
+        self._bound = round(top * (1 << _RANDOM_BITS))  # read first by a racing reader: never below a key's bound
+        self._bounds = bounds
+        self.rates = dict(rates)
+        self.rate = top
+
+    def rate_of(self, key: str | None) -> float:
+        """The rate in force for ``key`` (the highest for a key with no rate of its own)."""
+        return self.rates.get(key, self.rate) if key is not None else self.rate
 
 
 class ForcedTraces:
@@ -82,15 +132,26 @@ def is_forced(parent: otel_context.Context | None, trace_id: int) -> bool:
     return bool(otel_context.get_value(_FORCE_KEY, parent))
 
 
-def sampling_reason(trace_id: int, sampler: Callable[[int], bool]) -> str | None:
+def sampling_reason(trace_id: int, sampler: Callable[[int, str | None], bool], key: str | None = None) -> str | None:
     """Why an ended span's trace is scored: ``"forced"``, ``"ratio"`` (the sampler chose it), or None (it is not).
 
-    The one rule for both paths: the in-process processor (``on_end``) and ``serve``'s admission, which must
-    count exactly the items ``on_end`` will queue.
+    ``key`` is the span's sampling key (``sample_key``). The one rule for both paths: the in-process processor
+    (``on_end``) and ``serve``'s admission, which must count exactly the items ``on_end`` will queue.
     """
     if trace_id in FORCED._ids:
         return "forced"
-    return "ratio" if sampler(trace_id) else None
+    return "ratio" if sampler(trace_id, key) else None
+
+
+def sample_key(attributes: Mapping[str, Any] | None, retrieval: bool) -> str | None:
+    """The sampling key of an ended span: a retrieval's ``gen_ai.data_source.id`` (what the decorator set at start).
+
+    None for every other span and for a retrieval that names no data source: the highest rate in force.
+    """
+    if not retrieval or not attributes:
+        return None
+    value = attributes.get(DATA_SOURCE_ID)
+    return value if type(value) is str else None
 
 
 @contextlib.contextmanager

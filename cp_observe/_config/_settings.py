@@ -83,8 +83,28 @@ class Settings:
     sample_rate: float = setting(1.0, "Share of traces whose retrievals are scored.",
                                  ge=SAMPLE_RATE[0], le=SAMPLE_RATE[1], processor=True)
     max_evaluations_per_minute: float | None = setting(None, "Rate cap on evaluations.", gt=0, processor=True)
-    daily_budget_usd: float | None = setting(None, "Stop scoring once today's judge cost reaches it.", ge=0,
-                                             processor=True)
+    daily_budget_usd: float | None = setting(
+        None, "Judge cost allowed per budget period (a UTC day unless budget_period_s says otherwise), shared by "
+        "budget_replicas processes; paced over the period unless budget_pacing is false, and a hard cap.", ge=0,
+        processor=True)
+    # The paced budget and the allocation of evaluations across data sources (_processing/_rate_plan.py).
+    budget_period_s: float = setting(86400.0, "Length of the budget's period in seconds, aligned to UTC (86400: a "
+                                     "UTC day; 3600: each UTC hour).", ge=60, le=31 * 86400, processor=True)
+    budget_pacing: bool = setting(True, "Spread daily_budget_usd over its period: the sample rate follows what is "
+                                  "left and how long is left; false spends until the cap.", processor=True)
+    budget_burst: float = setting(2.0, "Within one pacing window, spend may reach this multiple of the window's "
+                                  "paced share before judge calls are skipped (budget_paced).", ge=1, processor=True)
+    budget_replicas: int = setting(1, "Processes (serve replicas, application instances) sharing daily_budget_usd: "
+                                   "each paces daily_budget_usd / budget_replicas.", ge=1, processor=True)
+    budget_state_path: str | None = setting(None, "File keeping the current period's spend, so a restarted process "
+                                            "resumes it (serve: on its durable volume).", processor=True)
+    pacing_window_s: float = setting(300.0, "Sample rates change only at these UTC-aligned boundaries (seconds).",
+                                     ge=1, le=3600, processor=True)
+    allocation: bool = setting(True, "With a budget or max_evaluations_per_minute, choose each data source's rate "
+                               "so the quietest are caught sooner (sample_rate the ceiling); false: one flat rate.",
+                               processor=True)
+    allocation_drop: float = setting(0.1, "The drop in MAP the allocation aims to catch soonest (sets how many "
+                                     "evaluations a data source can use).", gt=0, le=1, processor=True)
     threshold: float = setting(0.5, "Scores below it are labelled 'fail'.", ge=0, le=1, processor=True)
     capture_content: bool = setting(True, "Record query, contexts and answer on spans.", processor=True)
     capture_only: bool = setting(False, "Mark and capture spans, but judge nothing in process.")

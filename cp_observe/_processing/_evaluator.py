@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cp_observe import _names as n
+from cp_observe._config._sampling import sample_key
 from cp_observe._config._settings import Settings
 from cp_observe._emission._emit import Emitter
 from cp_observe._internal import report_internal_error
@@ -301,6 +302,7 @@ class Evaluator:
             self._queue.popleft()
             outcomes.extend(self._assembled(ended, now))
         outcomes.extend(self.assembler.flush() if flush else self.assembler.expire(now))
+        self.gates.tick()  # the pacing window's boundary: new sample rates, a new burst allowance
         if self.on_tick is not None:
             try:
                 self.on_tick()
@@ -327,6 +329,7 @@ class Evaluator:
             counts, out = self.assembler.add(record, now)
             if record.target and counts:
                 self.finish.sampled(record)
+                self.gates.saw(sample_key(record.attributes, record.kind == "retriever"), record.sampling_reason)
             return out
         except Exception as exc:  # noqa: BLE001 - one span failing to decode must not stop the evaluator
             report_internal_error("decode", exc)

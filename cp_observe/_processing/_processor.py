@@ -32,7 +32,7 @@ from cp_observe._capture._conventions import (
 )
 from cp_observe._capture._payloads import PAYLOADS
 from cp_observe._config import _runtime
-from cp_observe._config._sampling import TraceIdRatio, sampling_reason
+from cp_observe._config._sampling import SourceRates, TraceIdRatio, sample_key, sampling_reason
 from cp_observe._config._settings import Settings
 from cp_observe._config._signature import TableSignature
 from cp_observe._emission._emit import Emitter
@@ -46,6 +46,7 @@ from cp_observe._processing._cascade import Cascade
 from cp_observe._processing._evaluator import Evaluator
 from cp_observe._processing._exit import watch as finish_at_exit
 from cp_observe._processing._hold import HeldSpans
+from cp_observe._processing._rate_plan import RatePlan, wants_plan
 from cp_observe._processing._record import Ended, Record
 from cp_observe._processing._resolver import DocumentResolver
 from cp_observe._types import Judge, ScoreResult
@@ -55,6 +56,7 @@ __all__ = ["ContextPrecisionProcessor", "processor_options", "takes_as_target"]
 _SINK_SHUTDOWN_S = 5.0
 _role = role
 _sampling_reason = sampling_reason
+_sample_key = sample_key
 _plain_attributes = plain_attributes
 
 
@@ -203,7 +205,7 @@ class ContextPrecisionProcessor(SpanProcessor):
         self.cascade = Cascade(cheap, o.llm_share) if cheap is not None else None
         if o.daily_budget_usd:  # an unpriced model would spend nothing against the budget (0 refuses every call)
             require_prices(self.judge, cheap)
-        self.sampler = TraceIdRatio(o.sample_rate)
+        self.sampler = SourceRates(o.sample_rate) if wants_plan(o) else TraceIdRatio(o.sample_rate)
         runtime = _runtime.runtime()
         _runtime.register_sampler(id(self), self.sampler)
         if tracer_provider is not None and _decorators_have_no_provider(runtime):
@@ -236,6 +238,11 @@ class ContextPrecisionProcessor(SpanProcessor):
             if (resolver := document_resolver if callable(document_resolver) else o.document_resolver) else None,
             received=received_spans,
         )
+        if isinstance(self.sampler, SourceRates):  # a paced budget or an evaluation rate steers the sampler
+            gates = self._evaluator.gates
+            gates.plan = plan = RatePlan(self.sampler, gates.pacer, o,
+                                         llm_share=o.llm_share if self.cascade is not None else None)
+            plan.observe(meter_provider)
         self._flushing = threading.local()
         self._shutdown = False
         self._evaluator.start()  # now, not on the first request: submit never waits for a thread to start
@@ -307,7 +314,7 @@ class ContextPrecisionProcessor(SpanProcessor):
             if context is None:
                 return False
             trace_id = context.trace_id
-            reason = _sampling_reason(trace_id, self.sampler)
+            reason = _sampling_reason(trace_id, self.sampler, _sample_key(lookup, role == ROLE_RETRIEVER))
             marked = lookup.get(n.CP_SAMPLED) is True if lookup else False  # only these have a payload
             if reason is None or self._shutdown:
                 if marked:  # the decorators kept its content for a judge that will not take it
@@ -405,9 +412,18 @@ class ContextPrecisionProcessor(SpanProcessor):
     def stats(self) -> dict[str, Any]:
         """Counts of targets: sampled, scored, failed, dropped, skipped, pending, and reasons.
 
-        Once nothing is pending, ``sampled == scored + failed + dropped + skipped``.
+        Once nothing is pending, ``sampled == scored + failed + dropped + skipped``. With a paced budget,
+        ``budget`` shows the period's spend against its limit and its even-paced allowance; with a paced budget or
+        ``max_evaluations_per_minute``, ``sampling`` shows each data source's rate in force and the traffic and
+        evaluations a second it was chosen from.
         """
-        return self._evaluator.accounting.snapshot(self._evaluator.depth)
+        stats = self._evaluator.accounting.snapshot(self._evaluator.depth)
+        gates = self._evaluator.gates
+        if gates.pacer is not None:
+            stats["budget"] = gates.pacer.snapshot()
+        if gates.plan is not None:
+            stats["sampling"] = gates.plan.snapshot()
+        return stats
 
     def sink_stats(self) -> dict[str, dict[str, int]]:
         """Per sink: evaluations offered, sent, failed, dropped and pending."""

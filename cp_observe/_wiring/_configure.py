@@ -176,6 +176,8 @@ def configure(
         **({"data_source": data_source_callable} if data_source_callable is not None else {}),
         **({"document_resolver": document_resolver} if callable(document_resolver) else {}),
     )
+    if processor.sampler is not sampler:  # the processor's rates (paced, allocated) mark the decorators' spans
+        _runtime.install(sampler=processor.sampler)
     forwarder = _FORWARDERS.get(tracer_provider)
     if forwarder is None:
         forwarder = _FORWARDERS[tracer_provider] = _Forwarder()

@@ -86,6 +86,7 @@ class ReplayOptions:
         fields = Settings.model_fields
         explicit = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in fields}
         explicit["daily_budget_usd"] = self.budget_usd  # the one option named apart from its setting
+        explicit.update(budget_pacing=False, allocation=False)  # a plain cap: stored traces replay faster than a period
         return Settings.resolve(explicit)
 
 

@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 
 from cp_observe import _names as n
-from cp_observe._capture._conventions import reranks_nothing, role
-from cp_observe._config._sampling import FORCED, sampling_reason
+from cp_observe._capture._conventions import ROLE_RETRIEVER, reranks_nothing, role
+from cp_observe._config._sampling import FORCED, TraceIdRatio, sample_key, sampling_reason
 from cp_observe._processing._processor import ContextPrecisionProcessor
 
 __all__ = ["Admission", "Decision", "Offer", "Persist", "evaluator_queue_size"]
@@ -117,8 +117,10 @@ class Admission:
             return False
         parent = span.parent
         # The processor's own classification (one code path): retrievals and answers of every convention.
-        interesting = parent is None or parent.is_remote or role(span.attributes, span) is not None
-        return interesting and sampling_reason(context.trace_id, self.processor.sampler) is not None
+        kind = role(span.attributes, span)
+        interesting = parent is None or parent.is_remote or kind is not None
+        key = sample_key(span.attributes, kind == ROLE_RETRIEVER)  # the data source's rate, as on_end reads it
+        return interesting and sampling_reason(context.trace_id, self.processor.sampler, key) is not None
 
     @staticmethod
     def reranks_nothing(span: ReadableSpan) -> bool:
@@ -132,7 +134,9 @@ class Admission:
 
     def mark_forced(self, spans: Sequence[ReadableSpan]) -> None:
         """Add the traces the application forced (marked sampled, outside the ratio) to the forced traces."""
-        sampler = self.processor.sampler
+        # The application marks at the ceiling (sample_rate); a paced or allocated rate below it here is no sign
+        # of forcing, so the ceiling's ratio decides what the application forced.
+        sampler = TraceIdRatio(self.processor.options.sample_rate)
         for span in spans:
             context = span.context
             attributes = span.attributes

@@ -130,6 +130,9 @@ class ScorerService:
             shutdown_timeout_s=s.drain_timeout_s,
             received_spans=True,  # from other processes: a parent that never arrives means a split trace
             **({"data_source": data_source} if data_source is not None else {}),
+            # The period's spend survives a restart: kept beside the durable store unless a path is set.
+            **({"budget_state_path": str(self.store.directory / "budget.json")}
+               if self.store is not None and s.budget_state_path is None and s.daily_budget_usd is not None else {}),
         )
         self.admission = Admission(self.processor, s.queue_size)
         meter = meter_provider.get_meter("cp_observe.serve")

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-SUBJECTS = ("request_path", "judging", "serve", "alerts", "judge_trust")
+SUBJECTS = ("request_path", "judging", "serve", "alerts", "judge_trust", "budget")
 
 
 def _named() -> set[str]:

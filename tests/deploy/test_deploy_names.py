@@ -8,6 +8,7 @@ import pytest
 
 from cp_observe import _names as names
 from tests.deploy_support import (
+    BUDGET_RULES_FILE,
     CANARY_BASELINE_SERIES,
     CANARY_RULES_FILE,
     DETECTION_RULES_FILE,
@@ -32,7 +33,7 @@ from tests.deploy_support import (
 def _rule_exprs() -> list[tuple[str, str]]:
     return [
         (rule.get("alert") or rule["record"], rule["expr"])
-        for path in (RULES_FILE, CANARY_RULES_FILE, DETECTION_RULES_FILE)
+        for path in (RULES_FILE, CANARY_RULES_FILE, DETECTION_RULES_FILE, BUDGET_RULES_FILE)
         for group in load_yaml(path)["groups"]
         for rule in group["rules"]
     ]
