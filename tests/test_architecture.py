@@ -449,8 +449,8 @@ def test_reads_the_kit_and_own_attributes_are_allowed() -> None:
 # The evaluation path, in the order a span travels it: the processor's on_end (with its exit hooks and hold), the
 # evaluator's queue and thread, assembly, the path after it (resolve documents, gates, the judge call and the
 # cascade's second judge, then finish and accounting), and last the record every stage reads.
-STAGES = ("_processor", "_exit", "_hold", "_evaluator", "_assembly", "_path", "_resolver", "_gates", "_judgement",
-          "_cascade", "_accounting", "_record")
+STAGES = ("_processor", "_exit", "_hold", "_evaluator", "_assembly", "_path", "_resolver", "_gates", "_rate_plan",
+          "_allocation", "_pacer", "_judgement", "_cascade", "_accounting", "_record")
 
 
 def _stage_violations(stages: tuple[str, ...]) -> Iterator[str]:
