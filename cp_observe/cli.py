@@ -44,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_dataset_arguments(dataset)
 
-    deploy = commands.add_parser("deploy", help="write the dashboard, alert rules and Collector configs shipped")
+    deploy = commands.add_parser("deploy", help="write the dashboard, alert rules and Collector configs shipped;"
+                                 " backfill the rules' records")
     from cp_observe.deploy._cli import add_arguments as add_deploy_arguments
 
     add_deploy_arguments(deploy)

@@ -58,24 +58,34 @@ def test_the_threshold_holds_the_whole_family_to_its_target(gen: ModuleType) -> 
 
 
 def test_groups_alert_and_windows(gen: ModuleType) -> None:
-    """Two groups, one alert; every window doubles the last, from 5m to about a day, each with a 7-day baseline."""
+    """Two groups, one alert; every window doubles the last, from 5m to about a day; one 7-day baseline rule per
+    counter reads the window records at offsets 1d..7d."""
     groups = load_yaml(DETECTION_RULES_FILE)["groups"]
     assert tuple(g["name"] for g in groups) == DETECTION_RULE_GROUPS
     assert tuple(alert_rules(DETECTION_RULES_FILE)) == DETECTION_ALERT_NAMES
     assert all(b == 2 * a for a, b in zip(gen.WINDOWS, gen.WINDOWS[1:], strict=False))
     assert gen.WINDOWS[0] == 5 and 16 * 60 <= gen.WINDOWS[-1] <= 24 * 60
     rules = groups[0]["rules"]
-    for part in ("count", "sum", "squares"):
-        current = [r for r in rules if r["record"] == f"{gen.PREFIX}_{part}:window"]
-        baseline = [r for r in rules if r["record"] == f"{gen.PREFIX}_{part}:baseline"]
+    for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
+        current = [r for r in rules if r["record"] == f"{record}:window"]
         assert [r["labels"]["window"] for r in current] == [f"{w}m" for w in gen.WINDOWS]
-        assert [r["labels"]["window"] for r in baseline] == [f"{w}m" for w in gen.WINDOWS]
-        for rule in baseline:
-            offsets = re.findall(r"\[(\d+m)\] offset (\d+)d", rule["expr"])
-            assert offsets == [(rule["labels"]["window"], str(d)) for d in range(1, gen.BASELINE_DAYS + 1)]
-    for side in ("window", "baseline"):  # the cascade's sums: one rule per window for all terms
-        by_term = [r for r in rules if r["record"] == f"{gen.CASCADE_TERMS}:{side}"]
-        assert [r["labels"]["window"] for r in by_term] == [f"{w}m" for w in gen.WINDOWS]
+        (baseline,) = [r for r in rules if r["record"] == f"{record}:baseline"]
+        offsets = re.findall(rf"label_replace\({re.escape(record)}:window offset (\d+)d", baseline["expr"])
+        assert offsets == [str(d) for d in range(1, gen.BASELINE_DAYS + 1)]
+        assert "increase" not in baseline["expr"] and "window)" in baseline["expr"]
+
+
+def test_only_the_shortest_window_reads_raw_counters_the_others_add_two_recorded_halves(gen: ModuleType) -> None:
+    """The 5m window is the raw counters' increase; each longer window is the half-length record now plus the same
+    record offset by half a window (the halves tile the window: each raw minute counted once), defined before use."""
+    rules = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
+    for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
+        current = [r for r in rules if r["record"] == f"{record}:window"]
+        assert re.fullmatch(r"sum by \([^)]*\) \(increase\(\w+\[5m\]\)\)", current[0]["expr"])
+        for half, rule in zip(gen.WINDOWS, current[1:], strict=False):
+            sel = f'{record}:window{{window="{half}m"}}'
+            assert rule["expr"] == f"{sel} + {sel} offset {half}m"
+    assert len(re.findall(r"increase\(", DETECTION_RULES_FILE.read_text(encoding="utf-8"))) == 4
 
 
 def test_the_rules_read_only_what_every_replica_exports() -> None:
@@ -85,7 +95,9 @@ def test_the_rules_read_only_what_every_replica_exports() -> None:
     raw = set(re.findall(r"increase\((\w+)\[", text))
     assert raw == {"context_precision_score_count", "context_precision_score_sum",
                    "context_precision_score_squares_total", "context_precision_cascade_sums_total"}
-    assert set(re.findall(r"\bby \(([^)]*)\)", text)) == {"gen_ai_data_source_id", "gen_ai_data_source_id, term"}
+    assert set(re.findall(r"\bby \(([^)]*)\)", text)) == {
+        "gen_ai_data_source_id", "gen_ai_data_source_id, term", "gen_ai_data_source_id, window",
+        "gen_ai_data_source_id, term, window"}
 
 
 def test_the_ppi_terms_are_the_ones_the_library_exports(gen: ModuleType) -> None:

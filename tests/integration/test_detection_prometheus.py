@@ -6,7 +6,10 @@ for the last 90 minutes and is exported by two replicas (``instance`` pod-1 and 
 the rules must sum them. "cascade" runs the cheap-plus-LLM cascade on two replicas: its LLM-judged MAP drops 0.25
 for the last 90 minutes while the cheap judge's scores stay, so its score series (half the cheap judge's) drops by
 half that; the alert must report the PPI++ drop, from the cascade's sums. The rules are the shipped file with only
-the groups' evaluation interval shortened. The rule manager itself (not a query) must fire ``ContextPrecisionMAPRegression`` for "drop" and "cascade" and not for
+the groups' evaluation interval shortened. The rules build their windows and baselines from recorded windows, so
+the window records of the eight days are written first by ``cp-observe deploy backfill`` (promtool tsdb
+create-blocks-from rules against a Prometheus over the raw history; the blocks then join its storage), as an
+upgrade does. The rule manager itself (not a query) must fire ``ContextPrecisionMAPRegression`` for "drop" and "cascade" and not for
 "steady", with annotations that name the window, the drop, its interval, the baseline and the counts.
 """
 
@@ -21,6 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from cp_observe import cli
 
 from tests.deploy_support import (
     DETECTION_GENERATOR,
@@ -126,6 +131,13 @@ def test_a_drop_across_two_replicas_fires_with_its_evidence_and_a_steady_source_
     end_minute = int(time.time()) // 60
     _backfill(tmp_path / "data", end_minute)
     config = {"global": {"evaluation_interval": "2s", "scrape_interval": "1m"}}
+    with prometheus_server(tmp_path, config, None, ("--storage.tsdb.retention.time=30d",)) as prom:
+        assert cli.main(["deploy", "backfill", "--url", prom, "--output-dir", str(tmp_path / "blocks"),
+                         "--end", str(end_minute * 60)]) == 0
+    blocks = sorted((tmp_path / "blocks").iterdir())
+    assert blocks
+    for block in blocks:
+        block.rename(tmp_path / "data" / block.name)
     with prometheus_server(tmp_path, config, _rules(), ("--storage.tsdb.retention.time=30d",)) as prom:
         deadline = time.monotonic() + 90
         firing: list[dict[str, Any]] = []
