@@ -5,24 +5,24 @@ as two recorded halves (``X{window="5m"} + X{window="5m"} offset 5m``), and the 
 those records on each of the last seven days. An installation whose rules are new (an upgrade that has the raw
 counters but no records, or a Prometheus just started) would otherwise compare with the days it has recorded.
 
-``promtool tsdb create-blocks-from rules`` evaluates recording rules over past time against a Prometheus, but
-cannot see the output of other rules in the same pass, so the window records go in passes, one per window
-length: the shortest window against the Prometheus (or Mimir) that holds the raw history, then each longer one
-against a private Prometheus this command starts over the blocks written so far (restarted between passes, so it
-reads the last pass's blocks). The blocks of every pass land in the output directory, for the installation's
-Prometheus data directory or Mimir's block upload. Only the window records are needed: the baseline and the
-statistics are computed live from them.
+The records depend on each other window by window, so they are built in passes: the shortest window's rules are
+evaluated by the Prometheus (or Mimir) that holds the raw history, as range queries at the rules' one-minute
+evaluation times (what ``promtool tsdb create-blocks-from rules`` does); each longer window is then its two
+halves added, at the same times, exactly as the rules add them; ``promtool tsdb create-blocks-from openmetrics``
+writes the blocks. (``create-blocks-from rules`` cannot see the output of other rules in the same pass: nine
+passes against a Prometheus that has loaded the previous pass's blocks, and a block per rule per two hours, about
+6,000 for eight days, which the Prometheus then has to compact.) Only the window records are needed: the
+baseline and the statistics are computed live from them.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from cp_observe._errors import CpObserveError
 
-__all__ = ["Pass", "backfill", "plan", "shipped_rule_files"]
+__all__ = ["Pass", "backfill", "plan", "records", "shipped_rule_files"]
 
 #: Seven baseline days plus one: the longest window's records on the oldest baseline day need the day before.
 DEFAULT_DAYS = 8
@@ -99,86 +99,94 @@ def plan(texts: list[str]) -> list[Pass]:
             for w in order]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+_DOUBLING = re.compile(r'^\s*([\w:]+)\{window="(\d+)m"\}\s*\+\s*\1\{window="\2m"\}\s+offset\s+\2m\s*$')
+_MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 points per series
 
 
-@contextlib.contextmanager
-def _private_prometheus(prometheus: str, storage: Path, log: Path) -> Iterator[str]:
-    """A Prometheus on a loopback port over ``storage`` (the blocks written so far), no rules, no scrapes."""
-    config = storage.parent / "backfill-prometheus.yml"
-    config.write_text("global: {scrape_interval: 1m}\n", encoding="utf-8")
-    port = _free_port()
-    with log.open("a", encoding="utf-8") as out:
-        proc = subprocess.Popen(
-            [prometheus, f"--config.file={config}", f"--storage.tsdb.path={storage}",
-             "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise CpObserveError(f"the private Prometheus exited: {log.read_text(encoding='utf-8')[-2000:]}")
-            try:
-                urllib.request.urlopen(f"{url}/-/ready", timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise CpObserveError(f"the private Prometheus was not ready within 120 s ({log})") from None
-                time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
+def _query_range(url: str, expr: str, start: int, end: int) -> list[tuple[dict[str, str], dict[int, float]]]:
+    """``expr`` at every EVAL_INTERVAL_S from ``start`` to ``end``: per series, its labels and values by time."""
+    out: dict[tuple[tuple[str, str], ...], dict[int, float]] = {}
+    first = start
+    while first <= end:
+        last = min(end, first + (_MAX_POINTS - 1) * EVAL_INTERVAL_S)
+        body = urllib.parse.urlencode({"query": expr, "start": first, "end": last, "step": EVAL_INTERVAL_S})
+        request = urllib.request.Request(f"{url}/api/v1/query_range", data=body.encode(),
+                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
         try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            with urllib.request.urlopen(request, timeout=600) as response:
+                answer = json.load(response)
+        except (OSError, ValueError) as exc:
+            raise CpObserveError(f"the range query to {url} failed: {exc}") from exc
+        if answer.get("status") != "success":
+            raise CpObserveError(f"{url} refused the range query: {answer.get('error', answer)}")
+        for series in answer["data"]["result"]:
+            key = tuple(sorted(series["metric"].items()))
+            out.setdefault(key, {}).update({int(float(t)): float(v) for t, v in series["values"]})
+        first = last + EVAL_INTERVAL_S
+    return [(dict(key), values) for key, values in out.items()]
 
 
-def backfill(url: str, output_dir: Path, texts: list[str], *, start: int, end: int, promtool: str = "promtool",
-             prometheus: str = "prometheus") -> list[Path]:
-    """Write the blocks of every pass into ``output_dir``; returns the block directories written, in order.
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def records(url: str, texts: list[str], *, start: int, end: int) -> Iterator[tuple[str, dict[str, str], dict[int, float]]]:
+    """Every window record of ``texts`` at every minute in [start, end]: (record name, labels, values by time).
 
     Raises:
-        CpObserveError: promtool or prometheus is missing, a pass fails, or the rules cannot be ordered.
+        CpObserveError: the rules cannot be ordered, a longer window is not two recorded halves, or a query fails.
+    """
+    import yaml
+
+    passes = plan(texts)
+    longer: dict[str, list[tuple[str, str]]] = {}  # record name -> (half, window) in pass order
+    for step in passes[1:]:
+        for rule in yaml.safe_load(step.text)["groups"][0]["rules"]:
+            match = _DOUBLING.match(str(rule["expr"]))
+            if match is None or match[1] != rule["record"]:
+                raise CpObserveError(f"{rule['record']} {{window={step.window}}} is not two recorded halves"
+                                     f" (X{{window=\"H\"}} + X{{window=\"H\"}} offset H): {rule['expr']}")
+            longer.setdefault(str(rule["record"]), []).append((f"{match[2]}m", step.window))
+    start -= start % EVAL_INTERVAL_S
+    for rule in yaml.safe_load(passes[0].text)["groups"][0]["rules"]:
+        name, rule_labels = str(rule["record"]), dict(rule.get("labels") or {})
+        for labels, values in _query_range(url, str(rule["expr"]), start, end):
+            labels = {**{k: v for k, v in labels.items() if k != "__name__"}, **rule_labels}
+            by_window = {passes[0].window: values}
+            yield name, labels, values
+            for half, window in longer.get(name, []):
+                lower, back = by_window[half], int(half[:-1]) * 60
+                by_window[window] = {t: v + lower[t - back] for t, v in lower.items() if t - back in lower}
+                yield name, {**labels, "window": window}, by_window[window]
+
+
+def backfill(url: str, output_dir: Path, texts: list[str], *, start: int, end: int,
+             promtool: str = "promtool") -> list[Path]:
+    """Write the window records of ``texts`` for [start, end] as blocks in ``output_dir``; the blocks written.
+
+    Raises:
+        CpObserveError: promtool is missing or fails, the rules cannot be ordered, or a query fails.
     """
     if end <= start:
         raise CpObserveError(f"the backfill's end ({end}) must come after its start ({start})")
-    passes = plan(texts)
-    tools = {name: shutil.which(name) for name in (promtool, prometheus)}
-    for name, found in tools.items():
-        if found is None:
-            raise CpObserveError(f"{name} not found: the backfill needs Prometheus's promtool and prometheus"
-                                 " (2.27 or later)")
+    tool = shutil.which(promtool)
+    if tool is None:
+        raise CpObserveError(f"{promtool} not found: the backfill needs Prometheus's promtool (2.27 or later)")
     output_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    before = {p.name for p in output_dir.iterdir()}
     with tempfile.TemporaryDirectory(prefix="cp-backfill-") as tmp:
-        work = Path(tmp)
-        storage = work / "storage"
-        storage.mkdir()
-        log = work / "prometheus.log"
-        for number, step in enumerate(passes, start=1):
-            rule_file, blocks = work / f"pass{number}.rules.yml", work / f"blocks{number}"
-            rule_file.write_text(step.text, encoding="utf-8")
-            context = contextlib.nullcontext(url) if step.raw else _private_prometheus(str(tools[prometheus]),
-                                                                                       storage, log)
-            with context as source:
-                proc = subprocess.run(
-                    [str(tools[promtool]), "tsdb", "create-blocks-from", "rules", "--quiet", f"--url={source}",
-                     f"--start={start}", f"--end={end}", f"--output-dir={blocks}",
-                     f"--eval-interval={EVAL_INTERVAL_S}s", str(rule_file)],
-                    capture_output=True, text=True, check=False,
-                )  # fmt: skip
-            if proc.returncode != 0:
-                raise CpObserveError(f"promtool failed on the {step.window} pass:"
-                                     f" {(proc.stderr or proc.stdout).strip()[-2000:]}")
-            for block in sorted(p for p in blocks.iterdir() if p.is_dir()) if blocks.is_dir() else []:
-                shutil.copytree(block, storage / block.name)  # the next pass's private Prometheus reads it
-                shutil.move(str(block), output_dir / block.name)
-                written.append(output_dir / block.name)
-    return written
+        om = Path(tmp) / "records.om"
+        with om.open("w", encoding="utf-8") as handle:
+            family = None
+            for name, labels, values in records(url, texts, start=start, end=end):
+                if name != family:
+                    handle.write(f"# TYPE {name} gauge\n")
+                    family = name
+                text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+                handle.writelines(f"{name}{{{text}}} {values[t]!r} {t}\n" for t in sorted(values))
+            handle.write("# EOF\n")
+        proc = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(output_dir)],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise CpObserveError(f"promtool failed: {(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return sorted(p for p in output_dir.iterdir() if p.is_dir() and p.name not in before)

@@ -41,14 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="the rule files whose window records to backfill (default: the shipped drop detection"
                                " and canary rules; pass your own when you regenerated them)")
     backfill.add_argument("--promtool", default="promtool", help="the promtool executable")
-    backfill.add_argument("--prometheus", default="prometheus",
-                          help="the prometheus executable (a private one reads each pass's blocks for the next)")
 
 
 _BACKFILL_EPILOG = """\
-Evaluates the drop detection's and the canary rules' window records over the past days (promtool tsdb
-create-blocks-from rules, one pass per window length: the shortest against the Prometheus that holds the raw
-counters, each longer one against a private Prometheus over the blocks written so far) and writes TSDB blocks. Without them, rules that are new compare with nothing for a week (then with the days they
+Evaluates the drop detection's and the canary rules' window records over the past days, one pass per window
+length (the 5-minute records as range queries against the Prometheus that holds the raw counters, each longer
+window as its two recorded halves, as the rules add them), and writes TSDB blocks with promtool tsdb
+create-blocks-from openmetrics. Without them, rules that are new compare with nothing for a week (then with the days they
 have). Move the blocks into Prometheus's data directory (docker compose: the prometheus volume; Kubernetes: the
 Prometheus pod's volume), or upload them to Mimir (mimirtool backfill). deploy/README.md: "The first week".
 Exit status: 0 when written, 1 on an error (promtool missing or failing), 2 for bad options."""
@@ -85,7 +84,7 @@ def _run_backfill(args: argparse.Namespace) -> int:
         texts = ([Path(f).read_text(encoding="utf-8") for f in args.rules] if args.rules
                  else shipped_rule_files())
         written = backfill(args.url.rstrip("/"), Path(args.output_dir), texts, start=end - int(days * 86_400),
-                           end=end, promtool=args.promtool, prometheus=args.prometheus)
+                           end=end, promtool=args.promtool)
     except (CpObserveError, OSError) as exc:
         print(f"cp-observe deploy backfill: {exc}", file=sys.stderr)
         return 1
