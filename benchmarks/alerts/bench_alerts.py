@@ -20,8 +20,9 @@ alarms after the baseline's first week; changes (steps of 0.1, 0.2, 0.3 and a dr
 random minute of the day after a healthy week, and count as caught when a detector fires within a day.
 
 The big grid evaluates the rules' arithmetic in Python (``scan_z``: the same expression from the same counters at
-the same one-minute evaluations). ``--crosscheck`` backfills a subset into a **real Prometheus** (``promtool tsdb
-create-blocks-from openmetrics``), evaluates the shipped recording rules' z for every window there as range
+the same one-minute evaluations, windows and baselines built from the window records as the rules build them:
+``recorded_windows``). ``--crosscheck`` backfills a subset into a **real Prometheus** (``promtool tsdb
+create-blocks-from openmetrics``, then the window records by ``cp-observe deploy backfill``), evaluates the shipped recording rules' z for every window there as range
 queries, and prints the largest difference from Python and whether the firing minutes agree.
 
 The canary tables (``ContextPrecisionVariantRegression``: one variant, 20 % of the traffic, against the rest of its
@@ -30,6 +31,7 @@ production-like streams, with the fixed 30-minute rule it replaced and an oracle
 evaluations.
 
     .venv/bin/python benchmarks/alerts/bench_alerts.py [--quick] [--months N] [--episodes N] [--seed N] [--crosscheck]
+    .venv/bin/python benchmarks/alerts/bench_alerts.py --crosscheck-only
     .venv/bin/python benchmarks/alerts/bench_alerts.py --canary-only [--quick]
 """
 
@@ -1047,6 +1049,7 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=16, help="changes of each kind per cell")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--crosscheck", action="store_true", help="also compare with a real Prometheus")
+    parser.add_argument("--crosscheck-only", action="store_true", help="only the comparison with a real Prometheus")
     parser.add_argument("--canary-only", action="store_true", help="only the canary tables (no Prometheus needed)")
     parser.add_argument("--cascade-only", action="store_true", help="only the cascade table (no Prometheus needed)")
     args = parser.parse_args()
@@ -1072,7 +1075,7 @@ def main() -> int:
           f"cell, seed {args.seed}; rules: windows {rules.WINDOWS[0]}m..{rules.WINDOWS[-1]}m, margin {rules.MARGIN},"
           f" z > {rules.Z}, minimum {rules.MIN_COUNT}")
     print(f"# {machine_line()}")
-    if args.crosscheck:
+    if args.crosscheck or args.crosscheck_only:
         if shutil.which("prometheus") is None or shutil.which("promtool") is None:
             print("--crosscheck needs prometheus and promtool on PATH (scripts/install-system-deps.sh)",
                   file=sys.stderr)
@@ -1082,6 +1085,8 @@ def main() -> int:
         print(f"\n### The rules' arithmetic in Python against a real Prometheus ({time.perf_counter() - began:.0f} s)\n")
         print(markdown_table(["stream", "window-minutes compared", "same windows judged", "largest |z| difference",
                               "first firing (Python)", "first firing (Prometheus)", "same"], rows))
+        if args.crosscheck_only:
+            return 0
     if args.cascade_only:
         if args.quick:
             months, episodes = 0.5, 4
