@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 
 #: Window lengths in minutes: 5 min doubling to 1280 min (21 h 20 min).
@@ -211,6 +212,42 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
     ]
     return "\n".join(lines)
 
+
+
+def shard(text: str, shards: list[str], group: str = "context_precision.detection.recording") -> str:
+    """``text`` (a generated rule file) with its recording ``group`` split by data source: one group per regex of
+    ``shards`` (data source ids, anchored as PromQL anchors =~) and one for the data sources no regex matches.
+
+    Every raw counter and every record the group reads gets the shard's matcher on the data source, so each group
+    computes its own data sources only and writes series no other group writes. PromQL has no hash, so a shard is
+    a list the user keeps (regexes of data source ids); the last group catches the rest, so a new data source is
+    never left out. Groups run independently: Prometheus evaluates them in parallel (up to its rule concurrency),
+    a Mimir or Thanos ruler spreads them over its rulers.
+    """
+    lines = text.split("\n")
+    start = lines.index(f"  - name: {group}")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("  - name: "))
+    body = lines[start + 1:end]
+    while body and not body[-1].strip():
+        body.pop()
+    names = sorted({line.split("record: ", 1)[1] for line in body if "- record: " in line}, key=len, reverse=True)
+    record = re.compile(r"(?<![\w:])(" + "|".join(re.escape(n) for n in names) + r")(?![\w:])(\{[^}]*\})?")
+    raw = re.compile(r"increase\((\w+)\[")
+
+    def rewrite(line: str, matcher: str) -> str:
+        if "- record: " in line or line.lstrip().startswith("#") or "labels:" in line:
+            return line
+        line = record.sub(lambda m: f"{m[1]}{{{m[2][1:-1] + ',' if m[2] else ''}{matcher}}}", line)
+        return raw.sub(lambda m: f"increase({m[1]}{{{matcher}}}[", line)
+
+    out = lines[:start]
+    every = "|".join(f"(?:{s})" for s in shards)
+    for number, matcher in [*((k, f'{DS}=~"{s}"') for k, s in enumerate(shards, start=1)),
+                            (0, f'{DS}!~"{every}"')]:
+        out.append(f"  - name: {group}.{'shard' + str(number) if number else 'rest'}")
+        out += [rewrite(line, matcher) for line in body]
+        out.append("")
+    return "\n".join(out + lines[end:])
 
 
 def _spread(level_sd: float, margin: float) -> str:
@@ -674,8 +711,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--z", type=float, default=Z, help="the family's threshold (higher: fewer false alarms)")
     parser.add_argument("--min-count", type=int, default=MIN_COUNT, help="scored evaluations a window needs")
     parser.add_argument("--tests", action="store_true", help="print the promtool scenarios for the defaults instead")
+    parser.add_argument("--shard", action="append", default=[], metavar="REGEX",
+                        help="a group for the data sources whose id matches REGEX (repeat; a last group takes the"
+                             " rest)")
     args = parser.parse_args(argv)
-    sys.stdout.write(scenarios() if args.tests else rules(args.margin, args.z, args.min_count, args.level_sd))
+    text = scenarios() if args.tests else rules(args.margin, args.z, args.min_count, args.level_sd)
+    sys.stdout.write(shard(text, args.shard) if args.shard and not args.tests else text)
     return 0
 
 

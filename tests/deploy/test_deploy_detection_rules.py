@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 import pytest
+import yaml
 
 from cp_observe._stats._sequential import drop_z
 from tests.deploy_support import (
@@ -21,8 +22,10 @@ from tests.deploy_support import (
     DETECTION_RULE_GROUPS,
     DETECTION_RULES_FILE,
     DETECTION_TESTS_FILE,
+    PROMTOOL,
     alert_rules,
     load_yaml,
+    run_promtool,
 )
 
 
@@ -231,3 +234,38 @@ def test_dashboard_draws_the_statistic_against_the_alerts_threshold(gen: ModuleT
     steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [s["value"] for s in steps] == [None, gen.Z]
     assert f"z > {gen.Z}" in panel["description"] and f"level SD {gen.LEVEL_SD}" in panel["description"]
+
+
+def test_sharded_rules_give_each_group_its_data_sources_and_a_last_group_the_rest(gen: ModuleType) -> None:
+    """--shard REGEX (repeated) splits the recording group by data source: every raw counter and record a shard's
+    group reads carries its matcher, the last group the negation of all, and the alert group stays one."""
+    text = gen.shard(gen.rules(), ["kb-[a-m].*", "kb-[n-z].*"])
+    groups = yaml.safe_load(text)["groups"]
+    names = [g["name"] for g in groups]
+    assert names == ["context_precision.detection.recording.shard1", "context_precision.detection.recording.shard2",
+                     "context_precision.detection.recording.rest", "context_precision.detection.alerts"]
+    matchers = ['gen_ai_data_source_id=~"kb-[a-m].*"', 'gen_ai_data_source_id=~"kb-[n-z].*"',
+                'gen_ai_data_source_id!~"(?:kb-[a-m].*)|(?:kb-[n-z].*)"']
+    unsharded = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
+    records = {r["record"] for r in unsharded}
+    for group, matcher in zip(groups[:3], matchers, strict=True):
+        assert len(group["rules"]) == len(unsharded)
+        for rule in group["rules"]:
+            selectors = re.findall(r"(?<![\w:])([\w:]+)\{([^}]*)\}", rule["expr"])
+            read = [(name, inside) for name, inside in selectors if name in records or name.startswith("context_")]
+            assert read, rule["expr"]
+            assert all(inside.endswith(matcher) for _, inside in read), rule["expr"]
+            bare = [n for n in re.findall(r"(?<![\w:])([\w]*:[\w:]+)(?![\w:{])", rule["expr"]) if n in records]
+            assert not bare, rule["expr"]
+    assert groups[3] == load_yaml(DETECTION_RULES_FILE)["groups"][1]
+    assert _printed("--shard", "kb-[a-m].*", "--shard", "kb-[n-z].*") == text
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install-system-deps.sh)")
+def test_sharded_rules_pass_promtool(gen: ModuleType, tmp_path) -> None:
+    """The sharded file is valid PromQL and YAML for promtool (its duplicate-rule lint off: the same record names
+    in several groups are the point)."""
+    path = tmp_path / "sharded.rules.yml"
+    path.write_text(gen.shard(gen.rules(), ["kb-[a-m].*", "kb-[n-z].*"]), encoding="utf-8")
+    proc = run_promtool("check", "rules", "--lint=none", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
