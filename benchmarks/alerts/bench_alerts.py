@@ -22,8 +22,8 @@ random minute of the day after a healthy week, and count as caught when a detect
 The big grid evaluates the rules' arithmetic in Python (``scan_z``: the same expression from the same counters at
 the same one-minute evaluations, windows and baselines built from the window records as the rules build them:
 ``recorded_windows``). ``--crosscheck`` backfills a subset into a **real Prometheus** (``promtool tsdb
-create-blocks-from openmetrics``, then the window records by ``cp-observe deploy backfill``), evaluates the shipped recording rules' z for every window there as range
-queries, and prints the largest difference from Python and whether the firing minutes agree.
+create-blocks-from openmetrics``, then the window records by ``cp-observe deploy backfill``), evaluates the
+shipped recording rules' z for every window there as range queries, and prints the largest difference from Python and whether the firing minutes agree.
 
 The canary tables (``ContextPrecisionVariantRegression``: one variant, 20 % of the traffic, against the rest of its
 data source) run the canary scan's arithmetic (``deploy/prometheus/canary_rules.py``; ``canary_scan_z``) on the same

@@ -130,7 +130,8 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def records(url: str, texts: list[str], *, start: int, end: int) -> Iterator[tuple[str, dict[str, str], dict[int, float]]]:
+def records(url: str, texts: list[str], *, start: int, end: int
+            ) -> Iterator[tuple[str, dict[str, str], dict[int, float]]]:
     """Every window record of ``texts`` at every minute in [start, end]: (record name, labels, values by time).
 
     Raises:

@@ -17,7 +17,8 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
   that tile the window, so each raw minute counts once and an evaluation reads two samples, not W minutes.
 - **Baseline.** The same W at the same time of day on each of the last BASELINE_DAYS days: the window records at
   ``offset 1d`` .. ``offset 7d``, pooled: N, S, Q (seven lookups, not seven raw ranges). Prometheus must keep
-  9 days; ``cp-observe deploy backfill`` writes the records for past days where the rules are new. Same time of day follows the daily rhythm (query mix, traffic); seven days
+  9 days; ``cp-observe deploy backfill`` writes the records for past days where the rules are new. Same time of
+  day follows the daily rhythm (query mix, traffic); seven days
   average the weekly one out. A day with no data (a new data source) is left out of the pool rather than voiding
   it. What is left between today and that pool is the weekly rhythm's deviation for today: LEVEL_SD is its
   typical size, and it enters the standard error below.
@@ -293,7 +294,7 @@ def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
 
     lines = [
         "      # Where the cheap-plus-LLM cascade runs: its PPI sums (context_precision_cascade_sums_total{term}) over",
-        "      # every window (the same doubling records, all terms in one) and the same baseline, then one series per term.",
+        "      # every window (doubling records, all terms in one) and the same baseline, then one series per term.",
     ]
     for side in ("window", "baseline"):
         if side == "window":
