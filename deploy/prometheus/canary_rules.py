@@ -484,9 +484,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--z", type=float, default=Z, help="the family's threshold (higher: fewer false alarms)")
     parser.add_argument("--min-count", type=int, default=MIN_COUNT, help="scored evaluations a side needs")
     parser.add_argument("--tests", action="store_true", help="print the promtool scenarios for the shipped defaults")
+    parser.add_argument("--shard", action="append", default=[], metavar="REGEX",
+                        help="a recording group for the data sources whose id matches REGEX (repeat; a last group"
+                             " takes the rest)")
     args = parser.parse_args(argv)
     text = scenarios() if args.tests else rules(args.segment, args.baseline, args.margin, args.z, args.min_count,
                                                 args.gap_sd)
+    if args.shard and not args.tests:
+        text = _DETECTION.shard(text, args.shard, "context_precision.canary.recording")  # type: ignore[attr-defined]
     sys.stdout.write(text)
     return 0
 

@@ -269,3 +269,24 @@ def test_sharded_rules_pass_promtool(gen: ModuleType, tmp_path) -> None:
     path.write_text(gen.shard(gen.rules(), ["kb-[a-m].*", "kb-[n-z].*"]), encoding="utf-8")
     proc = run_promtool("check", "rules", "--lint=none", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install-system-deps.sh)")
+def test_sharded_canary_rules_select_their_data_sources_and_pass_promtool(tmp_path) -> None:
+    """canary_rules.py --shard splits the canary's recording group the same way: each group's raw counters and
+    records carry its matcher; the file passes promtool (duplicate-rule lint off)."""
+    generator = DETECTION_GENERATOR.with_name("canary_rules.py")
+    text = subprocess.run([sys.executable, str(generator), "--shard", "kb-[a-m].*"], capture_output=True,
+                          text=True, check=True).stdout
+    groups = yaml.safe_load(text)["groups"]
+    assert [g["name"] for g in groups] == ["context_precision.canary.recording.shard1",
+                                           "context_precision.canary.recording.rest", "context_precision.canary.alerts"]
+    for group, matcher in zip(groups[:2], ['gen_ai_data_source_id=~"kb-[a-m].*"',
+                                           'gen_ai_data_source_id!~"(?:kb-[a-m].*)"'], strict=True):
+        for rule in group["rules"]:
+            read = re.findall(r"(?<![\w:])((?:context_|gen_ai_)[\w:]+)\{([^}]*)\}", rule["expr"])
+            assert read and all(inside.endswith(matcher) for _, inside in read), rule["expr"]
+    path = tmp_path / "canary.rules.yml"
+    path.write_text(text, encoding="utf-8")
+    proc = run_promtool("check", "rules", "--lint=none", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
