@@ -18,7 +18,8 @@ _COMMANDS = {
     "report": ("write an HTML report of evaluations (MAP, ranks, worst retrievals)", "cp_observe._cli._report"),
     "calibrate": ("judge agreement with people's labels, and MAP corrected by them", "cp_observe._cli._calibrate"),
     "dataset": ("select failing retrievals from stored traces as a test set", "cp_observe._cli._dataset"),
-    "deploy": ("write the dashboard, alert rules and Collector configs shipped", "cp_observe.deploy._cli"),
+    "deploy": ("write the dashboard, alert rules and Collector configs shipped; backfill the rules' records",
+               "cp_observe.deploy._cli"),
 }
 #: The offline commands: their command lines sit in ``_cli/`` as ``add_<command>_arguments`` and ``run_<command>``,
 #: and they take ``--log-format`` here (``serve`` takes it among its own options).

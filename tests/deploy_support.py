@@ -80,6 +80,10 @@ DETECTION_RULE_GROUPS = ("context_precision.detection.recording", "context_preci
 BUDGET_RULES_FILE = PROMETHEUS_DIR / "rules" / "context_precision_budget.rules.yml"
 BUDGET_ALERT_NAMES = ("ContextPrecisionBudgetExhausted", "ContextPrecisionPacedBelowUseful")
 BUDGET_RULE_GROUPS = ("context_precision.budget",)
+#: The guard on the rule groups' own evaluation cost (its own file, hand-written) and its group.
+GUARD_RULES_FILE = PROMETHEUS_DIR / "rules" / "context_precision_guard.rules.yml"
+GUARD_ALERT_NAMES = ("ContextPrecisionRuleGroupSlow",)
+GUARD_RULE_GROUPS = ("context_precision.guard",)
 #: A series the canary alert reads that the user records (the baseline MAP per data source and stage), unless the
 #: rules were generated with --baseline, which records it as a constant.
 CANARY_BASELINE_SERIES = "gen_ai_data_source_id_stage:context_precision_score:canary_baseline"

@@ -20,9 +20,10 @@ alarms after the baseline's first week; changes (steps of 0.1, 0.2, 0.3 and a dr
 random minute of the day after a healthy week, and count as caught when a detector fires within a day.
 
 The big grid evaluates the rules' arithmetic in Python (``scan_z``: the same expression from the same counters at
-the same one-minute evaluations). ``--crosscheck`` backfills a subset into a **real Prometheus** (``promtool tsdb
-create-blocks-from openmetrics``), evaluates the shipped recording rules' z for every window there as range
-queries, and prints the largest difference from Python and whether the firing minutes agree.
+the same one-minute evaluations, windows and baselines built from the window records as the rules build them:
+``recorded_windows``). ``--crosscheck`` backfills a subset into a **real Prometheus** (``promtool tsdb
+create-blocks-from openmetrics``, then the window records by ``cp-observe deploy backfill``), evaluates the
+shipped recording rules' z for every window there as range queries, and prints the largest difference from Python and whether the firing minutes agree.
 
 The canary tables (``ContextPrecisionVariantRegression``: one variant, 20 % of the traffic, against the rest of its
 data source) run the canary scan's arithmetic (``deploy/prometheus/canary_rules.py``; ``canary_scan_z``) on the same
@@ -30,6 +31,7 @@ production-like streams, with the fixed 30-minute rule it replaced and an oracle
 evaluations.
 
     .venv/bin/python benchmarks/alerts/bench_alerts.py [--quick] [--months N] [--episodes N] [--seed N] [--crosscheck]
+    .venv/bin/python benchmarks/alerts/bench_alerts.py --crosscheck-only
     .venv/bin/python benchmarks/alerts/bench_alerts.py --canary-only [--quick]
 """
 
@@ -242,27 +244,62 @@ def ap_sigma(means: np.ndarray) -> np.ndarray:
     return np.sqrt(second - means * means)
 
 
+def recorded_windows(cum: np.ndarray, rules: ModuleType) -> dict[int, np.ndarray]:
+    """Every window record at every minute (columns of ``cum``, the cumulative sums), as the rules build them.
+
+    The 5-minute record is ``increase(x[5m])``, which at a scrape-aligned evaluation is the counter at t minus the
+    counter at t - 5 (Prometheus 2.x reads the closed range: both samples are in it, nothing is extrapolated); each
+    longer window W is the W/2 record at t plus the same record at t - W/2 (``offset``). NaN where the chain reaches
+    before the data: the rules have no record there.
+    """
+    out: dict[int, np.ndarray] = {}
+    first = rules.WINDOWS[0]
+    rec = np.full(cum.shape, np.nan)
+    rec[:, first:] = cum[:, first:] - cum[:, :-first]
+    out[first] = rec
+    for half, w in zip(rules.WINDOWS, rules.WINDOWS[1:]):
+        prev = out[half]
+        rec = np.full(cum.shape, np.nan)
+        rec[:, half:] = prev[:, half:] + prev[:, :-half]
+        out[w] = rec
+    return out
+
+
+def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int) -> tuple[np.ndarray, np.ndarray]:
+    """One window's record at ``at`` and the pooled records on each of the last ``days`` days (the rules' baseline:
+    a day without a record is left out of the pool; NaN where no day has one)."""
+    window = records[:, at]
+    base = np.zeros_like(window)
+    present = np.zeros(len(at), dtype=bool)
+    for d in range(1, days + 1):
+        back = at - d * PER_DAY
+        ok = back >= 0
+        day = np.full_like(window, np.nan)
+        day[:, ok] = records[:, back[ok]]
+        have = ~np.isnan(day[0])
+        base[:, have] += day[:, have]
+        present |= have
+    base[:, ~present] = np.nan
+    return window, base
+
+
 def scan_z(per_minute: np.ndarray, at: np.ndarray, rules: ModuleType) -> np.ndarray:
     """The rules' z per window at minutes ``at`` (rows: windows), from per-minute sums; NaN under the minimum.
 
-    ``increase(x[W])`` at a scrape-aligned evaluation is the counter at t minus the counter at t - W (Prometheus
-    2.x reads the closed range, so both samples are in it and nothing is extrapolated).
+    Windows and baselines are the window records (``recorded_windows``): the half-window chain and the records at
+    ``offset 1d..7d``, as the rules evaluate them.
     """
     cum = np.concatenate([np.zeros((3, 1)), np.cumsum(per_minute, axis=1)], axis=1)  # cum[:, t] = up to minute t
+    records = recorded_windows(cum, rules)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
-        n, s, _ = cum[:, at] - cum[:, at - w]
-        base = np.zeros((3, len(at)))
-        for d in range(1, rules.BASELINE_DAYS + 1):
-            back = at - d * PER_DAY
-            ok = back - w >= 0  # a day before the data began is not in the pool
-            base[:, ok] += cum[:, back[ok]] - cum[:, back[ok] - w]
-        big_n, big_s, big_q = base
+        (n, s, _), (big_n, big_s, big_q) = _window_and_baseline(records[w], at, rules.BASELINE_DAYS)
         with np.errstate(divide="ignore", invalid="ignore"):
             mean_b = big_s / big_n
             var = np.maximum(big_q / big_n - mean_b**2, rules.VAR_FLOOR)
             z = (mean_b - s / n - rules.MARGIN) / np.sqrt(var * (1 / n + 1 / big_n) + rules.LEVEL_SD**2)
-        out[row] = np.where((n >= rules.MIN_COUNT) & (big_n >= rules.MIN_COUNT), z, np.nan)
+            keep = (n >= rules.MIN_COUNT) & (big_n >= rules.MIN_COUNT)
+        out[row] = np.where(keep, z, np.nan)
     return out
 
 
@@ -511,13 +548,15 @@ def inline(expr: str, records: dict[str, str]) -> str:
     raise RuntimeError("recording rules nest too deep")
 
 
-def window_z_expr(window: int) -> str:
-    """The shipped rules' z for one window as one PromQL expression (recorded series inlined)."""
+WINDOW_RECORD = re.compile(r":window$")
+
+
+def z_expr() -> str:
+    """The shipped rules' z for every window as one PromQL expression: the recorded series inlined, except the
+    window records themselves, which the crosscheck backfills (``cp-observe deploy backfill``) as an upgrade does."""
     groups = yaml.safe_load(DETECTION_RULES_FILE.read_text(encoding="utf-8"))["groups"]
-    records = {}
-    for rule in groups[0]["rules"]:
-        if rule.get("labels", {}).get("window", f"{window}m") == f"{window}m":
-            records[rule["record"]] = " ".join(rule["expr"].split())
+    records = {rule["record"]: " ".join(rule["expr"].split()) for rule in groups[0]["rules"]
+               if not WINDOW_RECORD.search(rule["record"])}
     # The score series' z: the crosscheck's streams run no cascade, so the alert reads this one (inlining the
     # chosen record would also inline the PPI++ branch, a hundred times longer and empty here).
     return inline(records["gen_ai_data_source_id_window:context_precision_score_plain:drop_z"], records)
@@ -802,25 +841,14 @@ def draw_cascade(means: np.ndarray, seen: np.ndarray, expected: np.ndarray, rng:
     return out
 
 
-def _window_and_baseline(cum: np.ndarray, at: np.ndarray, w: int, days: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's increase over the window ending at ``at`` and the pooled increase over the same window on each
-    of the last ``days`` days (a day before the data began is not in the pool)."""
-    window = cum[:, at] - cum[:, at - w]
-    base = np.zeros_like(window)
-    for d in range(1, days + 1):
-        back = at - d * PER_DAY
-        ok = back - w >= 0
-        base[:, ok] += cum[:, back[ok]] - cum[:, back[ok] - w]
-    return window, base
-
-
 def scan_z_ppi(terms: np.ndarray, at: np.ndarray, rules: ModuleType) -> np.ndarray:
     """The rules' PPI++ z per window (rows: windows) at minutes ``at``, from per-minute PPI sums (PPI_TERMS rows);
     NaN under the minimum. The arithmetic of ``ppi_drop_z`` (cp_observe/_judging/_ppi.py), vectorised."""
     cum = np.concatenate([np.zeros((len(PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
+    records = recorded_windows(cum, rules)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
-        win, base = _window_and_baseline(cum, at, w, rules.BASELINE_DAYS)
+        win, base = _window_and_baseline(records[w], at, rules.BASELINE_DAYS)
         c, f, f2, n, y, y2, fs, f2s, fy = base
         wc, wf, _, wn, wy, _, wfs, _, _ = win
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -928,12 +956,15 @@ def cascade_rows(rates: Sequence[int], sampling: float, episodes: int, months: f
 
 
 def crosscheck(seed: int, rules: ModuleType) -> list[list[object]]:
-    """A real Prometheus over backfilled blocks against ``scan_z``: per window, the largest |z| difference.
+    """A real Prometheus over backfilled blocks against ``scan_z``: per data source, the largest |z| difference.
 
     One data source at 10 req/s x 5 % with a 0.2 step and one at 50 req/s x 5 % with a 0.1 drift, each after a
-    healthy week; every window's z is queried over the 6 hours from the change, once a minute, and the first
-    minute the largest z exceeds Z is compared.
+    healthy week. The raw counters are backfilled, then the window records by ``cp-observe deploy backfill`` (one
+    promtool pass per window length); every window's z is queried over the 6 hours from the change, once a minute,
+    and the first minute the largest z exceeds Z is compared.
     """
+    from cp_observe.deploy._backfill import backfill as backfill_records
+
     rng = np.random.default_rng(seed)
     span = 6 * 60
     named, begins = {}, {}
@@ -947,20 +978,27 @@ def crosscheck(seed: int, rules: ModuleType) -> list[list[object]]:
         begins[name] = begin
     rows: list[list[object]] = []
     start = (int(time.time()) // DAY - LEAD_DAYS - 3) * DAY  # whole days, in the past
+    last = max(sums.shape[1] for sums in named.values())
     with tempfile.TemporaryDirectory(prefix="cp-bench-alerts-") as tmp:
         work = Path(tmp)
         backfill(work / "data", named, start)
+        with prometheus(work / "data") as base:
+            began = time.perf_counter()
+            blocks = backfill_records(base, work / "records", [DETECTION_RULES_FILE.read_text(encoding="utf-8")],
+                                      start=start, end=start + last * STEP)
+            print(f"# crosscheck: window records backfilled in {time.perf_counter() - began:.0f} s"
+                  f" ({len(blocks)} blocks)", flush=True)
+        for block in blocks:
+            block.rename(work / "data" / block.name)
         with prometheus(work / "data") as base:
             for name, sums in named.items():
                 begin = begins[name]
                 at = np.arange(begin + 1, begin + span + 1)
                 ours = scan_z(sums, at, rules)
                 theirs = np.full_like(ours, np.nan)
-                for row, w in enumerate(rules.WINDOWS):
-                    values = query_values(base, window_z_expr(w), start + int(at[0]) * STEP,
-                                          start + int(at[-1]) * STEP, name)
-                    for t, v in values.items():
-                        theirs[row, (t - start) // STEP - int(at[0])] = v
+                values = query_values(base, z_expr(), start + int(at[0]) * STEP, start + int(at[-1]) * STEP, name)
+                for (window, t), v in values.items():
+                    theirs[rules.WINDOWS.index(window), (t - start) // STEP - int(at[0])] = v
                 both = ~np.isnan(ours) & ~np.isnan(theirs)
                 same_presence = bool((np.isnan(ours) == np.isnan(theirs)).all())
                 diff = float(np.abs(ours[both] - theirs[both]).max()) if both.any() else 0.0
@@ -971,17 +1009,18 @@ def crosscheck(seed: int, rules: ModuleType) -> list[list[object]]:
     return rows
 
 
-def query_values(base: str, expr: str, start: int, end: int, source: str) -> dict[int, float]:
-    """``expr``'s value for one data source at every STEP in [start, end]."""
+def query_values(base: str, expr: str, start: int, end: int, source: str) -> dict[tuple[int, int], float]:
+    """``expr``'s value for one data source at every STEP in [start, end], by (window in minutes, time)."""
     query = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": STEP})
     request = urllib.request.Request(f"{base}/api/v1/query_range", data=query.encode(),
                                      headers={"Content-Type": "application/x-www-form-urlencoded"})
     with urllib.request.urlopen(request, timeout=900) as response:
         body = json.load(response)
-    out: dict[int, float] = {}
+    out: dict[tuple[int, int], float] = {}
     for series in body["data"]["result"]:
         if series["metric"].get(DS) == source:
-            out.update({int(float(ts)): float(v) for ts, v in series["values"]})
+            window = int(series["metric"]["window"].removesuffix("m"))
+            out.update({(window, int(float(ts))): float(v) for ts, v in series["values"]})
     return out
 
 
@@ -1009,6 +1048,7 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=16, help="changes of each kind per cell")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--crosscheck", action="store_true", help="also compare with a real Prometheus")
+    parser.add_argument("--crosscheck-only", action="store_true", help="only the comparison with a real Prometheus")
     parser.add_argument("--canary-only", action="store_true", help="only the canary tables (no Prometheus needed)")
     parser.add_argument("--cascade-only", action="store_true", help="only the cascade table (no Prometheus needed)")
     args = parser.parse_args()
@@ -1034,7 +1074,7 @@ def main() -> int:
           f"cell, seed {args.seed}; rules: windows {rules.WINDOWS[0]}m..{rules.WINDOWS[-1]}m, margin {rules.MARGIN},"
           f" z > {rules.Z}, minimum {rules.MIN_COUNT}")
     print(f"# {machine_line()}")
-    if args.crosscheck:
+    if args.crosscheck or args.crosscheck_only:
         if shutil.which("prometheus") is None or shutil.which("promtool") is None:
             print("--crosscheck needs prometheus and promtool on PATH (scripts/install-system-deps.sh)",
                   file=sys.stderr)
@@ -1044,6 +1084,8 @@ def main() -> int:
         print(f"\n### The rules' arithmetic in Python against a real Prometheus ({time.perf_counter() - began:.0f} s)\n")
         print(markdown_table(["stream", "window-minutes compared", "same windows judged", "largest |z| difference",
                               "first firing (Python)", "first firing (Prometheus)", "same"], rows))
+        if args.crosscheck_only:
+            return 0
     if args.cascade_only:
         if args.quick:
             months, episodes = 0.5, 4

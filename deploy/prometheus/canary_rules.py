@@ -19,7 +19,8 @@ branch reads ``gen_ai_data_source_id_stage:context_precision_score:canary_baseli
 How it decides, per data source, stage and segment value v, at every evaluation (every ``INTERVAL``):
 
 - **Windows.** For each window length W of WINDOWS (5 min doubling to 1280 min, those of the drop detection), v's
-  count n, sum s and sum of squares q of AP over the last W, summed across replicas; the rest of the data source
+  count n, sum s and sum of squares q of AP over the last W, summed across replicas (recorded as the drop
+  detection's are: the 5-minute increase, each longer window two recorded halves); the rest of the data source
   at the same stage over the same W (its totals minus v's: every other value, ``none`` and ``other`` included).
   The comparison is concurrent, so the daily and weekly rhythm (query mix, traffic) is in both sides alike and
   cancels: no day-ago baseline is needed.
@@ -249,10 +250,10 @@ def evaluate(sides: dict[tuple[str, str], Counters], minute: int, baselines: dic
         stage = key[0]
         best = None
         for w in WINDOWS:
-            back = at - w // STEP_MIN
 
             def window(c: Counters) -> list[float]:
-                return [series[at] - series[back] for series in c]
+                # the window records as the rules build them (the drop detection's doubling records)
+                return [_DETECTION.recorded_window(series, w)[at] or 0.0 for series in c]  # type: ignore[attr-defined]
 
             n, s, q = window(counters)
             total = [0.0, 0.0, 0.0]
@@ -483,9 +484,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--z", type=float, default=Z, help="the family's threshold (higher: fewer false alarms)")
     parser.add_argument("--min-count", type=int, default=MIN_COUNT, help="scored evaluations a side needs")
     parser.add_argument("--tests", action="store_true", help="print the promtool scenarios for the shipped defaults")
+    parser.add_argument("--shard", action="append", default=[], metavar="REGEX",
+                        help="a recording group for the data sources whose id matches REGEX (repeat; a last group"
+                             " takes the rest)")
     args = parser.parse_args(argv)
     text = scenarios() if args.tests else rules(args.segment, args.baseline, args.margin, args.z, args.min_count,
                                                 args.gap_sd)
+    if args.shard and not args.tests:
+        text = _DETECTION.shard(text, args.shard, "context_precision.canary.recording")  # type: ignore[attr-defined]
     sys.stdout.write(text)
     return 0
 

@@ -12,9 +12,13 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
 - **Windows.** For each window length W of WINDOWS (5 min, doubling, up to 1280 min, about a day), the count n,
   sum s and sum of squares q of the scored evaluations' AP over the last W: the counters every process and
   replica exports (``context_precision_score_{count,sum}``, ``context_precision_score_squares_total``), summed
-  across replicas by data source, so the rules need no state of their own.
-- **Baseline.** The same W at the same time of day on each of the last BASELINE_DAYS days (``offset 1d`` ..
-  ``offset 7d``), pooled: N, S, Q. Same time of day follows the daily rhythm (query mix, traffic); seven days
+  across replicas by data source. Only the 5-minute window reads them (``increase``); each longer window is the
+  record of half its length now plus the same record ``offset`` half its length (``window_records``): two halves
+  that tile the window, so each raw minute counts once and an evaluation reads two samples, not W minutes.
+- **Baseline.** The same W at the same time of day on each of the last BASELINE_DAYS days: the window records at
+  ``offset 1d`` .. ``offset 7d``, pooled: N, S, Q (seven lookups, not seven raw ranges). Prometheus must keep
+  9 days; ``cp-observe deploy backfill`` writes the records for past days where the rules are new. Same time of
+  day follows the daily rhythm (query mix, traffic); seven days
   average the weekly one out. A day with no data (a new data source) is left out of the pool rather than voiding
   it. What is left between today and that pool is the weekly rhythm's deviation for today: LEVEL_SD is its
   typical size, and it enters the standard error below.
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 
 #: Window lengths in minutes: 5 min doubling to 1280 min (21 h 20 min).
@@ -87,35 +92,50 @@ def family_z(target: float = FALSE_ALARMS_PER_MONTH, windows: tuple[int, ...] = 
 Z = family_z()
 
 
-def _baseline(metric: str, window: int, by: str = DS) -> str:
-    days = " or ".join(
-        f'label_replace(increase({metric}[{window}m] offset {d}d), "day", "{d}", "", "")'
-        for d in range(1, BASELINE_DAYS + 1)
-    )
-    return f"sum by ({by}) ({days})"
+def _baseline(record: str, by: str = DS) -> str:
+    """The pooled baseline of every window at once: the window record at ``offset 1d`` .. ``offset 7d``, summed.
+
+    A day whose record is missing (a data source newer than that day, or recordings younger than it) is left out
+    of the pool rather than voiding it: a new installation compares with the days it has."""
+    days = " or ".join(f'label_replace({record} offset {d}d, "day", "{d}", "", "")'
+                       for d in range(1, BASELINE_DAYS + 1))
+    return f"sum by ({by}, window) ({days})"
 
 
 def window_records(prefix: str, metrics: dict[str, str], group: str) -> list[str]:
-    """Recording rules of each metric's increase over every window, summed by ``group`` (labelled ``window``)."""
+    """Recording rules of each metric's increase over every window, summed by ``group`` (labelled ``window``).
+
+    Only the shortest window reads the raw counters. Each longer window is the recorded window of half its length
+    now plus the same record ``offset`` half its length: two lookups, the two halves tiling the window, so every
+    raw minute is counted once (WINDOWS double). The records of one group share its evaluation times, so the
+    offset lands on an earlier evaluation's sample."""
+    assert all(b == 2 * a for a, b in zip(WINDOWS, WINDOWS[1:])), WINDOWS
     lines: list[str] = []
     for part, metric in metrics.items():
-        for w in WINDOWS:
-            lines += [
-                f"      - record: {prefix}_{part}:window",
-                f"        expr: sum by ({group}) (increase({metric}[{w}m]))",
-                f"        labels: {{window: {w}m}}",
-            ]
+        name = f"{prefix}_{part}:window"
+        lines += [
+            f"      - record: {name}",
+            f"        expr: sum by ({group}) (increase({metric}[{WINDOWS[0]}m]))",
+            f"        labels: {{window: {WINDOWS[0]}m}}",
+        ]
+        for half, w in zip(WINDOWS, WINDOWS[1:]):
+            sel = f'{name}{{window="{half}m"}}'
+            lines += [f"      - record: {name}", f"        expr: {sel} + {sel} offset {half}m",
+                      f"        labels: {{window: {w}m}}"]
     return lines
+
+
+SCORE_METRICS = {
+    "count": "context_precision_score_count",
+    "sum": "context_precision_score_sum",
+    "squares": "context_precision_score_squares_total",
+}
 
 
 def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, level_sd: float = LEVEL_SD) -> str:
     """The rule file's text."""
     p = PREFIX
-    metrics = {
-        "count": "context_precision_score_count",
-        "sum": "context_precision_score_sum",
-        "squares": "context_precision_score_squares_total",
-    }
+    metrics = SCORE_METRICS
     windows = ", ".join(f"{w}m" for w in WINDOWS)
     lines = [
         "# cp-observe — drop detection: sampled MAP over doubling windows against the same windows on the last",
@@ -140,14 +160,9 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
     ]
     lines += window_records(p, metrics, DS)
     lines.append(f"      # ... and over the same window at the same time of day on each of the last {BASELINE_DAYS}"
-                 " days, pooled.")
-    for part, metric in metrics.items():
-        for w in WINDOWS:
-            lines += [
-                f"      - record: {p}_{part}:baseline",
-                f"        expr: {_baseline(metric, w)}",
-                f"        labels: {{window: {w}m}}",
-            ]
+                 " days, pooled (the window records' offsets: every window in one rule).")
+    for part in metrics:
+        lines += [f"      - record: {p}_{part}:baseline", f"        expr: {_baseline(f'{p}_{part}:window')}"]
     lines += _plain_records(margin, min_count, level_sd)
     lines += _ppi_records(margin, min_count, level_sd)
     lines += _chosen_records(z, min_count)
@@ -200,6 +215,42 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
 
 
 
+def shard(text: str, shards: list[str], group: str = "context_precision.detection.recording") -> str:
+    """``text`` (a generated rule file) with its recording ``group`` split by data source: one group per regex of
+    ``shards`` (data source ids, anchored as PromQL anchors =~) and one for the data sources no regex matches.
+
+    Every raw counter and every record the group reads gets the shard's matcher on the data source, so each group
+    computes its own data sources only and writes series no other group writes. PromQL has no hash, so a shard is
+    a list the user keeps (regexes of data source ids); the last group catches the rest, so a new data source is
+    never left out. Groups run independently: Prometheus evaluates them in parallel (up to its rule concurrency),
+    a Mimir or Thanos ruler spreads them over its rulers.
+    """
+    lines = text.split("\n")
+    start = lines.index(f"  - name: {group}")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("  - name: "))
+    body = lines[start + 1:end]
+    while body and not body[-1].strip():
+        body.pop()
+    names = sorted({line.split("record: ", 1)[1] for line in body if "- record: " in line}, key=len, reverse=True)
+    record = re.compile(r"(?<![\w:])(" + "|".join(re.escape(n) for n in names) + r")(?![\w:])(\{[^}]*\})?")
+    raw = re.compile(r"increase\((\w+)\[")
+
+    def rewrite(line: str, matcher: str) -> str:
+        if "- record: " in line or line.lstrip().startswith("#") or "labels:" in line:
+            return line
+        line = record.sub(lambda m: f"{m[1]}{{{m[2][1:-1] + ',' if m[2] else ''}{matcher}}}", line)
+        return raw.sub(lambda m: f"increase({m[1]}{{{matcher}}}[", line)
+
+    out = lines[:start]
+    every = "|".join(f"(?:{s})" for s in shards)
+    for number, matcher in [*((k, f'{DS}=~"{s}"') for k, s in enumerate(shards, start=1)),
+                            (0, f'{DS}!~"{every}"')]:
+        out.append(f"  - name: {group}.{'shard' + str(number) if number else 'rest'}")
+        out += [rewrite(line, matcher) for line in body]
+        out.append("")
+    return "\n".join(out + lines[end:])
+
+
 def _spread(level_sd: float, margin: float) -> str:
     """What the description says of the level's spread and the margin."""
     return f"level SD {level_sd}" + (f", margin {margin}" if margin else "")
@@ -243,14 +294,15 @@ def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
 
     lines = [
         "      # Where the cheap-plus-LLM cascade runs: its PPI sums (context_precision_cascade_sums_total{term}) over",
-        "      # every window and the same baseline, one rule per window for all terms, then one series per term.",
+        "      # every window (doubling records, all terms in one) and the same baseline, then one series per term.",
     ]
     for side in ("window", "baseline"):
-        for w in WINDOWS:
-            expr = (f"sum by ({DS}, term) (increase({CASCADE_METRIC}[{w}m]))" if side == "window"
-                    else _baseline(CASCADE_METRIC, w, f"{DS}, term"))
-            lines += [f"      - record: {CASCADE_TERMS}:{side}", f"        expr: {expr}",
-                      f"        labels: {{window: {w}m}}"]
+        if side == "window":
+            lines += [line.replace(f"{CASCADE_TERMS}_:", f"{CASCADE_TERMS}:")
+                      for line in window_records(CASCADE_TERMS, {"": CASCADE_METRIC}, f"{DS}, term")]
+        else:
+            lines += [f"      - record: {CASCADE_TERMS}:baseline",
+                      f"        expr: {_baseline(f'{CASCADE_TERMS}:window', f'{DS}, term')}"]
         for term in PPI_TERMS:
             lines += [f"      - record: {t(term, side)}",
                       f'        expr: sum without (term) ({CASCADE_TERMS}:{side}{{term="{term}"}})']
@@ -372,7 +424,7 @@ def _chosen_records(z: float, min_count: int) -> list[str]:
 DAY_MIN = 1440
 SCENARIO_DAYS = 9  # the checks fall on day 8, when every baseline window lies within the data
 STEP_MIN = 5  # the scenarios' scrape interval
-EVAL_MIN = 15  # their evaluation interval (promtool evaluates every rule at each: keep the test cheap)
+EVAL_MIN = 5  # their evaluation interval: the scrape's, so each window record finds its earlier half
 LABELS = ('{job="rag-app",instance="pod-1",otel_scope_name="cp_observe",gen_ai_evaluation_name="context_precision",'
           'gen_ai_data_source_id="kb",stage="retrieval"}')
 
@@ -433,16 +485,50 @@ def _values(series: list[float]) -> str:
     return " ".join(parts)
 
 
-def _window_sums(series: list[float], at: int, back: int) -> tuple[float, float]:
-    """(this window's increase, the pooled baseline's) of one cumulative series at step ``at``."""
+_RECORDS: dict[int, tuple[list[float], dict[int, list[float | None]]]] = {}
+
+
+def recorded_window(series: list[float], w: int) -> list[float | None]:
+    """The window record of length ``w`` at every step, built as the rules build it: the shortest window's
+    increase (the counter's difference: the scenarios' samples fall on the window's edges), then each longer one
+    as the half-length record now plus the same record half a window earlier; None where that reaches before the
+    data (the rules have no record there)."""
+    held = _RECORDS.get(id(series))
+    if held is None or held[0] is not series:
+        if len(_RECORDS) > 512:
+            _RECORDS.clear()
+        held = _RECORDS[id(series)] = (series, {})
+    cache = held[1]
+    if w not in cache:
+        out: list[float | None] = [None] * len(series)
+        if w == WINDOWS[0]:
+            back = w // STEP_MIN
+            for i in range(back, len(series)):
+                out[i] = series[i] - series[i - back]
+        else:
+            half, back = recorded_window(series, w // 2), w // 2 // STEP_MIN
+            for i in range(back, len(series)):
+                a, b = half[i], half[i - back]
+                out[i] = None if a is None or b is None else a + b
+        cache[w] = out
+    return cache[w]
+
+
+def _window_sums(series: list[float], at: int, back: int) -> tuple[float | None, float | None]:
+    """(this window's record, the pooled baseline's: the record on each of the last BASELINE_DAYS days that has one)
+    of one cumulative series at step ``at``, for a window of ``back`` steps; None where there is none."""
     day = DAY_MIN // STEP_MIN
-    pooled = sum(series[at - d * day] - series[at - d * day - back] for d in range(1, BASELINE_DAYS + 1))
-    return series[at] - series[at - back], pooled
+    record = recorded_window(series, back * STEP_MIN)
+    days = [record[at - d * day] for d in range(1, BASELINE_DAYS + 1) if at - d * day >= 0]
+    present = [v for v in days if v is not None]
+    return record[at], (sum(present) if present else None)
 
 
 def _plain_z(counters: list[list[float]], at: int, back: int) -> tuple[float, float, float, float, float, float] | None:
     """(z, drop, SE, baseline mean, n, N) of the score series over one window."""
     (n, big_n), (s, big_s), (_, big_q) = (_window_sums(c, at, back) for c in counters)
+    if n is None or big_n is None or s is None or big_s is None or big_q is None:
+        return None
     if n < MIN_COUNT or big_n < MIN_COUNT:
         return None
     base = big_s / big_n
@@ -454,6 +540,8 @@ def _plain_z(counters: list[list[float]], at: int, back: int) -> tuple[float, fl
 def _ppi_z(terms: dict[str, list[float]], at: int, back: int) -> tuple[float, float, float, float, float, float] | None:
     """(z, drop, SE, baseline mean, n, n_b) of the cascade's PPI++ MAP over one window (as _judging/_ppi.py)."""
     w, b = ({t: _window_sums(series, at, back)[k] for t, series in terms.items()} for k in (0, 1))
+    if None in w.values() or None in b.values():
+        return None
     if w["n"] < MIN_COUNT or b["n"] < MIN_COUNT:
         return None
     n_b, unl_b = b["n"], b["count"] - b["n"]
@@ -485,7 +573,7 @@ def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[flo
     for w in WINDOWS:
         back = w // STEP_MIN
         found = _ppi_z(terms, at, back) if terms else None
-        if found is None and not (terms and _window_sums(terms["count"], at, back)[0] > 0):
+        if found is None and not (terms and (_window_sums(terms["count"], at, back)[0] or 0) > 0):
             found = _plain_z(counters, at, back)
         if found is not None and (best is None or found[0] > best[0]):
             best = (found[0], w, *found[1:])
@@ -624,8 +712,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--z", type=float, default=Z, help="the family's threshold (higher: fewer false alarms)")
     parser.add_argument("--min-count", type=int, default=MIN_COUNT, help="scored evaluations a window needs")
     parser.add_argument("--tests", action="store_true", help="print the promtool scenarios for the defaults instead")
+    parser.add_argument("--shard", action="append", default=[], metavar="REGEX",
+                        help="a group for the data sources whose id matches REGEX (repeat; a last group takes the"
+                             " rest)")
     args = parser.parse_args(argv)
-    sys.stdout.write(scenarios() if args.tests else rules(args.margin, args.z, args.min_count, args.level_sd))
+    text = scenarios() if args.tests else rules(args.margin, args.z, args.min_count, args.level_sd)
+    sys.stdout.write(shard(text, args.shard) if args.shard and not args.tests else text)
     return 0
 
 

@@ -53,3 +53,23 @@ def test_group_metrics_reads_duration_samples_and_rules_per_group(bench: ModuleT
     found = bench.group_metrics("http://127.0.0.1:1")
     assert found == {"context_precision.recording": {"duration": 0.004},
                      "context_precision.detection.recording": {"duration": 0.25, "samples": 628.0, "rules": 119.0}}
+
+
+def test_the_cost_sums_detection_and_canary_groups_at_their_shipped_interval(bench: ModuleType) -> None:
+    """Seconds per minute: each costed group's duration x 60 / its shipped interval; other groups do not count."""
+    found = {"context_precision.detection.recording": {"median": 0.02, "shipped_interval": 60.0},
+             "context_precision.canary.recording": {"median": 0.01, "shipped_interval": 30.0},
+             "context_precision.recording": {"median": 5.0, "shipped_interval": 60.0},
+             "context_precision.guard": {"median": 5.0, "shipped_interval": 60.0}}
+    assert bench.cost_per_minute(found) == pytest.approx(0.02 + 0.02)
+
+
+def test_synthesised_records_cover_every_half_window_and_baseline_day_read_during_the_run(bench: ModuleType) -> None:
+    """The recorded rules read their window records half a window back and 1..7 days back, with the 5-minute
+    lookback, for the whole run: the synthesised history holds a record at every such minute."""
+    end, seconds = 1_000_000_020 // 60 * 60, 60.0
+    times = set(bench.record_times(end, seconds))
+    for back in [w * 60 for w in bench.WINDOWS[:-1]] + [d * 86_400 for d in range(1, 8)]:
+        for now in range(end, end + int(seconds) + 1, 15):
+            assert any(now - back - 300 <= t <= now - back for t in times), (back, now)
+    assert all(t <= end for t in times)

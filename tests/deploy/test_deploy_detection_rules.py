@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import math
 import random
 import re
 import subprocess
@@ -12,6 +11,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 import pytest
+import yaml
 
 from cp_observe._stats._sequential import drop_z
 from tests.deploy_support import (
@@ -21,8 +21,10 @@ from tests.deploy_support import (
     DETECTION_RULE_GROUPS,
     DETECTION_RULES_FILE,
     DETECTION_TESTS_FILE,
+    PROMTOOL,
     alert_rules,
     load_yaml,
+    run_promtool,
 )
 
 
@@ -58,24 +60,34 @@ def test_the_threshold_holds_the_whole_family_to_its_target(gen: ModuleType) -> 
 
 
 def test_groups_alert_and_windows(gen: ModuleType) -> None:
-    """Two groups, one alert; every window doubles the last, from 5m to about a day, each with a 7-day baseline."""
+    """Two groups, one alert; every window doubles the last, from 5m to about a day; one 7-day baseline rule per
+    counter reads the window records at offsets 1d..7d."""
     groups = load_yaml(DETECTION_RULES_FILE)["groups"]
     assert tuple(g["name"] for g in groups) == DETECTION_RULE_GROUPS
     assert tuple(alert_rules(DETECTION_RULES_FILE)) == DETECTION_ALERT_NAMES
     assert all(b == 2 * a for a, b in zip(gen.WINDOWS, gen.WINDOWS[1:], strict=False))
     assert gen.WINDOWS[0] == 5 and 16 * 60 <= gen.WINDOWS[-1] <= 24 * 60
     rules = groups[0]["rules"]
-    for part in ("count", "sum", "squares"):
-        current = [r for r in rules if r["record"] == f"{gen.PREFIX}_{part}:window"]
-        baseline = [r for r in rules if r["record"] == f"{gen.PREFIX}_{part}:baseline"]
+    for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
+        current = [r for r in rules if r["record"] == f"{record}:window"]
         assert [r["labels"]["window"] for r in current] == [f"{w}m" for w in gen.WINDOWS]
-        assert [r["labels"]["window"] for r in baseline] == [f"{w}m" for w in gen.WINDOWS]
-        for rule in baseline:
-            offsets = re.findall(r"\[(\d+m)\] offset (\d+)d", rule["expr"])
-            assert offsets == [(rule["labels"]["window"], str(d)) for d in range(1, gen.BASELINE_DAYS + 1)]
-    for side in ("window", "baseline"):  # the cascade's sums: one rule per window for all terms
-        by_term = [r for r in rules if r["record"] == f"{gen.CASCADE_TERMS}:{side}"]
-        assert [r["labels"]["window"] for r in by_term] == [f"{w}m" for w in gen.WINDOWS]
+        (baseline,) = [r for r in rules if r["record"] == f"{record}:baseline"]
+        offsets = re.findall(rf"label_replace\({re.escape(record)}:window offset (\d+)d", baseline["expr"])
+        assert offsets == [str(d) for d in range(1, gen.BASELINE_DAYS + 1)]
+        assert "increase" not in baseline["expr"] and "window)" in baseline["expr"]
+
+
+def test_only_the_shortest_window_reads_raw_counters_the_others_add_two_recorded_halves(gen: ModuleType) -> None:
+    """The 5m window is the raw counters' increase; each longer window is the half-length record now plus the same
+    record offset by half a window (the halves tile the window: each raw minute counted once), defined before use."""
+    rules = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
+    for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
+        current = [r for r in rules if r["record"] == f"{record}:window"]
+        assert re.fullmatch(r"sum by \([^)]*\) \(increase\(\w+\[5m\]\)\)", current[0]["expr"])
+        for half, rule in zip(gen.WINDOWS, current[1:], strict=False):
+            sel = f'{record}:window{{window="{half}m"}}'
+            assert rule["expr"] == f"{sel} + {sel} offset {half}m"
+    assert len(re.findall(r"increase\(", DETECTION_RULES_FILE.read_text(encoding="utf-8"))) == 4
 
 
 def test_the_rules_read_only_what_every_replica_exports() -> None:
@@ -85,7 +97,9 @@ def test_the_rules_read_only_what_every_replica_exports() -> None:
     raw = set(re.findall(r"increase\((\w+)\[", text))
     assert raw == {"context_precision_score_count", "context_precision_score_sum",
                    "context_precision_score_squares_total", "context_precision_cascade_sums_total"}
-    assert set(re.findall(r"\bby \(([^)]*)\)", text)) == {"gen_ai_data_source_id", "gen_ai_data_source_id, term"}
+    assert set(re.findall(r"\bby \(([^)]*)\)", text)) == {
+        "gen_ai_data_source_id", "gen_ai_data_source_id, term", "gen_ai_data_source_id, window",
+        "gen_ai_data_source_id, term, window"}
 
 
 def test_the_ppi_terms_are_the_ones_the_library_exports(gen: ModuleType) -> None:
@@ -219,3 +233,59 @@ def test_dashboard_draws_the_statistic_against_the_alerts_threshold(gen: ModuleT
     steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [s["value"] for s in steps] == [None, gen.Z]
     assert f"z > {gen.Z}" in panel["description"] and f"level SD {gen.LEVEL_SD}" in panel["description"]
+
+
+def test_sharded_rules_give_each_group_its_data_sources_and_a_last_group_the_rest(gen: ModuleType) -> None:
+    """--shard REGEX (repeated) splits the recording group by data source: every raw counter and record a shard's
+    group reads carries its matcher, the last group the negation of all, and the alert group stays one."""
+    text = gen.shard(gen.rules(), ["kb-[a-m].*", "kb-[n-z].*"])
+    groups = yaml.safe_load(text)["groups"]
+    names = [g["name"] for g in groups]
+    assert names == ["context_precision.detection.recording.shard1", "context_precision.detection.recording.shard2",
+                     "context_precision.detection.recording.rest", "context_precision.detection.alerts"]
+    matchers = ['gen_ai_data_source_id=~"kb-[a-m].*"', 'gen_ai_data_source_id=~"kb-[n-z].*"',
+                'gen_ai_data_source_id!~"(?:kb-[a-m].*)|(?:kb-[n-z].*)"']
+    unsharded = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
+    records = {r["record"] for r in unsharded}
+    for group, matcher in zip(groups[:3], matchers, strict=True):
+        assert len(group["rules"]) == len(unsharded)
+        for rule in group["rules"]:
+            selectors = re.findall(r"(?<![\w:])([\w:]+)\{([^}]*)\}", rule["expr"])
+            read = [(name, inside) for name, inside in selectors if name in records or name.startswith("context_")]
+            assert read, rule["expr"]
+            assert all(inside.endswith(matcher) for _, inside in read), rule["expr"]
+            bare = [n for n in re.findall(r"(?<![\w:])([\w]*:[\w:]+)(?![\w:{])", rule["expr"]) if n in records]
+            assert not bare, rule["expr"]
+    assert groups[3] == load_yaml(DETECTION_RULES_FILE)["groups"][1]
+    assert _printed("--shard", "kb-[a-m].*", "--shard", "kb-[n-z].*") == text
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install-system-deps.sh)")
+def test_sharded_rules_pass_promtool(gen: ModuleType, tmp_path) -> None:
+    """The sharded file is valid PromQL and YAML for promtool (its duplicate-rule lint off: the same record names
+    in several groups are the point)."""
+    path = tmp_path / "sharded.rules.yml"
+    path.write_text(gen.shard(gen.rules(), ["kb-[a-m].*", "kb-[n-z].*"]), encoding="utf-8")
+    proc = run_promtool("check", "rules", "--lint=none", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install-system-deps.sh)")
+def test_sharded_canary_rules_select_their_data_sources_and_pass_promtool(tmp_path) -> None:
+    """canary_rules.py --shard splits the canary's recording group the same way: each group's raw counters and
+    records carry its matcher; the file passes promtool (duplicate-rule lint off)."""
+    generator = DETECTION_GENERATOR.with_name("canary_rules.py")
+    text = subprocess.run([sys.executable, str(generator), "--shard", "kb-[a-m].*"], capture_output=True,
+                          text=True, check=True).stdout
+    groups = yaml.safe_load(text)["groups"]
+    assert [g["name"] for g in groups] == ["context_precision.canary.recording.shard1",
+                                           "context_precision.canary.recording.rest", "context_precision.canary.alerts"]
+    for group, matcher in zip(groups[:2], ['gen_ai_data_source_id=~"kb-[a-m].*"',
+                                           'gen_ai_data_source_id!~"(?:kb-[a-m].*)"'], strict=True):
+        for rule in group["rules"]:
+            read = re.findall(r"(?<![\w:])((?:context_|gen_ai_)[\w:]+)\{([^}]*)\}", rule["expr"])
+            assert read and all(inside.endswith(matcher) for _, inside in read), rule["expr"]
+    path = tmp_path / "canary.rules.yml"
+    path.write_text(text, encoding="utf-8")
+    proc = run_promtool("check", "rules", "--lint=none", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -14,6 +14,7 @@ from tests.deploy_support import (
     CANARY_ALERT_NAMES,
     DEPLOY,
     DETECTION_ALERT_NAMES,
+    GUARD_ALERT_NAMES,
     RULE_GROUPS,
     RULE_TESTS_DIR,
     RULES_FILE,
@@ -206,7 +207,7 @@ def test_shipped_scenarios_cover_every_alert_firing_and_quiet() -> None:
             for check in case.get("alert_rule_test", []):
                 (fires if check["exp_alerts"] else quiet).add(check["alertname"])
     assert fires == quiet == (set(ALERT_NAMES) | set(CANARY_ALERT_NAMES) | set(DETECTION_ALERT_NAMES)
-                              | set(BUDGET_ALERT_NAMES))
+                              | set(BUDGET_ALERT_NAMES) | set(GUARD_ALERT_NAMES))
     for scenario in ("healthy retriever", "MAP falls", "uncertain MAP", "too few evaluations", "low volume",
                      "judge failing", "evaluations dropped"):  # fmt: skip
         assert scenario in names_seen
