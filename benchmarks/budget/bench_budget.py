@@ -67,7 +67,7 @@ from bench_alerts import (
 
 from cp_observe._processing._allocation import TrafficEstimate, allocate
 from cp_observe._processing._pacer import RESERVE_SHARE, paced_spend_rate
-from cp_observe._stats._sequential import lorden_threshold
+from _oracle import lorden_threshold
 
 SOURCES = 10
 REQUESTS = tuple(0.5 * 100 ** (i / (SOURCES - 1)) for i in range(SOURCES))  # requests/s, 0.5 to 50
