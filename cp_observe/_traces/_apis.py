@@ -53,22 +53,29 @@ _JAEGER_SPECIAL = frozenset({"span.kind", "otel.status_code", "otel.status_descr
                              "otel.scope.version", "otel.library.name", "otel.library.version", "w3c.tracestate"})
 
 
-def get_json(url: str, timeout_s: float) -> Any:
-    """GET ``url`` and parse its JSON body; ``ReplayInputError`` naming the URL on any failure."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+def get_json(url: str, timeout_s: float, *, data: bytes | None = None, headers: Mapping[str, str] | None = None,
+             shown: str | None = None) -> Any:
+    """GET ``url`` (POST ``data`` when given) and parse its JSON body.
+
+    Raises ``ReplayInputError`` naming ``shown`` (default: the URL) on any failure: unreachable, an HTTP error
+    status (with the start of its body), a body that is not JSON.
+    """
+    shown = url if shown is None else shown
+    request = urllib.request.Request(url, data=data, headers=dict(headers or {"Accept": "application/json"}),
+                                     method="POST" if data else "GET")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = response.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:200].decode("utf-8", "replace") if exc.fp is not None else ""
-        raise ReplayInputError(f"{url}: HTTP {exc.code} {exc.reason} {detail}".rstrip()) from None
+        raise ReplayInputError(f"{shown}: HTTP {exc.code} {exc.reason} {detail}".rstrip()) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ReplayInputError(f"{url}: unreachable: {reason}") from None
+        raise ReplayInputError(f"{shown}: unreachable: {reason}") from None
     try:
         return json.loads(body)
     except ValueError as exc:
-        raise ReplayInputError(f"{url}: the response is not JSON: {exc}") from None
+        raise ReplayInputError(f"{shown}: the response is not JSON: {exc}") from None
 
 
 def _check_query(url: str, kind: str, service: str, since: datetime, until: datetime) -> None:
