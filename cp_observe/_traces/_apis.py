@@ -54,11 +54,11 @@ _JAEGER_SPECIAL = frozenset({"span.kind", "otel.status_code", "otel.status_descr
 
 
 def get_json(url: str, timeout_s: float, *, data: bytes | None = None, headers: Mapping[str, str] | None = None,
-             shown: str | None = None) -> Any:
+             shown: str | None = None, hints: Mapping[int, str] | None = None) -> Any:
     """GET ``url`` (POST ``data`` when given) and parse its JSON body.
 
     Raises ``ReplayInputError`` naming ``shown`` (default: the URL) on any failure: unreachable, an HTTP error
-    status (with the start of its body), a body that is not JSON.
+    status (with ``hints[status]`` and the start of its body), a body that is not JSON.
     """
     shown = url if shown is None else shown
     request = urllib.request.Request(url, data=data, headers=dict(headers or {"Accept": "application/json"}),
@@ -68,7 +68,8 @@ def get_json(url: str, timeout_s: float, *, data: bytes | None = None, headers: 
             body = response.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:200].decode("utf-8", "replace") if exc.fp is not None else ""
-        raise ReplayInputError(f"{shown}: HTTP {exc.code} {exc.reason} {detail}".rstrip()) from None
+        hint = (hints or {}).get(exc.code, "")
+        raise ReplayInputError(f"{shown}: HTTP {exc.code} {exc.reason}{hint} {detail}".rstrip()) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ReplayInputError(f"{shown}: unreachable: {reason}") from None
