@@ -79,14 +79,6 @@ def get_json(url: str, timeout_s: float, *, data: bytes | None = None, headers: 
         raise ReplayInputError(f"{shown}: the response is not JSON: {exc}") from None
 
 
-def _check_query(url: str, kind: str, service: str, since: datetime, until: datetime) -> None:
-    """A trace query names a service and a time range that is not empty (``ReplayInputError`` otherwise)."""
-    if not service:
-        raise ReplayInputError(f"{url}: a {kind} query needs --service")
-    if until <= since:
-        raise ReplayInputError(f"{url}: --until must be after --since")
-
-
 class _TraceQuery:
     """Traces of ``service`` between ``since`` and ``until`` (both required) from a trace query API."""
 
@@ -96,7 +88,10 @@ class _TraceQuery:
 
     def __init__(self, url: str, service: str, *, since: datetime, until: datetime, limit: int = 200,
                  timeout_s: float = 30.0) -> None:
-        _check_query(url, self._API, service, since, until)
+        if not service:
+            raise ReplayInputError(f"{url}: a {self._API} query needs --service")
+        if until <= since:
+            raise ReplayInputError(f"{url}: --until must be after --since")
         self.url = url.rstrip("/")
         self.name = f"{self.url} ({self._LABEL + ', ' if self._LABEL else ''}service {service})"
         self.service = service
@@ -227,12 +222,7 @@ def _hex_id(value: Any, size: int) -> bytes:
 
 
 def _key_values(pairs: Any) -> list[KeyValue]:
-    out: list[KeyValue] = []
-    for key, value in pairs:
-        any_value = _any(value)
-        if any_value is not None:
-            out.append(KeyValue(key=str(key), value=any_value))
-    return out
+    return [KeyValue(key=str(key), value=converted) for key, value in pairs if (converted := _any(value)) is not None]
 
 
 def _any(value: Any) -> AnyValue | None:
@@ -248,10 +238,7 @@ def _any(value: Any) -> AnyValue | None:
         return AnyValue(bytes_value=value)
     if isinstance(value, (list, tuple)):
         out = AnyValue()
-        for item in value:
-            converted = _any(item)
-            if converted is not None:
-                out.array_value.values.append(converted)
+        out.array_value.values.extend(converted for item in value if (converted := _any(item)) is not None)
         return out
     if isinstance(value, Mapping):
         out = AnyValue()
