@@ -42,9 +42,8 @@ def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str
         f"<h1>{e(title)}</h1><div class='meta'>{e(run.label)}: {run.evaluations} evaluations, "
         f"{run.overall.failed} failed, from {e(', '.join(run.files))}; generated {generated}. "
         "MAP = mean average precision; intervals are 95 % normal approximations.</div>",
-        "<h2>Summary</h2>", _summary_table(run),
+        "<h2>Summary</h2>", _summary_table(run), corrected,
     ]
-    parts.append(corrected)
     if other is not None:
         parts += [f"<h2>Comparison: {e(other.label)} vs {e(run.label)}</h2>",
                   f"<div class='meta'>{e(other.label)}: {other.evaluations} evaluations from "
@@ -92,9 +91,7 @@ def _comparison(pairs: Sequence[tuple[str, Any, Any]], difference: Any, first: s
     for name, a, b in pairs:
         diff, interval = difference(a, b)
         marks.append((name, diff, interval))
-        cls = ""
-        if interval is not None:
-            cls = "up" if interval[0] > 0 else "down" if interval[1] < 0 else ""
+        cls = "" if interval is None else "up" if interval[0] > 0 else "down" if interval[1] < 0 else ""
         rows.append(f"<tr><td>{html.escape(name)}</td><td class='num'>{a.mean:.3f}</td>"
                     f"<td class='num'>{b.mean:.3f}</td>"
                     f"<td class='num {cls}'>{diff:+.3f}</td><td class='num'>{_interval(interval)}</td>"
