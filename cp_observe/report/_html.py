@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from cp_observe.report._html_segments import rerank_section, segment_section, verdict_block
+from cp_observe.report._html_segments import interval_text, rerank_section, segment_section, verdict_block
 
 __all__ = ["CSS", "head", "render"]
 
@@ -67,17 +67,13 @@ def head(title: str) -> str:
             "</head><body>")
 
 
-def _interval(interval: tuple[float, float] | None) -> str:
-    return f"{interval[0]:.3f} &ndash; {interval[1]:.3f}" if interval is not None else "n &lt; 2"
-
-
 def _summary_table(run: Any) -> str:
     rows = ["<table><tr><th>data source</th><th>MAP</th><th>95 % CI</th><th>evaluations</th><th>failed</th>"
             "<th>judge</th><th>P@1</th></tr>"]
     for stats in [*sorted(run.sources.values(), key=lambda s: s.name), run.overall]:
         p1 = f"{stats.relevant_at[0] / stats.seen_at[0]:.2f}" if stats.seen_at[0] else "&ndash;"
         rows.append(f"<tr><td>{html.escape(stats.name)}</td><td class='num'>{stats.mean:.3f}</td>"
-                    f"<td class='num'>{_interval(stats.interval())}</td><td class='num'>{stats.count}</td>"
+                    f"<td class='num'>{interval_text(stats.interval())}</td><td class='num'>{stats.count}</td>"
                     f"<td class='num'>{stats.failed}</td><td>{html.escape(', '.join(sorted(stats.judges)))}</td>"
                     f"<td class='num'>{p1}</td></tr>")
     rows.append("</table>")
@@ -94,7 +90,7 @@ def _comparison(pairs: Sequence[tuple[str, Any, Any]], difference: Any, first: s
         cls = "" if interval is None else "up" if interval[0] > 0 else "down" if interval[1] < 0 else ""
         rows.append(f"<tr><td>{html.escape(name)}</td><td class='num'>{a.mean:.3f}</td>"
                     f"<td class='num'>{b.mean:.3f}</td>"
-                    f"<td class='num {cls}'>{diff:+.3f}</td><td class='num'>{_interval(interval)}</td>"
+                    f"<td class='num {cls}'>{diff:+.3f}</td><td class='num'>{interval_text(interval)}</td>"
                     f"<td class='num'>{a.count} / {b.count}</td></tr>")
     rows.append("</table>")
     return "".join(rows) + _forest(marks)
@@ -247,7 +243,7 @@ def _source_section(stats: Any, other: Any | None) -> str:
     legend = "" if other is None else " <span class='small'>(blue: first run, orange: second run)</span>"
     return "".join([
         f"<h2>{html.escape(stats.name)}</h2><div class='meta'>MAP {stats.mean:.3f} "
-        f"(95 % CI {_interval(stats.interval())}), {stats.count} evaluations, {stats.failed} failed{legend}</div>",
+        f"(95 % CI {interval_text(stats.interval())}), {stats.count} evaluations, {stats.failed} failed{legend}</div>",
         "<div class='charts'>", _over_time(stats, other), _by_rank(stats), _distribution(stats), "</div>",
         _worst(stats),
     ])
