@@ -14,19 +14,20 @@ from typing import Final
 
 from cp_observe import _names as n
 
-__all__ = ["MAX_SEGMENTS", "segment_labels", "segments_problem"]
+__all__ = ["MAX_SEGMENTS", "label_name", "segment_labels", "segments_problem"]
 
 #: At most this many segments: each multiplies the score series by its values.
 MAX_SEGMENTS: Final = 8
 _NOT_LABEL: Final = re.compile(r"[^A-Za-z0-9_]")
 
 
-def _label(name: str) -> str:
+def label_name(name: str) -> str:
+    """A segment's label name: the attribute name with every character but letters, digits and ``_`` made ``_``."""
     return _NOT_LABEL.sub("_", name)
 
 
 #: Labels already on (or added by Prometheus to) the series a segment labels.
-_TAKEN: Final = frozenset(_label(name) for name in (
+_TAKEN: Final = frozenset(label_name(name) for name in (
     n.GEN_AI_DATA_SOURCE_ID, n.GEN_AI_EVALUATION_NAME, n.GEN_AI_AGENT_NAME, n.GEN_AI_REQUEST_MODEL,
     n.GEN_AI_TOKEN_TYPE, n.CP_JUDGE_MODEL, n.CP_JUDGE_PROMPT_VERSION, n.CP_JUDGE_KIND, n.OUTCOME, n.REASON,
     n.RELEVANT, n.STAGE, n.SEGMENT, n.ERROR_KIND, n.ERROR_SITE, n.EXEMPLAR_TRACE_ID, n.EXEMPLAR_SPAN_ID,
@@ -46,7 +47,7 @@ def segments_problem(spec: str | Sequence[str] | None) -> str | None:
         return f"at most {MAX_SEGMENTS} segments (got {len(names)})"
     seen: dict[str, str] = {}
     for name in names:
-        label = _label(name)
+        label = label_name(name)
         if label in _TAKEN or label.startswith("__"):
             return (f"segment {name!r} would be the label {label!r}, which cp-observe or Prometheus already puts "
                     "on the score series: choose another attribute")
@@ -67,4 +68,4 @@ def segment_labels(spec: str | Sequence[str] | None) -> tuple[tuple[str, str], .
     problem = segments_problem(spec)
     if problem is not None:
         raise ValueError(problem)
-    return tuple((name, _label(name)) for name in _names(spec))
+    return tuple((name, label_name(name)) for name in _names(spec))

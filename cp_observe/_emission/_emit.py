@@ -126,8 +126,6 @@ class Emitter:
             description="Average precision of sampled retrievals (context precision).",
             explicit_bucket_boundaries_advisory=n.SCORE_BUCKETS,
         )
-        # Sum of squared scores, with the histogram's _sum and _count: the exact variance of any window, so the
-        # alert rules can state a standard error (the buckets would only bound it). See deploy/README.md.
         # Squares (sum of squared scores, with the histogram's _sum and _count: the exact variance of any window,
         # so the alert rules can state a standard error; see deploy/README.md), the cascade's PPI sums (split
         # by term: the recording rules turn them into the PPI++ MAP), evaluations by outcome, verdicts by

@@ -146,7 +146,7 @@ class PhoenixSink:
 def span_annotation(record: EvaluationRecord) -> dict[str, Any]:
     """The ``context_precision`` span annotation of one evaluation."""
     metadata: dict[str, Any] = {
-        "evaluation_span_id": _hex_span(record.evaluation_span_id),
+        "evaluation_span_id": f"{record.evaluation_span_id:016x}",
         "trace_id": f"{record.trace_id:032x}",
         "judge_model": record.judge_model,
         "prompt_version": record.prompt_version,
@@ -162,7 +162,7 @@ def span_annotation(record: EvaluationRecord) -> dict[str, Any]:
     if record.agent_name:
         metadata["agent_name"] = record.agent_name
     return {
-        "span_id": _hex_span(record.span_id),
+        "span_id": f"{record.span_id:016x}",
         "name": n.EVALUATION_NAME,
         "annotator_kind": record.annotator_kind,
         "result": {"score": record.score, "label": record.label, "explanation": record.explanation},
@@ -176,12 +176,12 @@ def needs_label_annotation(record: EvaluationRecord) -> list[dict[str, Any]]:
     if not record.needs_label:
         return []
     return [{
-        "span_id": _hex_span(record.span_id),
+        "span_id": f"{record.span_id:016x}",
         "name": n.PHOENIX_NEEDS_LABEL_ANNOTATION_NAME,
         "annotator_kind": n.ANNOTATOR_CODE,
         "result": {"score": 1.0, "label": "yes",
                    "explanation": "drawn uniformly at calibration_rate: label its documents (relevance, HUMAN)"},
-        "metadata": {"trace_id": f"{record.trace_id:032x}", "evaluation_span_id": _hex_span(record.evaluation_span_id)},
+        "metadata": {"trace_id": f"{record.trace_id:032x}", "evaluation_span_id": f"{record.evaluation_span_id:016x}"},
         "identifier": n.PHOENIX_ANNOTATION_IDENTIFIER,
     }]
 
@@ -198,19 +198,15 @@ def document_annotations(record: EvaluationRecord) -> list[dict[str, Any]]:
             result["explanation"] = record.reasons[position]
         out.append(
             {
-                "span_id": _hex_span(record.span_id),
+                "span_id": f"{record.span_id:016x}",
                 "name": n.PHOENIX_DOCUMENT_ANNOTATION_NAME,
                 "annotator_kind": record.annotator_kind,
                 "document_position": position,
                 "result": result,
                 "metadata": {
-                    "evaluation_span_id": _hex_span(record.evaluation_span_id),
+                    "evaluation_span_id": f"{record.evaluation_span_id:016x}",
                     "judge_model": record.judge_model,
                 },
             }
         )
     return out
-
-
-def _hex_span(span_id: int) -> str:
-    return f"{span_id:016x}"

@@ -53,11 +53,10 @@ class SegmentValues:
         """
         out = []
         for attribute, label in self.labels:
-            value = _value(attributes, attribute)
-            if value is None:
-                value = _value(reranked, attribute)
-            if value is None:
-                value = _value(enclosing, attribute)
+            for source in (attributes, reranked, enclosing):  # the first that carries the attribute
+                value = _value(source, attribute)
+                if value is not None:
+                    break
             out.append((label, n.SEGMENT_NONE if value is None else self._bounded(label, value)))
         return tuple(out)
 

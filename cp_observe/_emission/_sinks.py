@@ -359,7 +359,6 @@ class SinkRunner:
         self._dropped.add(count, {n.SINK: self.name, n.REASON: reason})
 
 
-
 def recorded_documents(attributes: Mapping[str, object] | None) -> int:
     """How many ``retrieval.documents.{i}`` entries a span records, counted from 0 without a gap."""
     if not attributes:
@@ -367,10 +366,7 @@ def recorded_documents(attributes: Mapping[str, object] | None) -> int:
     count = 0
     while count < _MAX_DOCUMENTS:
         keys = _DOCUMENT_KEYS[count] if count < len(_DOCUMENT_KEYS) else _document_keys(count)
-        for key in keys:
-            if key in attributes:
-                break
-        else:
+        if not any(key in attributes for key in keys):
             return count
         count += 1
     return count

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -22,7 +22,6 @@ __all__ = [
     "query_text",
 ]
 
-T = TypeVar("T")
 ContextExtractor = Callable[[Any, Any], Sequence[Any]]
 
 

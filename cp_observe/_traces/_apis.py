@@ -53,30 +53,30 @@ _JAEGER_SPECIAL = frozenset({"span.kind", "otel.status_code", "otel.status_descr
                              "otel.scope.version", "otel.library.name", "otel.library.version", "w3c.tracestate"})
 
 
-def get_json(url: str, timeout_s: float) -> Any:
-    """GET ``url`` and parse its JSON body; ``ReplayInputError`` naming the URL on any failure."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+def get_json(url: str, timeout_s: float, *, data: bytes | None = None, headers: Mapping[str, str] | None = None,
+             shown: str | None = None, hints: Mapping[int, str] | None = None) -> Any:
+    """GET ``url`` (POST ``data`` when given) and parse its JSON body.
+
+    Raises ``ReplayInputError`` naming ``shown`` (default: the URL) on any failure: unreachable, an HTTP error
+    status (with ``hints[status]`` and the start of its body), a body that is not JSON.
+    """
+    shown = url if shown is None else shown
+    request = urllib.request.Request(url, data=data, headers=dict(headers or {"Accept": "application/json"}),
+                                     method="POST" if data else "GET")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = response.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:200].decode("utf-8", "replace") if exc.fp is not None else ""
-        raise ReplayInputError(f"{url}: HTTP {exc.code} {exc.reason} {detail}".rstrip()) from None
+        hint = (hints or {}).get(exc.code, "")
+        raise ReplayInputError(f"{shown}: HTTP {exc.code} {exc.reason}{hint} {detail}".rstrip()) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ReplayInputError(f"{url}: unreachable: {reason}") from None
+        raise ReplayInputError(f"{shown}: unreachable: {reason}") from None
     try:
         return json.loads(body)
     except ValueError as exc:
-        raise ReplayInputError(f"{url}: the response is not JSON: {exc}") from None
-
-
-def _check_query(url: str, kind: str, service: str, since: datetime, until: datetime) -> None:
-    """A trace query names a service and a time range that is not empty (``ReplayInputError`` otherwise)."""
-    if not service:
-        raise ReplayInputError(f"{url}: a {kind} query needs --service")
-    if until <= since:
-        raise ReplayInputError(f"{url}: --until must be after --since")
+        raise ReplayInputError(f"{shown}: the response is not JSON: {exc}") from None
 
 
 class _TraceQuery:
@@ -88,7 +88,10 @@ class _TraceQuery:
 
     def __init__(self, url: str, service: str, *, since: datetime, until: datetime, limit: int = 200,
                  timeout_s: float = 30.0) -> None:
-        _check_query(url, self._API, service, since, until)
+        if not service:
+            raise ReplayInputError(f"{url}: a {self._API} query needs --service")
+        if until <= since:
+            raise ReplayInputError(f"{url}: --until must be after --since")
         self.url = url.rstrip("/")
         self.name = f"{self.url} ({self._LABEL + ', ' if self._LABEL else ''}service {service})"
         self.service = service
@@ -219,12 +222,7 @@ def _hex_id(value: Any, size: int) -> bytes:
 
 
 def _key_values(pairs: Any) -> list[KeyValue]:
-    out: list[KeyValue] = []
-    for key, value in pairs:
-        any_value = _any(value)
-        if any_value is not None:
-            out.append(KeyValue(key=str(key), value=any_value))
-    return out
+    return [KeyValue(key=str(key), value=converted) for key, value in pairs if (converted := _any(value)) is not None]
 
 
 def _any(value: Any) -> AnyValue | None:
@@ -240,10 +238,7 @@ def _any(value: Any) -> AnyValue | None:
         return AnyValue(bytes_value=value)
     if isinstance(value, (list, tuple)):
         out = AnyValue()
-        for item in value:
-            converted = _any(item)
-            if converted is not None:
-                out.array_value.values.append(converted)
+        out.array_value.values.extend(converted for item in value if (converted := _any(item)) is not None)
         return out
     if isinstance(value, Mapping):
         out = AnyValue()

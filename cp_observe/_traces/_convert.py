@@ -23,7 +23,7 @@ ends, i.e. the first span of the trace in the sending process (no parent, or a r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +165,5 @@ def any_value(value: AnyValue) -> Any:
     if kind == "array_value":
         return tuple(any_value(item) for item in value.array_value.values)
     if kind == "kvlist_value":
-        mapping: Mapping[str, Any] = {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
-        return dict(mapping)
+        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
     return None

@@ -111,14 +111,11 @@ def _context_key(retrieval: JudgedRetrieval, position: int) -> str:
 
 
 def _mean_interval(values: Sequence[float]) -> dict[str, Any]:
-    count = len(values)
-    if not count:
+    if not values:
         return {"estimate": None, "low": None, "high": None, "n": 0}
     moments = Moments.of(values)
-    interval = moments.interval(Z95)
-    if interval is None:
-        return {"estimate": moments.mean, "low": None, "high": None, "n": count}
-    return {"estimate": moments.mean, "low": interval[0], "high": interval[1], "n": count}
+    low, high = moments.interval(Z95) or (None, None)
+    return {"estimate": moments.mean, "low": low, "high": high, "n": len(values)}
 
 
 def corrected_map(y: Sequence[float], f_labelled: Sequence[float],

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from cp_observe import _names as n
 from cp_observe._judging._labels import HumanLabel
+from cp_observe._traces._apis import get_json
 from cp_observe._traces._source import ReplayInputError
 from cp_observe.calibrate._judged import MAX_RETRIEVALS, JudgedRetrieval, JudgeKey
 
@@ -80,20 +79,7 @@ class PhoenixLabels:
             self._headers["Authorization"] = f"Bearer {key}"
 
     def _request(self, url: str, data: bytes | None = None) -> Any:
-        request = urllib.request.Request(url, data=data, headers=self._headers, method="POST" if data else "GET")
-        shown = url.split("?", 1)[0]
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                body = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(300).decode("utf-8", "replace") if exc.fp is not None else ""
-            raise ReplayInputError(f"{shown}: HTTP {exc.code} {exc.reason} {detail}".rstrip()) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise ReplayInputError(f"{shown}: unreachable: {getattr(exc, 'reason', exc)}") from None
-        try:
-            return json.loads(body)
-        except ValueError as exc:
-            raise ReplayInputError(f"{shown}: the response is not JSON: {exc}") from None
+        return get_json(url, self.timeout_s, data=data, headers=self._headers, shown=url.split("?", 1)[0])
 
     def scored_spans(self) -> dict[str, dict[str, Any]]:
         """Span id (hex) -> cp-observe's span annotation metadata (plus ``needs_label``), for every scored span."""

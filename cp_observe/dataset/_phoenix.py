@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cp_observe._config._settings import Settings
 from cp_observe._names import ENV_PHOENIX_API_KEY
+from cp_observe._traces._apis import get_json
 from cp_observe._traces._source import ReplayInputError
 from cp_observe.dataset._record import Record
 
@@ -76,19 +75,10 @@ def upload_dataset(url: str, name: str, records: Sequence[Record], *, descriptio
     key = (secret.get_secret_value() if secret else None) or os.environ.get(ENV_PHOENIX_API_KEY)
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(endpoint, data=json.dumps(body).encode("utf-8"), headers=headers,
-                                     method="POST")
+    answer = get_json(endpoint, timeout_s, data=json.dumps(body).encode("utf-8"), headers=headers,
+                      hints={409: " (the dataset exists: use --phoenix-append)"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            answer = response.read()
-    except urllib.error.HTTPError as exc:
-        detail = exc.read()[:300].decode("utf-8", "replace") if exc.fp is not None else ""
-        hint = " (the dataset exists: use --phoenix-append)" if exc.code == 409 else ""
-        raise ReplayInputError(f"{endpoint}: HTTP {exc.code} {exc.reason}{hint} {detail}".rstrip()) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise ReplayInputError(f"{endpoint}: unreachable: {getattr(exc, 'reason', exc)}") from None
-    try:
-        data = json.loads(answer)["data"]
+        data = answer["data"]
         return Uploaded(str(data["dataset_id"]), str(data["version_id"]), int(data["num_created_examples"]))
     except (ValueError, KeyError, TypeError) as exc:
         raise ReplayInputError(f"{endpoint}: not Phoenix's upload answer: {exc!r}") from None

@@ -8,23 +8,16 @@ The worst N are kept in a heap of N, so memory grows with N, not with the input.
 from __future__ import annotations
 
 import heapq
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from cp_observe import _names as n
+from cp_observe._config._segments import label_name
 from cp_observe.dataset._record import Record
 
-__all__ = ["Selection", "Selector", "label_name", "parse_segment"]
-
-_NOT_LABEL = re.compile(r"[^A-Za-z0-9_]")
-
-
-def label_name(attribute: str) -> str:
-    """A segment's label name: the attribute name with every character but letters, digits and ``_`` made ``_``."""
-    return _NOT_LABEL.sub("_", attribute)
+__all__ = ["Selection", "Selector", "parse_segment"]
 
 
 def parse_segment(text: str) -> tuple[str, str]:

@@ -77,9 +77,7 @@ def report(scores: Mapping[str, Sequence[float]], *, label: str, stage: str, bas
     within the scan's shortest window (so every window holds the same and one verdict is the scan's).
     """
     sums = {value: Sums.of(values) for value, values in sorted(scores.items())}
-    everything = Sums(0, 0, 0)
-    for part in sums.values():
-        everything = everything + part
+    everything = sum(sums.values(), Sums(0, 0, 0))
     lines = [f"MAP by {label}, stage {stage}:"]
     for value, part in sums.items():
         if part.count:

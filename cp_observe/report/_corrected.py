@@ -23,12 +23,11 @@ def _estimate(e: dict[str, Any] | None) -> str:
 def corrected_table(result: dict[str, Any]) -> str:
     """The judge-only and corrected MAP of every group, with the assumption they rest on (also in the report)."""
     e = html.escape
-    parts: list[str] = []
-    parts.append("<h2>MAP: judge only and corrected with the labels</h2><div class='meta'>Corrected MAP "
+    parts = ["<h2>MAP: judge only and corrected with the labels</h2><div class='meta'>Corrected MAP "
                  "(prediction-powered inference, PPI and PPI++) is valid only when the labelled retrievals are a "
                  "uniform random subsample of the scored ones; <code>calibration_rate</code> draws one.</div>"
                  "<table><tr><th>data source</th><th>judge</th><th>scored</th><th>labelled</th><th>judge-only MAP</th>"
-                 "<th>labels only</th><th>PPI</th><th>PPI++ (&lambda;)</th><th>labelled outside the draw</th></tr>")
+                 "<th>labels only</th><th>PPI</th><th>PPI++ (&lambda;)</th><th>labelled outside the draw</th></tr>"]
     for g in result["groups"]:
         c = g["corrected_map"] or {}
         lam = c.get("ppi_plus_plus", {}).get("lam")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from cp_observe.report._html_segments import rerank_section, segment_section, verdict_block
+from cp_observe.report._html_segments import interval_text, rerank_section, segment_section, verdict_block
 
 __all__ = ["CSS", "head", "render"]
 
@@ -42,9 +42,8 @@ def render(run: Any, other: Any | None, *, title: str, pairs: Sequence[tuple[str
         f"<h1>{e(title)}</h1><div class='meta'>{e(run.label)}: {run.evaluations} evaluations, "
         f"{run.overall.failed} failed, from {e(', '.join(run.files))}; generated {generated}. "
         "MAP = mean average precision; intervals are 95 % normal approximations.</div>",
-        "<h2>Summary</h2>", _summary_table(run),
+        "<h2>Summary</h2>", _summary_table(run), corrected,
     ]
-    parts.append(corrected)
     if other is not None:
         parts += [f"<h2>Comparison: {e(other.label)} vs {e(run.label)}</h2>",
                   f"<div class='meta'>{e(other.label)}: {other.evaluations} evaluations from "
@@ -68,17 +67,13 @@ def head(title: str) -> str:
             "</head><body>")
 
 
-def _interval(interval: tuple[float, float] | None) -> str:
-    return f"{interval[0]:.3f} &ndash; {interval[1]:.3f}" if interval is not None else "n &lt; 2"
-
-
 def _summary_table(run: Any) -> str:
     rows = ["<table><tr><th>data source</th><th>MAP</th><th>95 % CI</th><th>evaluations</th><th>failed</th>"
             "<th>judge</th><th>P@1</th></tr>"]
     for stats in [*sorted(run.sources.values(), key=lambda s: s.name), run.overall]:
         p1 = f"{stats.relevant_at[0] / stats.seen_at[0]:.2f}" if stats.seen_at[0] else "&ndash;"
         rows.append(f"<tr><td>{html.escape(stats.name)}</td><td class='num'>{stats.mean:.3f}</td>"
-                    f"<td class='num'>{_interval(stats.interval())}</td><td class='num'>{stats.count}</td>"
+                    f"<td class='num'>{interval_text(stats.interval())}</td><td class='num'>{stats.count}</td>"
                     f"<td class='num'>{stats.failed}</td><td>{html.escape(', '.join(sorted(stats.judges)))}</td>"
                     f"<td class='num'>{p1}</td></tr>")
     rows.append("</table>")
@@ -92,12 +87,10 @@ def _comparison(pairs: Sequence[tuple[str, Any, Any]], difference: Any, first: s
     for name, a, b in pairs:
         diff, interval = difference(a, b)
         marks.append((name, diff, interval))
-        cls = ""
-        if interval is not None:
-            cls = "up" if interval[0] > 0 else "down" if interval[1] < 0 else ""
+        cls = "" if interval is None else "up" if interval[0] > 0 else "down" if interval[1] < 0 else ""
         rows.append(f"<tr><td>{html.escape(name)}</td><td class='num'>{a.mean:.3f}</td>"
                     f"<td class='num'>{b.mean:.3f}</td>"
-                    f"<td class='num {cls}'>{diff:+.3f}</td><td class='num'>{_interval(interval)}</td>"
+                    f"<td class='num {cls}'>{diff:+.3f}</td><td class='num'>{interval_text(interval)}</td>"
                     f"<td class='num'>{a.count} / {b.count}</td></tr>")
     rows.append("</table>")
     return "".join(rows) + _forest(marks)
@@ -250,7 +243,7 @@ def _source_section(stats: Any, other: Any | None) -> str:
     legend = "" if other is None else " <span class='small'>(blue: first run, orange: second run)</span>"
     return "".join([
         f"<h2>{html.escape(stats.name)}</h2><div class='meta'>MAP {stats.mean:.3f} "
-        f"(95 % CI {_interval(stats.interval())}), {stats.count} evaluations, {stats.failed} failed{legend}</div>",
+        f"(95 % CI {interval_text(stats.interval())}), {stats.count} evaluations, {stats.failed} failed{legend}</div>",
         "<div class='charts'>", _over_time(stats, other), _by_rank(stats), _distribution(stats), "</div>",
         _worst(stats),
     ])

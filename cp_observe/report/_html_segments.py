@@ -8,13 +8,14 @@ from __future__ import annotations
 import html
 from typing import Any
 
-__all__ = ["rerank_section", "segment_section", "verdict_block"]
+__all__ = ["interval_text", "rerank_section", "segment_section", "verdict_block"]
 
 _SIZE = 320
 _PAD = 40
 
 
-def _interval(interval: tuple[float, float] | None) -> str:
+def interval_text(interval: tuple[float, float] | None) -> str:
+    """A 95 % (or other) interval as the page prints it; ``n < 2`` when there is none."""
     return f"{interval[0]:.3f} &ndash; {interval[1]:.3f}" if interval is not None else "n &lt; 2"
 
 
@@ -27,7 +28,7 @@ def verdict_block(comparison: Any, first: str, second: str) -> str:
     return (f"<p class='verdict'>Verdict, {e(second)} vs {e(first)} at {comparison.confidence:.0%} confidence: "
             f"<strong class='{cls}'>{e(comparison.verdict)}</strong>. MAP {comparison.first_map:.3f} &rarr; "
             f"{comparison.second_map:.3f}, difference {comparison.difference:+.3f} "
-            f"({comparison.confidence:.0%} CI {_interval(comparison.interval)}), {how}.</p>")
+            f"({comparison.confidence:.0%} CI {interval_text(comparison.interval)}), {how}.</p>")
 
 
 def segment_section(run: Any) -> str:
@@ -50,8 +51,8 @@ def segment_section(run: Any) -> str:
             flag = ("<span class='down'>worse</span>" if bound is not None and bound < 0
                     else "&ndash;" if bound is None else "ok")
             rows.append(f"<tr><td>{e(source)}</td><td>{e(label)}</td><td>{e(value)}</td>"
-                        f"<td class='num'>{moments.mean:.3f}</td><td class='num'>{_interval(moments.interval())}</td>"
-                        f"<td class='num'>{moments.count}</td>"
+                        f"<td class='num'>{moments.mean:.3f}</td>"
+                        f"<td class='num'>{interval_text(moments.interval())}</td><td class='num'>{moments.count}</td>"
                         f"<td class='num'>{diff:+.3f}"
                         + (f" <span class='small'>(rest n {rest})</span>" if rest else "") + "</td>"
                         + f"<td class='num'>{'' if bound is None else f'{bound:+.3f}'}</td><td>{flag}</td></tr>")

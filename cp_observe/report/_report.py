@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,13 +130,9 @@ class SourceStats(Moments):
 
     def _coarsen(self) -> None:
         """Widen the time buckets to the next step of the ladder and merge them (memory stays bounded)."""
-        self.resolution_s = next((r for r in _RESOLUTIONS if r > self.resolution_s), self.resolution_s * 2)
-        merged: dict[int, list[float]] = {}
-        for start, (count, total) in self.buckets.items():
-            slot = merged.setdefault(start - start % self.resolution_s, [0, 0.0])
-            slot[0] += count
-            slot[1] += total
-        self.buckets = merged
+        resolution = self.resolution_s = next((r for r in _RESOLUTIONS if r > self.resolution_s),
+                                              self.resolution_s * 2)
+        self.buckets = _merged(self.buckets, lambda start: start - start % resolution)
 
     def over_time(self, bins: int = 48) -> list[tuple[int, int, float]]:
         """(start second, count, MAP) for up to ``bins`` equal spans of time, empty spans left out."""
@@ -144,12 +140,18 @@ class SourceStats(Moments):
             return []
         first, last = min(self.buckets), max(self.buckets)
         width = max(self.resolution_s, math.ceil((last - first + 1) / bins))
-        merged: dict[int, list[float]] = {}
-        for start, (count, total) in self.buckets.items():
-            slot = merged.setdefault(first + (start - first) // width * width, [0, 0.0])
-            slot[0] += count
-            slot[1] += total
+        merged = _merged(self.buckets, lambda start: first + (start - first) // width * width)
         return [(m, int(c), s / c) for m, (c, s) in sorted(merged.items())]
+
+
+def _merged(buckets: dict[int, list[float]], slot_of: Callable[[int], int]) -> dict[int, list[float]]:
+    """Time buckets (start -> [count, sum]) added together by the slot ``slot_of`` gives each start."""
+    merged: dict[int, list[float]] = {}
+    for start, (count, total) in buckets.items():
+        slot = merged.setdefault(slot_of(start), [0, 0.0])
+        slot[0] += count
+        slot[1] += total
+    return merged
 
 
 @dataclass

@@ -8,7 +8,6 @@ import logging
 import queue
 import signal
 import sys
-import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,11 +104,8 @@ def _serve(args: argparse.Namespace) -> int:
     # below: it must take no lock the main thread may hold. Event.set() would (the Condition's lock, held while
     # Event.wait() is still setting up); SimpleQueue.put is documented reentrant for exactly this use.
     stop: queue.SimpleQueue[int] = queue.SimpleQueue()
-
-    def on_signal(signum: int, frame: types.FrameType | None) -> None:
-        stop.put(signum)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, lambda signum, _frame: stop.put(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
     thresholds = gc.get_threshold()
     try:
         try:
@@ -146,7 +142,6 @@ def _serve(args: argparse.Namespace) -> int:
             signal.signal(sig, previous_handler)
         gc.set_threshold(*thresholds)  # an in-process caller (a test, an embedding) gets its collector back
         gc.unfreeze()
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ its outbox commit emits them again (its first evaluation span never left the pro
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Sequence
@@ -118,11 +119,7 @@ class DurableIntake:
         """Admit the spans of one request durably, or refuse it whole."""
         known = self.store.known
         fresh = [span for span in spans if (key := _key_of(span)) is not None and not known(key)]
-
-        def persist(admitted: Sequence[ReadableSpan]) -> tuple[str, Sequence[ReadableSpan]]:
-            return self._persist(request, admitted)
-
-        return self.admission.offer(fresh, persist=persist)
+        return self.admission.offer(fresh, persist=functools.partial(self._persist, request))
 
     def _persist(self, request: ExportTraceServiceRequest,
                  spans: Sequence[ReadableSpan]) -> tuple[str, Sequence[ReadableSpan]]:
