@@ -473,7 +473,9 @@ def parse_duration(text: str) -> float:
 def run_promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run promtool and return the completed process (the caller asserts on it)."""
     assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False)
+    # 280 s: the drop detection scenarios take about 150 s of CPU (the recorded windows are evaluated every 5
+    # minutes of scenario time), within the 300 s a test may take.
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=280, cwd=cwd, check=False)
 
 
 def free_port() -> int:

@@ -54,9 +54,14 @@ def _generator() -> Any:
 def _rules() -> dict[str, Any]:
     generator = _generator()
     text = generator.rules("retriever.version")
-    for w in generator.WINDOWS:
-        assert f"[{w}m]" in text
-        text = text.replace(f"[{w}m]", f"[{w}s]")
+    # Minutes become seconds: the one raw range (the shortest window) and the offsets that join recorded halves.
+    shortest, *longer = generator.WINDOWS
+    assert f"[{shortest}m]" in text
+    text = text.replace(f"[{shortest}m]", f"[{shortest}s]")
+    for w in (shortest, *longer[:-1]):
+        assert f"offset {w}m" in text
+        text = text.replace(f"offset {w}m", f"offset {w}s")
+    assert not re.search(r"\[[0-9]+m\]|offset [0-9]+[mhd]", text), "a range or offset left in minutes"
     rules: dict[str, Any] = yaml.safe_load(text)
     for group in rules["groups"]:
         group["interval"] = "1s"

@@ -33,7 +33,8 @@ def test_check_config() -> None:
     """promtool check config accepts deploy/prometheus/prometheus.yml and the rule files it loads."""
     proc = run_promtool("check", "config", "prometheus.yml", cwd=PROMETHEUS_DIR)
     assert proc.returncode == 0, _output(proc)
-    assert "3 rule files found" in _output(proc)  # the shipped rules, the canary rules and drop detection
+    # the shipped rules, the canary rules, drop detection, the judge budget and the rule groups' guard
+    assert "5 rule files found" in _output(proc)
 
 
 def test_check_rules() -> None:

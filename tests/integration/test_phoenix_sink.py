@@ -41,6 +41,7 @@ from cp_observe._config._settings import Settings
 from cp_observe._emission._phoenix import PhoenixSink
 from cp_observe._emission._quiet_export import QuietLogExporter, QuietMetricExporter
 from cp_observe._emission._sinks import Delivery, EvaluationRecord, SinkRunner
+from cp_observe._judging._prompt import PROMPT_VERSION
 from cp_observe.testing import JudgeServer, ProcessorProbe
 from tests.otlp_receiver import OtlpReceiver
 from tests.phoenix_support import INSTALL_HINT, PHOENIX_EXECUTABLE, PhoenixServer
@@ -144,7 +145,7 @@ def _record_from(run: DemoRun, evaluation: dict[str, Any]) -> EvaluationRecord:
         label=a[n.GEN_AI_EVALUATION_SCORE_LABEL], explanation=a[n.GEN_AI_EVALUATION_EXPLANATION],
         average_precision=a[n.CP_AVERAGE_PRECISION], verdicts=tuple(a[n.CP_VERDICTS]),
         reasons=tuple(a[n.CP_REASONS]), documents=documents,
-        judge_model=a[n.CP_JUDGE_MODEL], annotator_kind=n.ANNOTATOR_LLM, prompt_version="cp-2",
+        judge_model=a[n.CP_JUDGE_MODEL], annotator_kind=n.ANNOTATOR_LLM, prompt_version=PROMPT_VERSION,
         data_source=a[n.GEN_AI_DATA_SOURCE_ID], agent_name=a.get(n.GEN_AI_AGENT_NAME), reference=a[n.CP_REFERENCE],
     )
 
@@ -181,7 +182,7 @@ def test_each_scored_retrieval_has_one_annotation_equal_to_its_evaluation(demo: 
         metadata = annotation["metadata"]
         assert metadata["evaluation_span_id"] == evaluation["context"]["span_id"]
         assert metadata["trace_id"] == evaluation["context"]["trace_id"]
-        assert (metadata["judge_model"], metadata["prompt_version"]) == (JUDGE_MODEL, "cp-2")
+        assert (metadata["judge_model"], metadata["prompt_version"]) == (JUDGE_MODEL, PROMPT_VERSION)
         assert metadata["average_precision"] == a[n.CP_AVERAGE_PRECISION]
 
 

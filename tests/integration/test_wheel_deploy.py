@@ -33,7 +33,7 @@ if _NO_HOUSE and os.environ.get("CP_OBSERVE_REQUIRE_WHEEL"):
 
 pytestmark = [
     *needs_promtool,
-    pytest.mark.timeout(600),  # building the wheel and installing ~80 wheels into a fresh venv: ~75 s measured
+    pytest.mark.timeout(900),  # the wheel and ~80 wheels into a fresh venv (~75 s), then every promtool scenario (~200 s)
     pytest.mark.skipif(bool(os.environ.get("CP_OBSERVE_SKIP_WHEEL")), reason="CP_OBSERVE_SKIP_WHEEL is set"),
     pytest.mark.skipif(_NO_HOUSE, reason=f"no wheels in {HOUSE}: run scripts/install-wheelhouse.sh"),
 ]
