@@ -22,6 +22,7 @@ themselves (``TrafficEstimate``: each one stands for ``1 / rate`` calls), so the
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 
 __all__ = ["FLAT_DELAY_BOUND", "FLOOR_DIVISOR", "TrafficEstimate", "allocate", "saturation"]
@@ -41,6 +42,7 @@ _BISECTIONS = 60
 _MAX_KEYS = 1000  # data sources whose traffic is kept; the quietest are forgotten first past it
 _SMOOTHING = 0.5  # the weight of the newest window in the traffic estimate
 _LONG_RUN_MIN_SHARE = 24  # the long-run mean is used once it covers horizon / this
+_MAX_HISTORY = 4096  # windows the long-run mean keeps (a day of 5-minute windows is 288)
 
 
 def saturation(drop: float) -> float:
@@ -56,9 +58,9 @@ def allocate(traffic: Mapping[str, float], evaluations_per_s: float, ceiling: fl
 
     Without ``allocation``: one flat rate, ``E / Σλ`` up to the ceiling. With it: the water-filling above, with
     no rate below ``flat_rate / FLOOR_DIVISOR``. ``flat_rate`` is the rate a flat sampler spending the same budget
-    over the whole period would have (the paced spend over the period's mean traffic): pacing spends evenly over the day
-    where a flat rate follows the traffic, so in busy hours the floor may spend more than ``E`` (the pacer takes
-    it back from the quiet hours) and no data source falls behind what the flat rate would have given it then.
+    over the whole period would have (the budget spent evenly, over the last period's mean traffic; not the
+    paced rate in force, which a fast morning lowers): pacing spends evenly over the day where a flat rate follows
+    the traffic, so in busy hours the floor may spend more than ``E`` (the pacer takes it back from the quiet hours) and no data source falls behind what the flat rate would have given it then.
     Without ``flat_rate``, the floor is ``E / Σλ / FLOOR_DIVISOR``. ``floor_spend`` bounds what the floors may
     spend together (evaluations a second): past it they are lowered alike, so a busy hour cannot spend the reserve
     that keeps the rest of the period paced (``RatePlan``).
@@ -108,7 +110,7 @@ class TrafficEstimate:
         #: traffic a flat rate's spend over the period follows.
         self.long_run_total: float | None = None
         self._horizon_s = horizon_s
-        self._windows = 0
+        self._history: deque[tuple[float, float]] = deque(maxlen=_MAX_HISTORY)  # (seconds, calls) per window
         self._seen_s = 0.0  # seconds of traffic the long-run mean covers
         self._window: dict[str, float] = {}
 
@@ -132,12 +134,14 @@ class TrafficEstimate:
             merged[key] = seen if old is None else _SMOOTHING * seen + (1 - _SMOOTHING) * old
         kept = sorted(merged.items(), key=lambda kv: kv[1], reverse=True)[:_MAX_KEYS]
         self.per_s = {k: v for k, v in kept if v > 0}
-        total = sum(window.values()) / seconds
-        self._windows += 1
-        self._seen_s += seconds
-        weight = max(min(1.0, seconds / self._horizon_s), 1.0 / self._windows)  # a plain mean until the horizon
-        old_total = self.long_run_total
-        self.long_run_total = total if old_total is None else old_total + weight * (total - old_total)
+        # A plain mean over the last horizon's windows: a whole period holds every hour of the daily rhythm once,
+        # where a running average would swing with it (high after the busy hours, low after the quiet ones).
+        history = self._history
+        history.append((seconds, sum(window.values())))
+        while len(history) > 1 and sum(s for s, _ in history) - history[0][0] >= self._horizon_s:
+            history.popleft()
+        self._seen_s = sum(s for s, _ in history)
+        self.long_run_total = sum(c for _, c in history) / self._seen_s
         return self.per_s
 
     def flat_rate(self, evaluations_per_s: float, ceiling: float) -> float | None:

@@ -117,6 +117,18 @@ class Pacer:
             return None
         return self.spend_rate_usd / mean
 
+    def even_evaluations_per_s(self) -> float | None:
+        """Evaluations a second the period's whole budget buys spent evenly over the period (None before any cost).
+
+        What a flat sampler spending the same budget spends on average: the allocation's floors follow it, not the
+        paced rate in force, which falls below it in the hours after the budget ran ahead of the pace.
+        """
+        mean = self.mean_cost_usd
+        budget = self.budget
+        if mean is None or mean <= 0 or budget.limit_usd is None:
+            return None
+        return budget.limit_usd / budget.period_s / mean
+
     def allowance_usd(self) -> float:
         """What an even pace would have spent by now in this period."""
         budget = self.budget

@@ -113,12 +113,29 @@ class RatePlan:
             self.sampler.install({}, self.ceiling)
             return True
         rates = allocate(traffic, wanted, self.ceiling, drop=self.drop, allocation=self.allocation,
-                         flat_rate=self.traffic.flat_rate(wanted, self.ceiling), floor_spend=self._floor_spend(wanted))
+                         flat_rate=self.traffic.flat_rate(self._even_target(wanted), self.ceiling),
+                         floor_spend=self._floor_spend(wanted))
         self.sampler.install(rates, min(self.ceiling, wanted / total))
         pacer = self.pacer
         if pacer is not None and pacer.mean_cost_usd is not None:
             pacer.expect(sum(traffic[k] * r for k, r in rates.items()) * pacer.mean_cost_usd)
         return True
+
+    def _even_target(self, wanted: float) -> float:
+        """Sampled retrievals a second that spend the period's budget evenly (``wanted`` without a budget).
+
+        The flat rate the floors protect is the one spending the same budget over the whole period, so it is taken
+        from the even pace, not from the paced rate in force (which a busy morning lowers for the rest of the day).
+        """
+        pacer = self.pacer
+        even = pacer.even_evaluations_per_s() if pacer is not None else None
+        if even is None:
+            return wanted
+        if self.per_minute is not None:
+            even = min(even, self.per_minute / 60.0)
+        if self.llm_share is None:
+            return even
+        return even / self.llm_share if self.llm_share > 0 else wanted
 
     def _floor_spend(self, wanted: float) -> float:
         """Sampled retrievals a second the allocation's floors may take this window: the pace plus the headroom."""

@@ -235,6 +235,31 @@ def test_the_traffic_estimate_keeps_a_bounded_number_of_data_sources() -> None:
     assert len(estimate.close(1.0)) <= 1000
 
 
+def test_the_long_run_traffic_is_the_plain_mean_of_the_last_period() -> None:
+    """Over a horizon of four windows, traffic rising 1, 2, ... 6 a second averages the last four: 4.5 a second."""
+    estimate = TrafficEstimate(horizon_s=400.0)
+    for per_s in range(1, 7):
+        estimate.add("kb", 1.0, per_s * 100.0)
+        estimate.close(100.0)
+    assert estimate.long_run_total == pytest.approx(4.5)
+    assert estimate.flat_rate(0.45, 1.0) == pytest.approx(0.1)
+
+
+def test_the_floors_follow_the_even_pace_not_the_rate_a_fast_morning_left() -> None:
+    """Half the day's budget spent by 06:00 lowers the paced rate; the even pace the floors follow stays put."""
+    start = 1_700_000_000 // DAY * DAY
+    clock = Clock(start + 6 * HOUR)
+    budget = DailyBudget(8.64, clock=clock)  # 1e-4 USD a second spent evenly
+    pacer = Pacer(budget, burst=2.0, window_s=300, clock=clock)
+    assert pacer.even_evaluations_per_s() is None  # no cost known yet
+    pacer.spend(1e-5)
+    budget.spend(4.32)
+    clock.now += 300
+    pacer.tick()
+    assert pacer.evaluations_per_s() < 0.7 * 10.0
+    assert pacer.even_evaluations_per_s() == pytest.approx(10.0)
+
+
 def test_the_plan_installs_rates_only_at_window_boundaries_and_none_once_the_budget_is_spent() -> None:
     """Rates change at the UTC-aligned boundary; a spent period samples nothing (forced traces stay forced)."""
     start = 1_700_000_000 // DAY * DAY
