@@ -7,7 +7,7 @@ replayed twice in this process:
 - baseline: the synchronous replay of today, ``openai/gpt-4o-mini`` through the lean path to the loopback judge
   server (``cp_observe.testing.JudgeServer``), its dollars summed from every judgement's own cost;
 - ``--batch``: the same replay through ``replay/_batched.py`` against the loopback batch server
-  (``cp_observe.testing._batch_server``), for each of gpt-4o-mini, gpt-5-mini, claude-haiku-4-5 and
+  (``tests/batch_support.py``), for each of gpt-4o-mini, gpt-5-mini, claude-haiku-4-5 and
   gemini-2.5-flash, billed at litellm's batch price (``*_cost_per_token_batches``).
 
 Both servers answer with the same verdicts and the same token counts (characters / 4), so the dollars compare
@@ -129,7 +129,9 @@ def main() -> int:
     from cp_observe.replay._batched import BatchOptions, batch_replay
     from cp_observe.replay._progress import Progress
     from cp_observe.testing import JudgeServer
-    from cp_observe.testing._batch_server import BatchServer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: the loopback batch APIs
+    from tests.batch_support import BatchServer
 
     turns = args.turns or (40 if args.quick else 200)
     keys = {"OPENAI_API_KEY": "sk-bench-key", "ANTHROPIC_API_KEY": "sk-ant-bench", "GEMINI_API_KEY": "bench-key"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cp_observe._judging._labels import HumanLabel, label_line
-from cp_observe.testing._batch_server import BatchServer
+from tests.batch_support import BatchServer
 from tests.replay_support import Exported, export_demo
 
 CLI = [sys.executable, "-m", "cp_observe.cli", "calibrate"]

@@ -14,7 +14,7 @@ from cp_observe.replay import ReplayOptions, TraceFile, replay
 from cp_observe.replay._batched import BatchOptions, batch_replay, report_lines
 from cp_observe.replay._progress import Progress
 from cp_observe.testing import JudgeServer
-from cp_observe.testing._batch_server import BatchServer
+from tests.batch_support import BatchServer
 from tests.replay_support import Exported, evaluations, export_demo
 
 PROVIDERS = {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cp_observe.testing._batch_server import BatchServer
+from tests.batch_support import BatchServer
 from tests.replay_support import Exported, evaluations, export_demo
 
 

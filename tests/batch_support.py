@@ -1,14 +1,14 @@
 """A loopback server speaking the batch APIs of OpenAI, Azure OpenAI, Anthropic and the Gemini API.
 
-Tests and benchmarks point ``cp-observe replay --batch`` at ``BatchServer().url`` and get real HTTP on every
-step: the file upload, the batch create, the status polls, the results download. Each request in a batch is
-answered as ``JudgeServer``'s ``good()`` answers a synchronous call (same policy, same token counts), so a
-batch run and a synchronous run against the two servers must score alike. A batch ends after
-``polls_to_end`` status polls; ``expire`` ends it expired with only the first half answered; ``fail`` names
-requests (by their user message, a predicate) that come back as per-request errors; ``misalign`` names
-requests answered with a reply that fails alignment; ``creates_allowed`` answers that many batch creates and
-refuses the rest with a 500. ``POST /v1/chat/completions`` is served too (as the
-providers serve their synchronous API beside the batch one), for the corrective calls. Standard library only.
+The batch tests and ``benchmarks/judging/bench_batch_replay.py`` point ``cp-observe replay --batch`` at
+``BatchServer().url`` and get real HTTP on every step: the file upload, the batch create, the status polls, the
+results download. Each request in a batch is answered as ``JudgeServer``'s ``good()`` answers a synchronous call
+(same policy, same token counts), so a batch run and a synchronous run against the two servers must score alike.
+A batch ends after ``polls_to_end`` status polls; ``expire`` ends it expired with only the first half answered;
+``fail`` names requests (by their user message, a predicate) that come back as per-request errors; ``misalign``
+names requests answered with a reply that fails alignment; ``creates_allowed`` answers that many batch creates
+and refuses the rest with a 500. ``POST /v1/chat/completions`` is served too (as the providers serve their
+synchronous API beside the batch one), for the corrective calls. Standard library only.
 """
 
 from __future__ import annotations
