@@ -430,21 +430,6 @@ class LLMJudge:
         reply = await self._complete(messages, spent, structured=False)
         return reply.text.strip()[:2000], spent
 
-    def request_body(self, query: str, reference: str, contexts: Sequence[str]) -> dict[str, Any]:
-        """The chat-completions body of this judge's first call for one target, without the model and the tier.
-
-        Messages, schema (the structured-output mode this judge would try first) and parameters exactly as a
-        synchronous ``judge()`` call sends them, so a batch request of the same target asks the same question;
-        ``service_tier`` is left out (a batch has its own price). Pure apart from reading litellm's table once.
-        """
-        prompt = build_prompt(query, reference, contexts, budget=self.budget, reason_language=self.reason_language,
-                              version=self._version, reasons=self.reasons)
-        body: dict[str, Any] = {"messages": prompt.messages, **self._own_params(), **self._kwargs}
-        body.pop("service_tier", None)
-        if self._modes[0] != "none":
-            body["response_format"] = _response_format(self._modes[0], self.reasons)
-        return body
-
     async def _complete(self, messages: list[dict[str, str]], spent: _Spend, *, structured: bool = True) -> _Reply:
         """One logical call: transport retries with backoff, structured-output fallback."""
         lean = self._lean_here()
