@@ -28,7 +28,7 @@ from cp_observe._judging._calibration import needs_label
 from cp_observe._judging._evaluate import judge_model_name
 from cp_observe._judging._identity import JudgeIdentity, judge_identity, same_family
 from cp_observe._judging._prices import billed_usd
-from cp_observe._types import CascadeResult, ScoreResult
+from cp_observe._types import CascadeResult, ScoreResult, Usage
 
 __all__ = ["Emitter", "Target"]
 
@@ -297,8 +297,7 @@ class Emitter:
         span = self._start_span(target, start_ns, attributes, parent)
         span.end(end_time=end_ns)
         if self._logs_on:
-            self._log(target, label, result, model, explanation, verdicts=verdicts, judge=series.judge,
-                      context=parent)
+            self._log(target, label, result, explanation, verdicts=verdicts, judge=series.judge, context=parent)
         # Recorded in the evaluation span's context: the SDK's trace-based exemplar filter then attaches its
         # trace and span id, which lead from a score bucket to the evaluated trace. The judge's identity is a
         # label here (one value per deployed judge, so low cardinality), not on the outcome counters.
@@ -318,10 +317,7 @@ class Emitter:
         if len(verdicts) - relevant:
             sums.append((n.METRIC_VERDICTS, series.irrelevant_key, len(verdicts) - relevant))
         if cascade is None:
-            self._judge_metrics(model, prompt=result.usage.prompt_tokens, completion=result.usage.completion_tokens,
-                                cache_read=result.usage.cache_read_tokens,
-                                cache_creation=result.usage.cache_creation_tokens, cost=result.cost_usd, seconds=(end_ns - start_ns) / 1e9, outcome=n.OUTCOME_SCORED,
-                                sums=sums)
+            self._judge_metrics(model, result.usage, result.cost_usd, (end_ns - start_ns) / 1e9, sums=sums)
         else:  # each judge that ran, with its own time, tokens and cost
             self._cascade_judge_metrics(cascade, sums)
         self._sums.add(sums)
@@ -360,19 +356,12 @@ class Emitter:
             sums.append((n.METRIC_CASCADE_SUMS, labels | {(n.TERM, term)}, value))
 
     def _cascade_judge_metrics(self, cascade: CascadeResult, sums: list[tuple[str, Key, float]]) -> None:
-        cheap = cascade.cheap
-        self._judge_metrics(cheap.judge_model, prompt=cheap.usage.prompt_tokens,
-                            completion=cheap.usage.completion_tokens, cache_read=cheap.usage.cache_read_tokens,
-                            cache_creation=cheap.usage.cache_creation_tokens, cost=cheap.cost_usd,
-                            seconds=cascade.cheap_seconds, outcome=n.OUTCOME_SCORED, sums=sums)
-        llm = cascade.llm
+        cheap, llm = cascade.cheap, cascade.llm
+        self._judge_metrics(cheap.judge_model, cheap.usage, cheap.cost_usd, cascade.cheap_seconds, sums=sums)
         if llm is None and cascade.llm_failed_cost_usd:  # a failed LLM judgement's billed replies
             sums.append((n.METRIC_JUDGE_COST, self._llm_cost_key, cascade.llm_failed_cost_usd))
         if llm is not None:
-            self._judge_metrics(llm.judge_model, prompt=llm.usage.prompt_tokens,
-                                completion=llm.usage.completion_tokens, cache_read=llm.usage.cache_read_tokens,
-                                cache_creation=llm.usage.cache_creation_tokens, cost=llm.cost_usd,
-                                seconds=cascade.llm_seconds, outcome=n.OUTCOME_SCORED, sums=sums)
+            self._judge_metrics(llm.judge_model, llm.usage, llm.cost_usd, cascade.llm_seconds, sums=sums)
 
     def failed(self, target: Target, error: BaseException, reason: str, *, start_ns: int, end_ns: int,
                model: str, cheap: bool = False) -> None:
@@ -400,8 +389,7 @@ class Emitter:
         span.end(end_time=end_ns)
         self.count(n.OUTCOME_FAILED, reason, labels)
         # The replies a failed judgement received were billed all the same (JudgeError.cost_usd).
-        self._judge_metrics(model, prompt=0, completion=0, cost=billed_usd(error), seconds=(end_ns - start_ns) / 1e9,
-                            outcome=n.OUTCOME_FAILED)
+        self._judge_metrics(model, Usage(), billed_usd(error), (end_ns - start_ns) / 1e9, outcome=n.OUTCOME_FAILED)
 
     def _start_span(self, target: Target, start_ns: int, attributes: dict[str, Any], parent: Any = None) -> Any:
         if parent is None:
@@ -448,23 +436,21 @@ class Emitter:
 
         return build_reason(result.verdicts, result.score, result.scale)
 
-    def _log(self, target: Target, label: str, result: ScoreResult, model: str, explanation: str, *,
-             verdicts: list[bool] | None = None, judge: Mapping[str, str] | None = None, context: Any = None) -> None:
+    def _log(self, target: Target, label: str, result: ScoreResult, explanation: str, *, verdicts: list[bool],
+             judge: Mapping[str, str], context: Any) -> None:
         attributes: dict[str, Any] = {
             n.GEN_AI_EVALUATION_NAME: n.EVALUATION_NAME,
             n.GEN_AI_EVALUATION_SCORE_VALUE: result.score,
             n.GEN_AI_EVALUATION_SCORE_LABEL: label,
             n.GEN_AI_EVALUATION_EXPLANATION: explanation,
-            n.CP_VERDICTS: [v.relevant for v in result.verdicts] if verdicts is None else verdicts,
+            n.CP_VERDICTS: verdicts,
             n.CP_REFERENCE: target.reference,
             n.GEN_AI_DATA_SOURCE_ID: target.data_source,
-            **(self.judge_attributes(model) if judge is None else judge),
+            **judge,
             **_segment_attributes(target),
             n.CP_STAGE: target.stage,
             **_rerank_attributes(result),
         }
-        if context is None:
-            context = trace.set_span_in_context(NonRecordingSpan(target.span_context))
         self._logger.emit(
             LogRecord(
                 context=context,
@@ -475,9 +461,8 @@ class Emitter:
             )
         )
 
-    def _judge_metrics(self, model: str, *, prompt: int, completion: int, cost: float | None, seconds: float,
-                       outcome: str, sums: list[tuple[str, Key, float]] | None = None, cache_read: int = 0,
-                       cache_creation: int = 0) -> None:
+    def _judge_metrics(self, model: str, usage: Usage, cost: float | None, seconds: float, *,
+                       outcome: str = n.OUTCOME_SCORED, sums: list[tuple[str, Key, float]] | None = None) -> None:
         """Duration and tokens (histograms), and the cost: added to ``sums`` (the caller adds them), or now.
 
         Cache reads and writes are recorded under their own token types as well; both are part of ``input``.
@@ -495,14 +480,10 @@ class Emitter:
         scored, failed, tokens_in, tokens_out, cost_key, tokens_read, tokens_written = built
         duration = scored if outcome == n.OUTCOME_SCORED else failed if outcome == n.OUTCOME_FAILED else None
         self._duration.record(seconds, duration or {n.GEN_AI_REQUEST_MODEL: model, n.OUTCOME: outcome})
-        if prompt:
-            self._tokens.record(prompt, tokens_in)
-        if completion:
-            self._tokens.record(completion, tokens_out)
-        if cache_read:
-            self._tokens.record(cache_read, tokens_read)
-        if cache_creation:
-            self._tokens.record(cache_creation, tokens_written)
+        for count, attributes in ((usage.prompt_tokens, tokens_in), (usage.completion_tokens, tokens_out),
+                                  (usage.cache_read_tokens, tokens_read), (usage.cache_creation_tokens, tokens_written)):
+            if count:
+                self._tokens.record(count, attributes)
         if cost:
             if sums is None:
                 self._sums.add(((n.METRIC_JUDGE_COST, cost_key, cost),))
