@@ -71,16 +71,6 @@ _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{6,}|Bearer\s+[A-Za-z0-9._\-]{8,})"
 
 
 @dataclass(slots=True)
-class _Tab:
-    """What the model calls of one ``judge()`` cost, and which contexts they cut."""
-
-    usage: Usage = field(default_factory=Usage)
-    cost: float = 0.0
-    cost_known: bool = True
-    truncated: set[int] = field(default_factory=set)
-
-
-@dataclass(slots=True)
 class _Reply:
     text: str
     usage: Usage
@@ -253,14 +243,14 @@ class LLMJudge:
             JudgeError: no aligned verdict could be obtained for every context.
             JudgeTransportError: the endpoint kept failing after the retries.
         """
-        spend = _Tab()
+        spend = _Spend()
         try:
             return await self._judge(query, reference, contexts, spend)
         except JudgeError as exc:  # the replies before the failure were billed: the error carries their cost
-            exc.cost_usd = exc.cost_usd + spend.cost if exc.cost_usd is not None and spend.cost_known else None
+            exc.cost_usd = exc.cost_usd + spend.cost if exc.cost_usd is not None and spend.cost is not None else None
             raise
 
-    async def _judge(self, query: str, reference: str, contexts: Sequence[str], spend: _Tab) -> Judgement:
+    async def _judge(self, query: str, reference: str, contexts: Sequence[str], spend: _Spend) -> Judgement:
         n = len(contexts)
         language = self.reason_language or ""
         label = self.prompt_version
@@ -291,25 +281,13 @@ class LLMJudge:
             cached -= len(again)
             await self._judge_into(query, reference, contexts, keys=keys, todo=again, found=found, spend=spend,
                                    loop=loop)
-        usage, cost, cost_known, truncated = spend.usage, spend.cost, spend.cost_known, tuple(sorted(spend.truncated))
         ordered = tuple(found[i] for i in range(n))
         reason = None
         if self.llm_reason and n:
             reason, extra = await self._write_reason(query, reference, ordered)
-            usage = usage + extra.usage
-            if extra.cost is None:
-                cost_known = False
-            else:
-                cost += extra.cost
-        return Judgement(
-            verdicts=ordered,
-            model=self._model,
-            usage=usage,
-            cost_usd=cost if cost_known else None,
-            truncated=truncated,
-            cached=cached,
-            reason=reason,
-        )
+            spend.add(extra.usage, extra.cost)
+        return Judgement(verdicts=ordered, model=self._model, usage=spend.usage, cost_usd=spend.cost,
+                         truncated=tuple(sorted(spend.truncated)), cached=cached, reason=reason)
 
     async def _judge_into(  # the state of one judge() call, passed down
         self,
@@ -320,7 +298,7 @@ class LLMJudge:
         keys: list[str],
         todo: list[int],
         found: dict[int, Verdict],
-        spend: _Tab,
+        spend: _Spend,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         """Judge ``contexts[i]`` for ``i`` in ``todo`` in one call; cache them, and answer who waits on them.
@@ -339,11 +317,7 @@ class LLMJudge:
         try:
             sub = [contexts[i] for i in todo]
             verdicts, usage, cost_or_none, sub_truncated = await self._judge_uncached(query, reference, sub)
-            spend.usage = spend.usage + usage
-            if cost_or_none is None:
-                spend.cost_known = False
-            else:
-                spend.cost += cost_or_none
+            spend.add(usage, cost_or_none)
             spend.truncated.update(todo[i] for i in sub_truncated)
             for local, verdict in enumerate(verdicts):
                 index = todo[local]
@@ -497,7 +471,7 @@ class LLMJudge:
                 )
                 break
             reply = _lean_reply(response) if lean is not None else _reply_of(self.price, response)
-            spent.add(reply)
+            spent.add(reply.usage, reply.cost_usd)
             logger.debug("judge call", model=self._model, seconds=round(time.monotonic() - started, 3))
             return reply
         # Raised outside the except block, so the unscrubbed litellm error is not kept as __context__.
@@ -541,15 +515,15 @@ class LLMJudge:
 
 @dataclass(slots=True)
 class _Spend:
+    """What model calls cost (``cost`` is ``None`` once one reply's price is unknown), and which contexts they cut."""
+
     usage: Usage = field(default_factory=Usage)
     cost: float | None = 0.0
+    truncated: set[int] = field(default_factory=set)
 
-    def add(self, reply: _Reply) -> None:
-        self.usage = self.usage + reply.usage
-        if self.cost is not None and reply.cost_usd is not None:
-            self.cost += reply.cost_usd
-        else:
-            self.cost = None
+    def add(self, usage: Usage, cost: float | None) -> None:
+        self.usage = self.usage + usage
+        self.cost = self.cost + cost if self.cost is not None and cost is not None else None
 
 
 def _response_format(mode: StructuredOutput, reasons: str) -> dict[str, Any]:
