@@ -480,8 +480,8 @@ class Emitter:
         scored, failed, tokens_in, tokens_out, cost_key, tokens_read, tokens_written = built
         duration = scored if outcome == n.OUTCOME_SCORED else failed if outcome == n.OUTCOME_FAILED else None
         self._duration.record(seconds, duration or {n.GEN_AI_REQUEST_MODEL: model, n.OUTCOME: outcome})
-        for count, attributes in ((usage.prompt_tokens, tokens_in), (usage.completion_tokens, tokens_out),
-                                  (usage.cache_read_tokens, tokens_read), (usage.cache_creation_tokens, tokens_written)):
+        counts = (usage.prompt_tokens, usage.completion_tokens, usage.cache_read_tokens, usage.cache_creation_tokens)
+        for count, attributes in zip(counts, (tokens_in, tokens_out, tokens_read, tokens_written), strict=True):
             if count:
                 self._tokens.record(count, attributes)
         if cost:
