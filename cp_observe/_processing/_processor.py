@@ -54,10 +54,6 @@ from cp_observe._types import Judge, ScoreResult
 __all__ = ["ContextPrecisionProcessor", "processor_options", "takes_as_target"]
 
 _SINK_SHUTDOWN_S = 5.0
-_role = role
-_sampling_reason = sampling_reason
-_sample_key = sample_key
-_plain_attributes = plain_attributes
 
 
 def _decorators_have_no_provider(runtime: _runtime.Runtime) -> bool:
@@ -96,8 +92,8 @@ def _answer_is_target(lookup: Mapping[str, Any] | None) -> bool:
 
 def takes_as_target(span: ReadableSpan) -> bool:
     """Whether ``on_end`` would queue ``span`` as a target (in a sampled trace): the same rule as ``_on_end``."""
-    lookup = _plain_attributes(span)
-    kind = _role(lookup, span)
+    lookup = plain_attributes(span)
+    kind = role(lookup, span)
     return kind == ROLE_RETRIEVER or (kind == ROLE_ANSWER and _answer_is_target(lookup))
 
 
@@ -304,26 +300,26 @@ class ContextPrecisionProcessor(SpanProcessor):
     def _on_end(self, span: ReadableSpan, *, hold: bool = False, drop: str = "") -> bool:
         """Returns True when the span is held for enrichment (the caller then does not export it now)."""
         try:
-            lookup = _plain_attributes(span)
-            role = _role(lookup, span)
+            lookup = plain_attributes(span)
+            kind = role(lookup, span)
             parent = span.parent
             local_root = parent is None or parent.is_remote
-            if role is None and not local_root:
+            if kind is None and not local_root:
                 return False  # most spans: neither a target, an answer nor a root
             context = span.context
             if context is None:
                 return False
             trace_id = context.trace_id
-            reason = _sampling_reason(trace_id, self.sampler, _sample_key(lookup, role == ROLE_RETRIEVER))
+            reason = sampling_reason(trace_id, self.sampler, sample_key(lookup, kind == ROLE_RETRIEVER))
             marked = lookup.get(n.CP_SAMPLED) is True if lookup else False  # only these have a payload
             if reason is None or self._shutdown:
                 if marked:  # the decorators kept its content for a judge that will not take it
                     PAYLOADS.take((trace_id, context.span_id))
                 return False
             attributes = span.attributes  # (the SDK builds a read-only view per read: only for a span queued)
-            if role == ROLE_RETRIEVER:
+            if kind == ROLE_RETRIEVER:
                 item_kind, target = "retriever", True
-            elif role == ROLE_ANSWER:
+            elif kind == ROLE_ANSWER:
                 item_kind, target = "agent", _answer_is_target(lookup)
             else:
                 item_kind, target = "root", False
@@ -331,8 +327,8 @@ class ContextPrecisionProcessor(SpanProcessor):
             held = hold and target and self._hold is not None and self._hold.hold(span)
             # A retrieval's documents may be in its events (vector-DB spans); not read when the decorators kept the
             # contexts (the SDK copies the events on every read). The parent is read only for received spans.
-            events = span.events if role == ROLE_RETRIEVER and (payload is None or payload.contexts is None) else ()
-            parent_id = parent.span_id if parent is not None and not local_root and role == ROLE_RETRIEVER else 0
+            events = span.events if kind == ROLE_RETRIEVER and (payload is None or payload.contexts is None) else ()
+            parent_id = parent.span_id if parent is not None and not local_root and kind == ROLE_RETRIEVER else 0
             ended = Ended(item_kind, context, span.start_time or 0, span.end_time or 0,  # positionally: cheaper
                           span.status.status_code is StatusCode.ERROR, local_root, attributes, payload, target, reason,
                           span.name, events, parent_id)
