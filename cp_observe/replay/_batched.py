@@ -130,6 +130,7 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
     stream.flush()
 
     price = batch_price_of(vendor, name)
+    session.recover(stream)
     pending = list(session.pending(retry_failed=batch.retry_failed))
     report.estimated_usd = session.estimate(pending, price, _tokens)
     if pending and options.budget_usd is not None:
