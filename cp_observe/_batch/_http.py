@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import orjson

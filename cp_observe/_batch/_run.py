@@ -65,8 +65,8 @@ class BatchReport:
     standard_usd: float | None = None  # the same tokens at the synchronous price, for comparison
 
 
-def run_two_passes(judge_model: str, provider: BatchProvider, directory: Path, make_judge: Callable[[], LLMJudge],
-                   first: Callable[[LLMJudge], None], second: Callable[[LLMJudge], T], *, batch: BatchOptions,
+def run_two_passes(judge_model: str, provider: BatchProvider, directory: Path, *, make_judge: Callable[[], LLMJudge],
+                   first: Callable[[LLMJudge], object], second: Callable[[LLMJudge], T], batch: BatchOptions,
                    budget_usd: float | None, tokens: Callable[[BatchRequest], tuple[int, int]],
                    stream: IO[str]) -> tuple[T | None, BatchReport]:
     """``first`` with a recording judge, the batches, then ``second`` with an answering one (``None``: still open).

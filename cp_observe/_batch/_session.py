@@ -198,15 +198,16 @@ class BatchSession:
             ids = [r.custom_id for r in group]
             self._write_ids(index, ids)
             tag = content_digest(self._state["run"], str(index), *ids)[:32]
-            saved = {"index": index, "tag": tag, "requests": len(group), "at": time.time(), "file_id": ""}
+            at = time.time()
+            saved: dict[str, Any] = {"index": index, "tag": tag, "requests": len(group), "at": at, "file_id": ""}
             self._state["intent"] = saved
             self._save()
             file_id = provider.upload(group)
             if file_id:
                 saved["file_id"] = file_id
                 self._save()
-            batch_id = provider.create(group, Intent(tag, len(group), saved["at"], file_id))
-            self._adopt(batch_id, len(group), saved["at"])
+            batch_id = provider.create(group, Intent(tag, len(group), at, file_id))
+            self._adopt(batch_id, len(group), at)
             count += len(group)
             _say(progress, f"batch: submitted {batch_id} ({len(group)} requests)")
         self.submitted_now += count

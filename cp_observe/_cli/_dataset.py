@@ -159,12 +159,13 @@ def _batched(args: argparse.Namespace, settings: Any, chosen: list[Any], notes: 
 
     if args.batch_state is None and args.output == "-":
         raise ConfigurationError("--batch keeps its batches beside --output FILE: give it, or --batch-state DIR")
-    batch = batch_options(args, Path(args.output + ".batch"))
+    state = args.batch_state or Path(args.output + ".batch")
+    batch = batch_options(args, state)
     key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
     provider = provider_for(settings.judge, settings.judge_api_base, key, batch.azure_deployment)
-    result, report = run_two_passes(settings.judge, provider, batch.state, lambda: llm_judge(settings),
-                                    lambda recorder: rescore(chosen, recorder),
-                                    lambda answerer: rescore(chosen, answerer),
+    result, report = run_two_passes(settings.judge, provider, state, make_judge=lambda: llm_judge(settings),
+                                    first=lambda recorder: rescore(chosen, recorder),
+                                    second=lambda answerer: rescore(chosen, answerer),
                                     batch=batch, budget_usd=None, tokens=request_tokens, stream=sys.stderr)
     for line in report_lines(report):
         print(line, file=notes, flush=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from cp_observe._errors import CpObserveError
 from cp_observe._judging._evaluate import evaluate
-from cp_observe._types import Judge
+from cp_observe._types import Judge, Reference
 from cp_observe.dataset._record import Record
 
 __all__ = ["Rescored", "rescore"]
@@ -43,7 +43,7 @@ async def _rescore(records: Sequence[Record], judge: Judge, concurrency: int) ->
 
     async def one(record: Record) -> tuple[Record, float | None] | str:
         against = record.answer if record.reference == "output" and record.answer is not None else record.query
-        reference = "output" if against is record.answer else "query"
+        reference: Reference = "output" if against is record.answer else "query"
         async with gate:
             try:
                 result = await evaluate(judge, query=record.query, reference_text=against, reference=reference,

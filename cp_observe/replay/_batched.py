@@ -79,8 +79,8 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
         return replay(sources, dataclasses.replace(options, budget_usd=None), judge=answerer, progress=progress,
                       tracer_provider=tracer_provider)
 
-    return run_two_passes(settings.judge, provider, directory, lambda: llm_judge(settings), first, second,
-                          batch=batch, budget_usd=options.budget_usd, tokens=request_tokens,
+    return run_two_passes(settings.judge, provider, directory, make_judge=lambda: llm_judge(settings), first=first,
+                          second=second, batch=batch, budget_usd=options.budget_usd, tokens=request_tokens,
                           stream=stream if stream is not None else sys.stderr)
 
 

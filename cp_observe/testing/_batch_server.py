@@ -22,9 +22,9 @@ import json
 import re
 import threading
 import time
-from datetime import datetime, timezone
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -187,23 +187,8 @@ class BatchServer:
             batch = self._new("openai", [(line["custom_id"], line["body"]["messages"]) for line in lines], "batch_",
                               metadata=request.get("metadata") or {}, input_file_id=request["input_file_id"])
             return _json(200, self._openai_status(batch))
-        if path == "/v1/batches" and method == "GET":
-            page, more = self._listed("openai", query, "after")
-            data = [self._openai_status(b) for b in page]
-            return _json(200, {"object": "list", "data": data, "has_more": more,
-                               "first_id": data[0]["id"] if data else None,
-                               "last_id": data[-1]["id"] if data else None})
-        if path == "/v1/messages/batches" and method == "GET":
-            page, more = self._listed("anthropic", query, "after_id")
-            data = [self._anthropic_status(b) for b in page]
-            return _json(200, {"data": data, "has_more": more, "first_id": data[0]["id"] if data else None,
-                               "last_id": data[-1]["id"] if data else None})
-        if path == "/v1beta/batches" and method == "GET":
-            page, more = self._listed("gemini", query, "pageToken")
-            answer: dict[str, Any] = {"operations": [self._gemini_status(b, listed=True) for b in page]}
-            if more:
-                answer["nextPageToken"] = page[-1].id
-            return _json(200, answer)
+        if method == "GET" and path in ("/v1/batches", "/v1/messages/batches", "/v1beta/batches"):
+            return self._list(path, query)
         if path.startswith("/v1/batches/") and method == "GET":
             batch = self.batches[path.rsplit("/", 1)[1]]
             self._advance(batch)
@@ -231,6 +216,25 @@ class BatchServer:
             self._advance(batch)
             return _json(200, self._gemini_status(batch))
         return 404, b'{"error": {"message": "not found"}}', "application/json"
+
+    def _list(self, path: str, query: dict[str, str]) -> tuple[int, bytes, str]:
+        """One page of a provider's batch list, newest first, in that provider's shape."""
+        if path == "/v1beta/batches":
+            page, more = self._listed("gemini", query, "pageToken")
+            answer: dict[str, Any] = {"operations": [self._gemini_status(b, listed=True) for b in page]}
+            if more:
+                answer["nextPageToken"] = page[-1].id
+            return _json(200, answer)
+        if path == "/v1/batches":
+            page, more = self._listed("openai", query, "after")
+            data = [self._openai_status(b) for b in page]
+            answer = {"object": "list", "data": data, "has_more": more}
+        else:
+            page, more = self._listed("anthropic", query, "after_id")
+            data = [self._anthropic_status(b) for b in page]
+            answer = {"data": data, "has_more": more}
+        answer.update(first_id=data[0]["id"] if data else None, last_id=data[-1]["id"] if data else None)
+        return _json(200, answer)
 
     def _upload(self, headers: Any, body: bytes) -> tuple[int, bytes, str]:
         boundary = headers.get("content-type", "").split("boundary=", 1)[-1].encode()
