@@ -177,7 +177,7 @@ class BatchSession:
             others = f" (other batches of that size since then: {', '.join(found.ids[1:])})" if found.ids[1:] else ""
             _say(progress, f"batch: warning: {self.provider.name} batches carry no name, so the batch the stopped "
                            f"run was creating is taken by time and size: {batch_id}, {intent.requests} requests, "
-                           f"created since the run stopped{others}. Were it not this run's, its requests come "
+                           f"created after the stopped run began the create{others}. Were it not this run's, its requests come "
                            "back failed (run again with --batch-retry-failed)")
         return batch_id
 
