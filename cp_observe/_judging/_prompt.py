@@ -7,11 +7,12 @@ a block boundary or as the prompt, and the system message tells the judge to tre
 
 Prompt versions: ``cp-3`` keeps the system message byte-identical for every call with the same reasons
 setting and language: the context count, the last index and the nonce are in the user message, so a
-provider's prefix cache can reuse the system message across calls. ``cp-4`` (the default) is ``cp-3`` made
+provider's prefix cache can reuse the system message across calls. ``cp-4`` (opt-in) is ``cp-3`` made
 cheaper to answer and to read: the reply is asked for as JSON on one line without spaces between its parts,
 each reason in at most six words, and the instructions say once what ``cp-3`` said twice (the same criterion
-for a verdict, word for word). ``cp-3`` and ``cp-2`` (the system message carried the count and the nonce)
-stay selectable for a rollout. ``build_prompt`` is a pure function of the target and these settings, so a
+for a verdict, word for word); it stays opt-in until its agreement with ``cp-3`` is measured on a real judge, since
+each verdict is written after the reasons before it. ``cp-2`` (the system message carried the count and the nonce)
+stays selectable for a rollout. ``build_prompt`` is a pure function of the target and these settings, so a
 batch request and a synchronous call of the same target send the same messages and schema.
 """
 
@@ -41,9 +42,10 @@ __all__ = [
 ]
 
 #: Bump whenever the wording changes: cached verdicts are keyed by it, and it labels the score series.
-PROMPT_VERSION: Final = "cp-4"
-#: Every version a judge can be told to use: the current one first, then the previous ones (kept for a rollout).
-PROMPT_VERSIONS: Final = ("cp-4", "cp-3", "cp-2")
+PROMPT_VERSION: Final = "cp-3"
+#: Every version a judge can be told to use: the default first, then the cheaper ``cp-4`` (opt-in until its agreement
+#: with ``cp-3`` is measured on a real judge) and the previous one (kept for a rollout).
+PROMPT_VERSIONS: Final = ("cp-3", "cp-4", "cp-2")
 #: What the judge writes reasons for: every verdict, only ``no`` verdicts, or none.
 REASONS: Final = ("all", "no", "none")
 

@@ -320,7 +320,7 @@ def test_annotator_kind_is_llm_for_llm_judges_only() -> None:
         identity = judge_identity(judge)
         return identity.annotator, identity.declared_prompt_version
 
-    assert annotator(cp_observe.LLMJudge("openai/x")) == ("LLM", "cp-4")
+    assert annotator(cp_observe.LLMJudge("openai/x")) == ("LLM", "cp-3")
     assert annotator(cp_observe.LexicalJudge()) == ("CODE", None)
     assert annotator(FakeJudge()) == ("CODE", None)
     declared = FakeJudge()

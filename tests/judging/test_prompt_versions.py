@@ -53,7 +53,7 @@ def test_the_previous_versions_stay_selectable() -> None:
     assert old.nonce in old.messages[0]["content"]
     assert "context_index from 0 to 1 in order" in old.messages[0]["content"]
     assert "one short sentence" in build_prompt(QUERY, ANSWER, CONTEXTS, version="cp-3").messages[0]["content"]
-    assert PROMPT_VERSION == "cp-4"
+    assert PROMPT_VERSION == "cp-3"
     with pytest.raises(ValueError, match="cp-2"):
         system_message(version="cp-2")
 
@@ -75,10 +75,10 @@ def test_cp4_asks_a_one_line_reply_with_short_reasons_and_judges_as_cp3(reasons:
     assert len(new) < len(old)
 
 
-def test_cp4_is_the_default_label_and_cp3_is_still_answered(server: JudgeServer) -> None:
-    """A cp-3 judge still sends cp-3's messages, and the loopback judge reads both."""
-    asyncio.run(_judge(server, prompt_version="cp-3").judge(QUERY, ANSWER, CONTEXTS))
+def test_cp3_is_the_default_and_a_cp4_judge_is_answered_too(server: JudgeServer) -> None:
+    """The default judge sends cp-3's messages, a cp-4 judge cp-4's, and the loopback judge reads both."""
     asyncio.run(_judge(server).judge(QUERY, ANSWER, CONTEXTS))
+    asyncio.run(_judge(server, prompt_version="cp-4").judge(QUERY, ANSWER, CONTEXTS))
     old, new = (r.body["messages"][0]["content"] for r in server.requests)
     assert old == system_message(version="cp-3") and new == system_message(version="cp-4")
 
@@ -93,10 +93,11 @@ def test_each_reasons_setting_has_its_own_fixed_system_message() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "label"), [
-    ({}, "cp-4"),
-    ({"reasons": "no"}, "cp-4+reasons-no"),
-    ({"reasons": "none"}, "cp-4+reasons-none"),
-    ({"prompt_version": "cp-3", "reasons": "no"}, "cp-3+reasons-no"),
+    ({}, "cp-3"),
+    ({"reasons": "no"}, "cp-3+reasons-no"),
+    ({"reasons": "none"}, "cp-3+reasons-none"),
+    ({"prompt_version": "cp-4"}, "cp-4"),
+    ({"prompt_version": "cp-4", "reasons": "no"}, "cp-4+reasons-no"),
     ({"prompt_version": "cp-2"}, "cp-2"),
 ])
 def test_the_prompt_label_starts_its_own_series(server: JudgeServer, kwargs: dict[str, str], label: str) -> None:

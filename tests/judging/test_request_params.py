@@ -54,7 +54,7 @@ def test_a_reasoning_model_gets_no_temperature_and_the_lowest_effort(server: Jud
     (body,) = _bodies(server)
     assert "temperature" not in body
     assert body["reasoning_effort"] == "minimal"
-    assert body["prompt_cache_key"] == "cp-observe:cp-4:gpt-5-mini"
+    assert body["prompt_cache_key"] == "cp-observe:cp-3:gpt-5-mini"
     assert [v.relevant for v in judgement.verdicts] == [True, False]
 
 
@@ -176,7 +176,7 @@ def test_the_settings_reach_the_judge(monkeypatch: pytest.MonkeyPatch) -> None:
     judge = judge_from_settings(Settings.resolve({"judge": "openai/gpt-5-mini"}))
     assert isinstance(judge, LLMJudge)
     assert (judge.service_tier, judge.reasons, judge.reasoning_effort, judge.flex_timeout) == ("flex", "no", "low", 600)
-    assert judge.prompt_version == "cp-4+reasons-no"
+    assert judge.prompt_version == "cp-3+reasons-no"
 
 
 def test_flex_keeps_the_rate_by_littles_law() -> None:
