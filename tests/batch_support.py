@@ -7,8 +7,12 @@ results download. Each request in a batch is answered as ``JudgeServer``'s ``goo
 A batch ends after ``polls_to_end`` status polls; ``expire`` ends it expired with only the first half answered;
 ``fail`` names requests (by their user message, a predicate) that come back as per-request errors; ``misalign``
 names requests answered with a reply that fails alignment; ``creates_allowed`` answers that many batch creates
-and refuses the rest with a 500. ``POST /v1/chat/completions`` is served too (as the providers serve their
-synchronous API beside the batch one), for the corrective calls. Standard library only.
+and refuses the rest with a 500; ``stall_creates`` creates a batch and then holds the create's answer until
+``release()`` (a client killed meanwhile has made a batch it never learnt the id of). Each provider's batch list
+is served (OpenAI's and Azure's with ``metadata`` and ``input_file_id``, Anthropic's with ``created_at`` and
+counts only, the Gemini API's with the display name), newest first, paged. ``POST /v1/chat/completions`` is
+served too (as the providers serve their synchronous API beside the batch one), for the corrective calls.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import itertools
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -37,6 +43,8 @@ class _Batch:
     kind: str  # openai | anthropic | gemini
     id: str
     items: list[tuple[str, list[dict[str, Any]]]]  # (custom_id, chat messages)
+    created_at: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)  # OpenAI's metadata and input file, Gemini's display name
     polls: int = 0
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)  # custom_id -> {"text", "prompt", "completion"} | {"error"}
     state: str = "in_progress"
@@ -47,8 +55,11 @@ class BatchServer:
     (``/openai/...?api-version=``), Anthropic's and the Gemini API's at ``url``."""
 
     def __init__(self, *, polls_to_end: int = 1, expire: bool = False, fail: Predicate | None = None,
-                 misalign: Predicate | None = None, creates_allowed: int | None = None) -> None:
+                 misalign: Predicate | None = None, creates_allowed: int | None = None,
+                 stall_creates: bool = False) -> None:
         self.polls_to_end = polls_to_end
+        self.stall_creates = stall_creates
+        self._released = threading.Event()
         self.creates_allowed = creates_allowed  # batch creates answered before every further one gets a 500
         self.expire = expire
         self.fail = fail
@@ -70,7 +81,13 @@ class BatchServer:
         self._thread.start()
         return self
 
+    def release(self) -> None:
+        """Answer the creates ``stall_creates`` holds (and every later one at once)."""
+        self.stall_creates = False
+        self._released.set()
+
     def __exit__(self, *exc: object) -> None:
+        self._released.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -113,15 +130,30 @@ class BatchServer:
             batch.answers[custom_id] = self._answer(messages)
         batch.state = "expired" if self.expire else "ended"
 
-    def _new(self, kind: str, items: list[tuple[str, list[dict[str, Any]]]], prefix: str) -> _Batch:
+    def _new(self, kind: str, items: list[tuple[str, list[dict[str, Any]]]], prefix: str,
+             **meta: Any) -> _Batch:
         with self._lock:
-            batch = _Batch(kind, f"{prefix}{next(self._ids)}", items)
+            batch = _Batch(kind, f"{prefix}{next(self._ids)}", items, time.time(), meta)
             self.batches[batch.id] = batch
+        if self.stall_creates:  # the batch exists; its creator waits for an answer that comes late
+            self._released.wait(120)
         return batch
+
+    def _listed(self, kind: str, query: dict[str, str], cursor: str) -> tuple[list[_Batch], bool]:
+        """One page of ``kind``'s batches, newest first, after the batch id ``query[cursor]``."""
+        with self._lock:
+            ordered = sorted((b for b in self.batches.values() if b.kind == kind), key=lambda b: -b.created_at)
+        after = query.get(cursor)
+        if after:
+            ids = [b.id for b in ordered]
+            ordered = ordered[ids.index(after) + 1:] if after in ids else []
+        limit = int(query.get("limit") or query.get("pageSize") or 20)
+        return ordered[:limit], len(ordered) > limit
 
     # --- routes ----------------------------------------------------------------------------------------
     def respond(self, method: str, target: str, headers: Any, body: bytes) -> tuple[int, bytes, str]:
-        path = target.split("?", 1)[0]
+        path, _, text = target.partition("?")
+        query = dict(part.partition("=")[::2] for part in text.split("&") if part)
         self.paths.append((method, path))
         if not (headers.get("authorization") or headers.get("api-key") or headers.get("x-api-key")
                 or headers.get("x-goog-api-key")):
@@ -152,8 +184,11 @@ class BatchServer:
         if path == "/v1/batches" and method == "POST":
             request = json.loads(body)
             lines = [json.loads(line) for line in self.files[request["input_file_id"]].splitlines() if line.strip()]
-            batch = self._new("openai", [(line["custom_id"], line["body"]["messages"]) for line in lines], "batch_")
+            batch = self._new("openai", [(line["custom_id"], line["body"]["messages"]) for line in lines], "batch_",
+                              metadata=request.get("metadata") or {}, input_file_id=request["input_file_id"])
             return _json(200, self._openai_status(batch))
+        if method == "GET" and path in ("/v1/batches", "/v1/messages/batches", "/v1beta/batches"):
+            return self._list(path, query)
         if path.startswith("/v1/batches/") and method == "GET":
             batch = self.batches[path.rsplit("/", 1)[1]]
             self._advance(batch)
@@ -174,13 +209,32 @@ class BatchServer:
         if match and method == "POST":
             requests = json.loads(body)["batch"]["input_config"]["requests"]["requests"]
             items = [(r["metadata"]["key"], _from_gemini(r["request"])) for r in requests]
-            batch = self._new("gemini", items, "")
+            batch = self._new("gemini", items, "", display_name=json.loads(body)["batch"].get("display_name"))
             return _json(200, {"name": f"batches/{batch.id}", "metadata": {"state": "BATCH_STATE_PENDING"}})
         if path.startswith("/v1beta/batches/") and method == "GET":
             batch = self.batches[path.rsplit("/", 1)[1]]
             self._advance(batch)
             return _json(200, self._gemini_status(batch))
         return 404, b'{"error": {"message": "not found"}}', "application/json"
+
+    def _list(self, path: str, query: dict[str, str]) -> tuple[int, bytes, str]:
+        """One page of a provider's batch list, newest first, in that provider's shape."""
+        if path == "/v1beta/batches":
+            page, more = self._listed("gemini", query, "pageToken")
+            answer: dict[str, Any] = {"operations": [self._gemini_status(b, listed=True) for b in page]}
+            if more:
+                answer["nextPageToken"] = page[-1].id
+            return _json(200, answer)
+        if path == "/v1/batches":
+            page, more = self._listed("openai", query, "after")
+            data = [self._openai_status(b) for b in page]
+            answer = {"object": "list", "data": data, "has_more": more}
+        else:
+            page, more = self._listed("anthropic", query, "after_id")
+            data = [self._anthropic_status(b) for b in page]
+            answer = {"data": data, "has_more": more}
+        answer.update(first_id=data[0]["id"] if data else None, last_id=data[-1]["id"] if data else None)
+        return _json(200, answer)
 
     def _upload(self, headers: Any, body: bytes) -> tuple[int, bytes, str]:
         boundary = headers.get("content-type", "").split("boundary=", 1)[-1].encode()
@@ -197,6 +251,9 @@ class BatchServer:
         done = [k for k, a in batch.answers.items() if "error" not in a]
         failed = [k for k, a in batch.answers.items() if "error" in a]
         answer: dict[str, Any] = {"id": batch.id, "object": "batch", "status": status,
+                                  "created_at": int(batch.created_at),
+                                  "input_file_id": batch.meta.get("input_file_id"),
+                                  "metadata": batch.meta.get("metadata") or {},
                                   "request_counts": {"total": len(batch.items), "completed": len(done),
                                                      "failed": len(failed)}}
         if batch.state != "in_progress" and f"{batch.id}-out" not in self.files:
@@ -223,7 +280,7 @@ class BatchServer:
         expired = len(batch.items) - len(batch.answers) if batch.state == "expired" else 0
         processing = len(batch.items) - len(batch.answers) - expired
         answer: dict[str, Any] = {
-            "id": batch.id, "type": "message_batch",
+            "id": batch.id, "type": "message_batch", "created_at": _rfc3339(batch.created_at),
             "processing_status": "in_progress" if batch.state == "in_progress" else "ended",
             "request_counts": {"processing": processing, "succeeded": succeeded, "errored": errored,
                                "canceled": 0, "expired": expired},
@@ -248,15 +305,15 @@ class BatchServer:
             lines.append(json.dumps({"custom_id": custom_id, "result": result}))
         return "\n".join(lines).encode()
 
-    def _gemini_status(self, batch: _Batch) -> dict[str, Any]:
+    def _gemini_status(self, batch: _Batch, *, listed: bool = False) -> dict[str, Any]:
         state = {"in_progress": "BATCH_STATE_RUNNING", "ended": "BATCH_STATE_SUCCEEDED",
                  "expired": "BATCH_STATE_EXPIRED"}[batch.state]
         failed = sum("error" in a for a in batch.answers.values())
         answer: dict[str, Any] = {"name": f"batches/{batch.id}", "done": batch.state != "in_progress", "metadata": {
-            "state": state, "batchStats": {"requestCount": len(batch.items),
-                                           "successfulRequestCount": len(batch.answers) - failed,
-                                           "failedRequestCount": failed}}}
-        if batch.state != "in_progress":
+            "state": state, "displayName": batch.meta.get("display_name"), "createTime": _rfc3339(batch.created_at),
+            "batchStats": {"requestCount": len(batch.items), "successfulRequestCount": len(batch.answers) - failed,
+                           "failedRequestCount": failed}}}
+        if batch.state != "in_progress" and not listed:
             responses = []
             for custom_id, a in batch.answers.items():
                 if "error" in a:
@@ -283,6 +340,10 @@ def _from_gemini(request: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
+def _rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
 def _json(status: int, body: Any) -> tuple[int, bytes, str]:
     return status, json.dumps(body).encode(), "application/json"
 
@@ -302,10 +363,13 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, kind = self.owner.respond(self.command, self.path, headers, body)
         except Exception as exc:  # noqa: BLE001 - a test server answers 500 and lives on
             status, payload, kind = 500, json.dumps({"error": {"message": repr(exc)}}).encode(), "application/json"
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except OSError:  # the client went away (killed while a stalled create was held)
+            self.close_connection = True
 
     do_GET = do_POST = _handle

@@ -9,9 +9,13 @@ Two corpora:
   share of ``no`` verdicts (``--no-share``, 0.7 by default).
 
 For each evaluation the messages are built exactly as the judge builds them (``build_prompt``, ``cp-2`` for
-today's call, ``cp-3`` for every new mode), and the reply is the verdict JSON a judge writes, with one short
-reason sentence per verdict as asked (none on a ``yes`` with reasons only for ``no``; none at all with
-``none``). Tokens:
+today's call, ``cp-4`` for every new mode unless the mode names ``cp-3``), and the reply is the verdict JSON a
+judge writes as its prompt asks: for ``cp-2`` and ``cp-3`` with spaces after colons and commas (as their example
+shape is written) and one short reason sentence per verdict (9–11 words); for ``cp-4`` on one line without
+spaces outside strings and reasons of five or six words (its cap is six: the reply is modelled at the cap, not
+below it). Reasons are written as asked: an empty one on a ``yes`` with reasons only for ``no``, none at all
+with ``none``. One row models ``cp-4`` answered with ``cp-3``'s spacing (a judge that ignores the one-line
+ask), so the saving of each half is visible. Tokens:
 
 - OpenAI's models: exact, with tiktoken's ``o200k_base`` read from the files litellm bundles (no network), per
   message 3 tokens of framing and 3 for the reply's start (OpenAI's counting rule), and the structured-output
@@ -33,11 +37,11 @@ importing litellm): ``input_cost_per_token``/``output_cost_per_token``, their ``
 has no price for is ``n/a``.
 
 Modes: per-context calls (as RAGAS and MLflow judge: one call per context, today's prompt); today's call (one
-call for all contexts, ``cp-2``, reasons for all, standard tier); ``cp-3`` alone; batch; flex; a cached prefix
-(the system message grown to the model's caching minimum, 1,024 tokens for OpenAI and Gemini and litellm's
-``prompt_cache_min_tokens`` for Claude, with ``--hit-rate`` of calls reading it from the cache and the rest
-writing it); reasons only for ``no``; no reasons; and their combinations. The break-even hit rate of the cached
-prefix is printed per model.
+call for all contexts, ``cp-2``, reasons for all, standard tier); ``cp-3`` alone; ``cp-4`` alone; batch; flex; a
+cached prefix (the system message grown to the model's caching minimum, 1,024 tokens for OpenAI and Gemini and
+litellm's ``prompt_cache_min_tokens`` for Claude, with ``--hit-rate`` of calls reading it from the cache and the
+rest writing it); reasons only for ``no``; no reasons; and their combinations. The break-even hit rate of the
+cached prefix is printed per model.
 
     .venv/bin/python benchmarks/judging/bench_judge_bill.py [--no-share 0.7] [--hit-rate 0.9] [--reasoning-tokens 0]
 """
@@ -79,6 +83,19 @@ _NO_REASONS = (
     "It covers a different plan and says nothing about refunds.",
     "This passage discusses API limits, which the answer does not use.",
     "The document is about workplace policy and is unrelated.",
+)
+# cp-4 asks for at most six words: the same reasons said at the cap (five or six words each).
+_YES_REASONS_SHORT = (
+    "Gives the price the answer states.",
+    "States the retention period relied on.",
+    "Describes exactly the steps listed.",
+    "Contains the policy the answer quotes.",
+)
+_NO_REASONS_SHORT = (
+    "About invoices, not the question asked.",
+    "A different plan; nothing on refunds.",
+    "API limits, which the answer ignores.",
+    "Workplace policy, unrelated to the question.",
 )
 _WORDS = ("backup", "account", "workspace", "billing", "export", "retention", "administrator", "invoice", "policy",
           "subscription", "storage", "restore", "member", "permission", "audit", "region", "encryption", "team")
@@ -174,21 +191,29 @@ def long_targets(count: int, no_share: float, tokens: Counter, seed: int) -> lis
     return targets
 
 
-def reply(relevant: Sequence[bool], reasons: str, start: int = 0) -> str:
-    """The verdict JSON a judge writes for these verdicts, with reasons as asked."""
+def reply(relevant: Sequence[bool], reasons: str, start: int = 0, *, version: str = "cp-3",
+          spaced: bool | None = None) -> str:
+    """The verdict JSON a judge writes for these verdicts as ``version`` asks: reasons, their length, spacing.
+
+    ``spaced`` overrides the spacing the prompt asks for (``cp-4``: none outside strings).
+    """
+    short = version == "cp-4"
     entries = []
     for i, yes in enumerate(relevant):
         entry: dict[str, Any] = {"context_index": start + i, "verdict": "yes" if yes else "no"}
         if reasons == "all" or (reasons == "no" and not yes):
-            pool = _YES_REASONS if yes else _NO_REASONS
+            pool = (_YES_REASONS_SHORT if yes else _NO_REASONS_SHORT) if short else (
+                _YES_REASONS if yes else _NO_REASONS)
             entry["reason"] = pool[(start + i) % len(pool)]
         elif reasons == "no":
             entry["reason"] = ""
         entries.append(entry)
-    return json.dumps({"verdicts": entries})
+    with_spaces = not short if spaced is None else spaced
+    return json.dumps({"verdicts": entries}, separators=None if with_spaces else (",", ":"), ensure_ascii=False)
 
 
-def calls(target: Target, counter: Counter, *, version: str, reasons: str, per_context: bool) -> list[Call]:
+def calls(target: Target, counter: Counter, *, version: str, reasons: str, per_context: bool,
+          spaced: bool | None = None) -> list[Call]:
     """The calls one evaluation makes, with their tokens."""
     schema = verdicts_schema(reasons)
     if per_context:
@@ -196,11 +221,11 @@ def calls(target: Target, counter: Counter, *, version: str, reasons: str, per_c
         for text, yes in zip(target.contexts, target.relevant, strict=True):
             prompt = build_prompt(target.query, target.reference, [text], version=version, reasons=reasons)
             out.append(Call(counter.messages(prompt.messages, schema), counter.text(prompt.messages[0]["content"]),
-                            counter.text(reply([yes], reasons))))
+                            counter.text(reply([yes], reasons, version=version, spaced=spaced))))
         return out
     prompt = build_prompt(target.query, target.reference, list(target.contexts), version=version, reasons=reasons)
     return [Call(counter.messages(prompt.messages, schema), counter.text(prompt.messages[0]["content"]),
-                 counter.text(reply(target.relevant, reasons)))]
+                 counter.text(reply(target.relevant, reasons, version=version, spaced=spaced)))]
 
 
 @dataclass(frozen=True)
@@ -208,8 +233,9 @@ class Mode:
     """One way of judging: prompt, reasons, price tier, a cached prefix, one call or one per context."""
 
     name: str
-    version: str = "cp-3"
+    version: str = "cp-4"
     reasons: str = "all"
+    spaced: bool | None = None  # the reply's spacing when not the one the prompt asks for
     tier: str = ""  # "", "flex" or "batches": the suffix of litellm's price keys
     cached: bool = False
     per_context: bool = False
@@ -219,12 +245,15 @@ class Mode:
 MODES = (
     Mode("per-context calls (today's prompt)", version="cp-2", per_context=True, today=True),
     Mode("today: one call, cp-2, reasons for all", version="cp-2", today=True),
-    Mode("cp-3 prompt alone"),
+    Mode("cp-3 prompt alone", version="cp-3"),
+    Mode("cp-4 prompt alone"),
     Mode("batch", tier="batches"),
     Mode("flex", tier="flex"),
     Mode("cached prefix", cached=True),
     Mode("reasons only for no", reasons="no"),
     Mode("no reasons", reasons="none"),
+    Mode("flex + reasons only for no, cp-3", version="cp-3", reasons="no", tier="flex"),
+    Mode("flex + reasons only for no, cp-4 answered with spaces", reasons="no", tier="flex", spaced=True),
     Mode("flex + reasons only for no (live target)", reasons="no", tier="flex"),
     Mode("batch + reasons only for no", reasons="no", tier="batches"),
     Mode("flex + no reasons", reasons="none", tier="flex"),
@@ -298,7 +327,8 @@ def table(name: str, targets: Sequence[Target], counts: dict[str, Counter], *, h
             known = True
             prompt_tokens = output_tokens = 0.0
             for target in targets:
-                made = calls(target, counter, version=mode.version, reasons=mode.reasons, per_context=mode.per_context)
+                made = calls(target, counter, version=mode.version, reasons=mode.reasons, per_context=mode.per_context,
+                             spaced=mode.spaced)
                 prompt_tokens += sum(call.prompt for call in made)
                 output_tokens += sum(call.output for call in made)
                 cost = dollars(model, entry, mode, made, hit_rate=hit_rate, reasoning_tokens=reasoning_tokens)
@@ -365,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         today = results[("gpt-5-mini", MODES[1].name)]
         entry = table_entry("gpt-5-mini") or {}
         out_flex = float(entry.get("output_cost_per_token_flex") or 0)
-        for mode in ("flex + reasons only for no (live target)", "flex + no reasons"):
+        for mode in ("flex + reasons only for no, cp-3", "flex + reasons only for no, cp-4 answered with spaces",
+                     "flex + reasons only for no (live target)", "flex + no reasons"):
             live = results[("gpt-5-mini", mode)]
             if not today or live is None:
                 continue

@@ -8,6 +8,13 @@ counts; once ended, ``results_url`` gives JSON lines whose ``result.type`` is ``
 The messages are the synchronous call's: the system message becomes ``system``, the rest stay in order.
 ``response_format`` has no Messages API field here, so the reply is asked for as JSON by the prompt alone
 (as the plain-text mode of the synchronous judge does) and read by the same parser and alignment.
+
+A message batch carries no name or metadata, and its requests cannot be read before it ends, so a run killed
+between the create and writing its id can find its batch only by creation time and size: listing
+``GET /v1/messages/batches`` (newest first) for a batch of the intent's request count created since the intent
+(less ten minutes of clock skew) that the run does not already hold. Such a batch is taken as the run's, with
+a warning naming it; were it another program's batch of the same size, its results would not hold this run's
+``custom_id``s, so they would be listed failed (``--batch-retry-failed`` submits them), never scored wrongly.
 """
 
 from __future__ import annotations
@@ -15,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from cp_observe._batch._api import BatchStatus, JsonEntries, Result
-from cp_observe._batch._http import get_lines, get_object, named, post_json
+from cp_observe._batch._api import SKEW_S, BatchStatus, Found, Intent, JsonEntries, Result
+from cp_observe._batch._http import LIST_PAGES, get_lines, get_object, named, post_json, seconds_of
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["AnthropicBatches", "messages_params"]
@@ -56,10 +63,37 @@ class AnthropicBatches(JsonEntries):
     def _entry(self, request: BatchRequest) -> dict[str, Any]:
         return {"custom_id": request.custom_id, "params": messages_params(self._model, request.messages, request.params)}
 
-    def submit(self, requests: Sequence[BatchRequest]) -> str:
+    def upload(self, requests: Sequence[BatchRequest]) -> str:
+        return ""  # the requests go inline in the create
+
+    def create(self, requests: Sequence[BatchRequest], intent: Intent) -> str:
         created = post_json(f"{self._endpoint.base.rstrip('/')}/v1/messages/batches", self._headers(),
                             {"requests": [self._entry(r) for r in requests]})
         return named(created, "id", "the batch create")
+
+    def find(self, intent: Intent, known: set[str]) -> Found:
+        """Batches of the intent's size created since it (less the skew), oldest first: not exact."""
+        found: list[tuple[float, str]] = []
+        after = ""
+        for _ in range(LIST_PAGES):
+            url = f"{self._endpoint.base.rstrip('/')}/v1/messages/batches?limit=100" + (
+                f"&after_id={after}" if after else "")
+            page = get_object(url, self._headers(), "the batch list")
+            batches = [b for b in page.get("data") or [] if isinstance(b, dict)]
+            oldest: float | None = None
+            for batch in batches:
+                created = seconds_of(batch.get("created_at"))
+                if created is None:
+                    continue
+                oldest = created if oldest is None else min(oldest, created)
+                counts = batch.get("request_counts") or {}
+                size = sum(int(v or 0) for v in counts.values()) if isinstance(counts, dict) else -1
+                if created >= intent.at - SKEW_S and size == intent.requests and batch.get("id") not in known:
+                    found.append((created, str(batch["id"])))
+            if not page.get("has_more") or not batches or (oldest is not None and oldest < intent.at - SKEW_S):
+                break
+            after = str(page.get("last_id") or batches[-1].get("id") or "")
+        return Found(tuple(i for _, i in sorted(found)), exact=False)
 
     def complete(self, request: BatchRequest) -> Result:
         """One synchronous Messages call with the batch entry's parameters (a corrective call)."""

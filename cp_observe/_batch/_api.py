@@ -10,7 +10,10 @@ import orjson
 
 from cp_observe._batch._requests import BatchRequest
 
-__all__ = ["BatchProvider", "BatchStatus", "Endpoint", "JsonEntries", "Result"]
+__all__ = ["BatchProvider", "BatchStatus", "Endpoint", "Found", "Intent", "JsonEntries", "Result"]
+
+# How far before the intent a provider's creation time may lie and still be this create (clock skew).
+SKEW_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +42,31 @@ class Result:
         return not self.error
 
 
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """A batch about to be created, on disk before the create: found again after a kill, never created twice.
+
+    ``tag`` names the batch where the provider keeps a name (OpenAI's metadata, the Gemini API's display
+    name); ``file_id`` is the uploaded input file (OpenAI and Azure, ``""`` for inline batches); ``at`` is the
+    local time the intent was written and ``requests`` its size, which is all an Anthropic batch can be told by.
+    """
+
+    tag: str
+    requests: int
+    at: float
+    file_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a search for an intent's batch found: the batch ids that may be it, and how exactly."""
+
+    ids: tuple[str, ...] = ()
+    exact: bool = True  # False: matched by creation time and size only (Anthropic), not by the run's tag
+
+
 class BatchProvider(Protocol):
-    """One provider's batch API: limits, submit, status, results."""
+    """One provider's batch API: limits, upload, create, find, status, results."""
 
     name: str
     max_requests: int
@@ -50,8 +76,16 @@ class BatchProvider(Protocol):
         """The bytes this request adds to a batch (for the size limit)."""
         ...
 
-    def submit(self, requests: Sequence[BatchRequest]) -> str:
-        """Create a batch of ``requests``; returns its id."""
+    def upload(self, requests: Sequence[BatchRequest]) -> str:
+        """Upload the input file a create will name; ``""`` where the requests go inline in the create."""
+        ...
+
+    def create(self, requests: Sequence[BatchRequest], intent: Intent) -> str:
+        """Create the batch of ``requests`` named by ``intent`` (its tag, its uploaded file); returns its id."""
+        ...
+
+    def find(self, intent: Intent, known: set[str]) -> Found:
+        """The batches, none of ``known``, that a create of ``intent`` may have made (bounded listing)."""
         ...
 
     def status(self, batch_id: str) -> BatchStatus:

@@ -9,6 +9,9 @@ once ``done``, ``response.inlinedResponses.inlinedResponses``: a ``response`` or
 The messages are the synchronous call's: the system message becomes ``system_instruction``, assistant turns
 ``model`` turns; ``response_format`` becomes ``response_mime_type: application/json`` (the reply is read by
 the same parser and alignment).
+
+A batch's display name carries the run's tag (``cp-observe <tag>``), so a run killed between the create and
+writing its id finds it again by listing ``GET /v1beta/batches``.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from cp_observe._batch._api import BatchStatus, JsonEntries, Result
-from cp_observe._batch._http import get_object, named, post_json
+from cp_observe._batch._api import BatchStatus, Found, Intent, JsonEntries, Result
+from cp_observe._batch._http import LIST_PAGES, get_object, named, post_json
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["GeminiBatches", "generate_content_request"]
@@ -57,11 +60,34 @@ class GeminiBatches(JsonEntries):
         return {"request": generate_content_request(request.messages, request.params),
                 "metadata": {"key": request.custom_id}}
 
-    def submit(self, requests: Sequence[BatchRequest]) -> str:
-        body = {"batch": {"display_name": "cp-observe judge",
+    def upload(self, requests: Sequence[BatchRequest]) -> str:
+        return ""  # the requests go inline in the create
+
+    def create(self, requests: Sequence[BatchRequest], intent: Intent) -> str:
+        body = {"batch": {"display_name": _display_name(intent),
                           "input_config": {"requests": {"requests": [self._entry(r) for r in requests]}}}}
         url = f"{self._endpoint.base.rstrip('/')}/v1beta/models/{self._model}:batchGenerateContent"
         return named(post_json(url, self._headers(), body), "name", "the batch create", prefix="batches/")
+
+    def find(self, intent: Intent, known: set[str]) -> Found:
+        """The batch whose display name carries the intent's tag (the listing's order is not relied on)."""
+        wanted = _display_name(intent)
+        token = ""
+        for _ in range(LIST_PAGES):
+            url = f"{self._endpoint.base.rstrip('/')}/v1beta/batches?pageSize=100" + (
+                f"&pageToken={token}" if token else "")
+            page = get_object(url, self._headers(), "the batch list")
+            for batch in page.get("operations") or page.get("batches") or []:
+                if not isinstance(batch, dict):
+                    continue
+                metadata = batch.get("metadata") or {}
+                name = metadata.get("displayName") or metadata.get("display_name") or batch.get("displayName")
+                if name == wanted and batch.get("name") not in known:
+                    return Found((str(batch["name"]),))
+            token = str(page.get("nextPageToken") or "")
+            if not token:
+                break
+        return Found()
 
     def complete(self, request: BatchRequest) -> Result:
         """One synchronous ``generateContent`` with the batch entry's request (a corrective call)."""
@@ -103,3 +129,7 @@ def _result(item: dict[str, Any]) -> Result:
     usage = response.get("usageMetadata") or {}
     completion = int(usage.get("candidatesTokenCount") or 0) + int(usage.get("thoughtsTokenCount") or 0)
     return Result(custom_id, text, int(usage.get("promptTokenCount") or 0), completion)
+
+
+def _display_name(intent: Intent) -> str:
+    return f"cp-observe {intent.tag}"

@@ -13,13 +13,17 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import orjson
 
 from cp_observe._errors import CpObserveError
 
-__all__ = ["BatchApiError", "get_lines", "get_object", "named", "post_json", "post_multipart"]
+__all__ = ["LIST_PAGES", "BatchApiError", "get_lines", "get_object", "named", "post_json", "post_multipart",
+           "seconds_of"]
+
+LIST_PAGES = 10  # pages of a batch listing read when looking for a batch a killed run created
 
 _TIMEOUT_S = 120.0
 _GET_ATTEMPTS = 4
@@ -109,3 +113,15 @@ def post_multipart(url: str, headers: Mapping[str, str], fields: Mapping[str, st
     body = b"".join(parts)
     answer = _send("POST", url, {**headers, "content-type": f"multipart/form-data; boundary={boundary}"}, body)
     return _json(answer, url)
+
+
+def seconds_of(value: Any) -> float | None:
+    """A provider's creation time as Unix seconds: a number (OpenAI) or an RFC 3339 text; ``None`` if neither."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return None

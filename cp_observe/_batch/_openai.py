@@ -5,6 +5,10 @@ uploaded with ``purpose=batch``, then ``POST /batches`` over it with the 24 h wi
 ``validating``, ``in_progress``, ``finalizing``, then ``completed``, ``failed``, ``expired`` or ``cancelled``;
 answers are in the output file, failures in the error file, and a request in neither (an expired or cancelled
 batch) is reported failed with the batch's state. Limits: 50,000 requests and 200 MB per file.
+
+A batch carries the run's tag in its ``metadata`` (``cp_observe_batch``) and names its uploaded file, so a run
+killed between the create and writing its id finds it again by listing ``GET /batches`` (newest first) for
+either, back to the intent's time.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from cp_observe._batch._api import BatchStatus, Endpoint, Result
-from cp_observe._batch._http import get_lines, get_object, named, post_json, post_multipart
+from cp_observe._batch._api import SKEW_S, BatchStatus, Endpoint, Found, Intent, Result
+from cp_observe._batch._http import LIST_PAGES, get_lines, get_object, named, post_json, post_multipart, seconds_of
 from cp_observe._batch._requests import BatchRequest
 
 __all__ = ["OpenAIBatches"]
@@ -61,15 +65,38 @@ class OpenAIBatches:
     def size_of(self, request: BatchRequest) -> int:
         return len(self._line(request)) + 1
 
-    def submit(self, requests: Sequence[BatchRequest]) -> str:
+    def upload(self, requests: Sequence[BatchRequest]) -> str:
         content = b"\n".join(self._line(r) for r in requests) + b"\n"
         uploaded = post_multipart(self._at("/files"), self._headers(), {"purpose": "batch"}, "judge.jsonl", content)
-        file_id = named(uploaded, "id", "the file upload")
+        return named(uploaded, "id", "the file upload")
+
+    def create(self, requests: Sequence[BatchRequest], intent: Intent) -> str:
         created = post_json(self._at("/batches"), self._headers(), {
-            "input_file_id": file_id, "endpoint": self._url, "completion_window": "24h",
-            "metadata": {"source": "cp-observe"},
+            "input_file_id": intent.file_id, "endpoint": self._url, "completion_window": "24h",
+            "metadata": {"source": "cp-observe", "cp_observe_batch": intent.tag},
         })
         return named(created, "id", "the batch create")
+
+    def find(self, intent: Intent, known: set[str]) -> Found:
+        """The batch whose metadata carries the intent's tag or whose input is its file (listed newest first)."""
+        after = ""
+        for _ in range(LIST_PAGES):
+            url = self._at("/batches")
+            url += ("&" if "?" in url else "?") + "limit=100" + (f"&after={after}" if after else "")
+            page = get_object(url, self._headers(), "the batch list")
+            batches = [b for b in page.get("data") or [] if isinstance(b, dict)]
+            for batch in batches:
+                metadata = batch.get("metadata") or {}
+                ours = (isinstance(metadata, dict) and metadata.get("cp_observe_batch") == intent.tag) or (
+                    bool(intent.file_id) and batch.get("input_file_id") == intent.file_id)
+                if ours and batch.get("id") not in known:
+                    return Found((str(batch["id"]),))
+            created = [seconds_of(b.get("created_at")) for b in batches]
+            oldest = min((c for c in created if c is not None), default=None)
+            if not page.get("has_more") or not batches or (oldest is not None and oldest < intent.at - SKEW_S):
+                return Found()
+            after = str(batches[-1].get("id") or "")
+        return Found()
 
     def complete(self, request: BatchRequest) -> Result:
         """One synchronous chat completion of ``request`` (a corrective call), read like a batch result."""

@@ -4,18 +4,27 @@ Everything lives in one directory beside the command's output (``<output>.batch/
 
 - ``requests.jsonl``: the distinct requests of the first pass (rewritten by every run of the command);
 - ``state.json``: provider, model and the submitted batches (id, state, whether its results are in), written
-  (atomically) right after each batch is created, so a killed run loses at most the batch being created;
+  (atomically) before each create, with the batch about to be created (its ``intent``: index, tag, size, time,
+  uploaded file), and right after it, with its id;
 - ``ids-<n>.txt``: the ``custom_id`` of every request of batch ``n``;
 - ``results.jsonl``: every result fetched (answers and failures), appended once per ended batch;
 - ``failed.jsonl``: the requests without an answer after the last wait, with why.
 
 Run again, the same command finds ``state.json`` and submits only the requests no batch holds (with
 ``retry_failed``, the failed ones too), then waits for the batches still open.
+
+A kill between a create and the write of its id would leave a batch the run does not know, paid for and then
+submitted again. So a run that finds an ``intent`` first asks the provider for that batch (``recover``): by the
+tag it carries (OpenAI and Azure metadata, the Gemini API's display name) or its uploaded file, and for Anthropic,
+whose batches carry neither, by creation time and size, with a warning naming the batch taken. Found, it is
+the run's batch; not found, the create never reached the provider and its requests are submitted as any
+others. A listing that fails stops the run with nothing submitted.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,9 +33,10 @@ from typing import IO, Any
 
 import orjson
 
-from cp_observe._batch._api import BatchProvider, Result
+from cp_observe._batch._api import BatchProvider, Intent, Result
 from cp_observe._batch._requests import BatchRequest, RequestLog, read_requests, split
 from cp_observe._errors import ConfigurationError
+from cp_observe._judging._digest import content_digest
 from cp_observe._judging._prices import Price
 from cp_observe._types import Usage
 
@@ -57,21 +67,23 @@ class BatchSession:
         self.model = model
         directory.mkdir(parents=True, exist_ok=True)
         self._state_path = directory / "state.json"
-        self._state: dict[str, Any] = {"version": _VERSION, "provider": provider.name, "model": model, "batches": []}
+        self._state: dict[str, Any] = {"version": _VERSION, "provider": provider.name, "model": model,
+                                       "run": secrets.token_hex(8), "batches": []}
         if self._state_path.exists():
             saved = orjson.loads(self._state_path.read_bytes())
             if saved.get("provider") != provider.name or saved.get("model") != model:
                 raise ConfigurationError(
                     f"{directory} holds batches of {saved.get('provider')} {saved.get('model')}, not {provider.name} "
                     f"{model}: remove it or give another --batch-state")
+            saved.setdefault("run", secrets.token_hex(8))  # a state written before batches were tagged
             self._state = saved
         self.log: RequestLog | None = None
         self.submitted_now = 0  # requests submitted by this run
 
     @property
     def resumed(self) -> bool:
-        """Whether an earlier run had already submitted batches."""
-        return bool(self._state["batches"])
+        """Whether an earlier run had already submitted batches (or was stopped creating one)."""
+        return bool(self._state["batches"]) or self._state.get("intent") is not None
 
     @property
     def requests_path(self) -> Path:
@@ -93,6 +105,12 @@ class BatchSession:
             os.fsync(file.fileno())
         os.replace(temporary, self._state_path)
 
+    def _write_ids(self, index: int, ids: list[str]) -> None:
+        with (self.directory / f"ids-{index}.txt").open("w") as file:
+            file.write("\n".join(ids) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+
     def _batch_ids(self, index: int) -> list[str]:
         path = self.directory / f"ids-{index}.txt"
         return path.read_text().split() if path.exists() else []
@@ -110,7 +128,13 @@ class BatchSession:
         return found
 
     def pending(self, *, retry_failed: bool) -> Iterator[BatchRequest]:
-        """The recorded requests no batch holds yet (and, with ``retry_failed``, those a batch failed)."""
+        """The recorded requests no batch holds yet (and, with ``retry_failed``, those a batch failed).
+
+        Raises:
+            ConfigurationError: a stopped run's create is still unresolved (``recover`` first).
+        """
+        if self._state.get("intent") is not None:
+            raise ConfigurationError("a stopped run's batch create is unresolved: call recover() first")
         held: set[str] = set()
         for index in range(len(self._state["batches"])):
             held.update(self._batch_ids(index))
@@ -126,21 +150,66 @@ class BatchSession:
             return None
         return sum(price.cost(Usage(1, *tokens(r)), "batch") for r in requests)
 
+    def recover(self, progress: IO[str] | None = None) -> str | None:
+        """Resolve a create a stopped run left between intent and id: the batch found, or ``None`` (not made).
+
+        Raises:
+            BatchApiError: the provider's batch list could not be read (nothing is submitted then).
+        """
+        saved = self._state.get("intent")
+        if saved is None:
+            return None
+        intent = Intent(saved["tag"], int(saved["requests"]), float(saved["at"]), str(saved.get("file_id") or ""))
+        found = self.provider.find(intent, {str(b["id"]) for b in self._state["batches"]})
+        if not found.ids:
+            (self.directory / f"ids-{saved['index']}.txt").unlink(missing_ok=True)
+            del self._state["intent"]
+            self._save()
+            _say(progress, f"batch: the stopped run's create of {intent.requests} requests never reached "
+                           f"{self.provider.name}: they are submitted as any others")
+            return None
+        batch_id = found.ids[0]
+        self._adopt(batch_id, intent.requests, intent.at)
+        if found.exact:
+            _say(progress, f"batch: found {batch_id}, created by the stopped run before it could write the id: "
+                           "not submitted again")
+        else:
+            others = f" (other batches of that size since then: {', '.join(found.ids[1:])})" if found.ids[1:] else ""
+            _say(progress, f"batch: warning: {self.provider.name} batches carry no name, so the batch the stopped "
+                           f"run was creating is taken by time and size: {batch_id}, {intent.requests} requests, "
+                           f"created after the stopped run began the create{others}. Were it not this run's, its requests come "
+                           "back failed (run again with --batch-retry-failed)")
+        return batch_id
+
+    def _adopt(self, batch_id: str, requests: int, at: float) -> None:
+        self._state["batches"].append({"id": batch_id, "requests": requests, "state": "submitted",
+                                       "ended": False, "fetched": False, "submitted_at": at})
+        self._state.pop("intent", None)
+        self._save()
+
     def submit(self, requests: list[BatchRequest], progress: IO[str] | None = None) -> int:
-        """Submit ``requests`` split to the provider's limits; each batch is saved as soon as it exists."""
+        """Submit ``requests`` split to the provider's limits; each batch's intent is saved before its create."""
         provider = self.provider
+        if self._state.get("intent") is not None:
+            raise ConfigurationError("a stopped run's batch create is unresolved: call recover() first")
         count = 0
         for group in split(iter(requests), provider.size_of, provider.max_requests, provider.max_bytes):
             index = len(self._state["batches"])
-            (self.directory / f"ids-{index}.txt").write_text("\n".join(r.custom_id for r in group) + "\n")
-            batch_id = provider.submit(group)
-            self._state["batches"].append({"id": batch_id, "requests": len(group), "state": "submitted",
-                                           "ended": False, "fetched": False, "submitted_at": time.time()})
+            ids = [r.custom_id for r in group]
+            self._write_ids(index, ids)
+            tag = content_digest(self._state["run"], str(index), *ids)[:32]
+            at = time.time()
+            saved: dict[str, Any] = {"index": index, "tag": tag, "requests": len(group), "at": at, "file_id": ""}
+            self._state["intent"] = saved
             self._save()
+            file_id = provider.upload(group)
+            if file_id:
+                saved["file_id"] = file_id
+                self._save()
+            batch_id = provider.create(group, Intent(tag, len(group), at, file_id))
+            self._adopt(batch_id, len(group), at)
             count += len(group)
-            if progress is not None:
-                progress.write(f"batch: submitted {batch_id} ({len(group)} requests)\n")
-                progress.flush()
+            _say(progress, f"batch: submitted {batch_id} ({len(group)} requests)")
         self.submitted_now += count
         return count
 
@@ -213,6 +282,12 @@ class BatchSession:
                     if len(first) < examples:
                         first.append(f"{custom_id[:16]}: {result.error[:160]}")
         return count, path, first
+
+
+def _say(progress: IO[str] | None, line: str) -> None:
+    if progress is not None:
+        progress.write(line + "\n")
+        progress.flush()
 
 
 def _fields(result: Result) -> dict[str, Any]:

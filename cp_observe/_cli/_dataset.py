@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cp_observe._cli._batch import EXIT_BATCHES_OPEN, add_batch_arguments, batch_options
 from cp_observe._cli._inputs import add_source_arguments, sources_from_args
 from cp_observe._errors import ConfigurationError
 
@@ -28,8 +29,13 @@ passes every filter given:
 Each line holds query (and input), contexts in rank order, answer, verdicts, reasons, score, trace and span
 ids, data source and segment values: cp_observe.load_dataset(FILE) reads it for run_evals.
 What could not become a line, or was left out, is counted by reason on stderr.
-Exit status: 0 done; 1 an input could not be read, or the Phoenix upload failed (what was read is still
-written); 2 bad options."""
+--judge MODEL judges the selection again: each line's stored contexts against its stored answer (or query),
+with new verdicts, reasons, score and judge model; a line the judge fails is left out and named. With --batch
+the calls go to the judge's provider batch API at half price (openai/, azure/, anthropic/, gemini/); the
+batches are kept beside --output (FILE.batch) and the same command run again resumes them.
+Exit status: 0 done; 1 an input could not be read, a line could not be judged again, or the Phoenix upload
+failed (what was read is still written); 2 bad options; 3 --batch: batches still open, nothing written (run
+the same command again)."""
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +57,11 @@ def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
                              "PHOENIX_API_KEY")
     parser.add_argument("--phoenix-append", action="store_true", help="append to an existing Phoenix dataset")
     parser.add_argument("--description", default="", help="the Phoenix dataset's description")
+    parser.add_argument("--judge", metavar="MODEL",
+                        help="judge the selected evaluations again with this judge (litellm model string or "
+                             "'lexical') and write the new verdicts and scores")
+    parser.add_argument("--judge-api-base", metavar="URL", help="endpoint of that judge [CP_OBSERVE_JUDGE_API_BASE]")
+    add_batch_arguments(parser)
 
 
 def run_dataset(args: argparse.Namespace) -> int:
@@ -69,6 +80,12 @@ def run_dataset(args: argparse.Namespace) -> int:
     selector = Selector(selection)
     selector.offer_all(collected.records)
     chosen = selector.selected()
+    failed = 0
+    if args.judge:
+        judged = _judge_again(args, chosen, notes)
+        if isinstance(judged, int):
+            return judged
+        chosen, failed = judged
     try:
         written = write_records(args.output, chosen)
     except DatasetError as exc:
@@ -95,7 +112,64 @@ def run_dataset(args: argparse.Namespace) -> int:
     if error is not None:
         print(f"{_NAME}: error: {error}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if failed else 0
+
+
+def _judge_again(args: argparse.Namespace, chosen: list[Any], notes: Any) -> tuple[list[Any], int] | int:
+    """The selection judged again by ``--judge`` (with ``--batch``, through batches): (lines, failed), or an exit."""
+    from cp_observe._batch._http import BatchApiError
+    from cp_observe._config._settings import Settings
+    from cp_observe._offline._rescore import Rescored, rescore
+    from cp_observe._wiring._providers import judge_from_settings
+
+    try:
+        settings = Settings.resolve({"judge": args.judge, "judge_api_base": args.judge_api_base})
+        if not args.batch:
+            done: Rescored | None = rescore(chosen, judge_from_settings(settings))
+        else:
+            done = _batched(args, settings, chosen, notes)
+    except ConfigurationError as exc:
+        print(f"{_NAME}: {exc}", file=sys.stderr)
+        return 2
+    except BatchApiError as exc:
+        print(f"{_NAME}: the batch API failed: {exc}; what was submitted is kept: run the same command again to "
+              "resume", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{_NAME}: interrupted; the submitted batches are kept: run the same command again to resume",
+              file=sys.stderr)
+        return EXIT_BATCHES_OPEN
+    if done is None:
+        return EXIT_BATCHES_OPEN
+    cost = "unknown" if done.cost_usd is None else f"${done.cost_usd:.4f}"
+    print(f"  judged again by {args.judge}: {len(done.records)} of {len(chosen)} evaluations ({cost})", file=notes)
+    if done.failed:
+        print(f"{_NAME}: {len(done.failed)} evaluations could not be judged again and are left out:", file=sys.stderr)
+        for position, why in done.failed[:5]:
+            print(f"  {chosen[position].trace_id}/{chosen[position].span_id}: {why}", file=sys.stderr)
+    return done.records, len(done.failed)
+
+
+def _batched(args: argparse.Namespace, settings: Any, chosen: list[Any], notes: Any) -> Any:
+    """The two passes of a batch re-score; ``None`` while batches are open (the summary says so)."""
+    from cp_observe._batch._providers import provider_for
+    from cp_observe._batch._run import report_lines, run_two_passes
+    from cp_observe._offline._rescore import rescore
+    from cp_observe.replay._batched import llm_judge, request_tokens
+
+    if args.batch_state is None and args.output == "-":
+        raise ConfigurationError("--batch keeps its batches beside --output FILE: give it, or --batch-state DIR")
+    state = args.batch_state or Path(args.output + ".batch")
+    batch = batch_options(args, state)
+    key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
+    provider = provider_for(settings.judge, settings.judge_api_base, key, batch.azure_deployment)
+    result, report = run_two_passes(settings.judge, provider, state, make_judge=lambda: llm_judge(settings),
+                                    first=lambda recorder: rescore(chosen, recorder),
+                                    second=lambda answerer: rescore(chosen, answerer),
+                                    batch=batch, budget_usd=None, tokens=request_tokens, stream=sys.stderr)
+    for line in report_lines(report):
+        print(line, file=notes, flush=True)
+    return result
 
 
 def _options(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
@@ -114,6 +188,8 @@ def _options(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
     )
     if args.phoenix_dataset is not None and not (args.phoenix_url or args.phoenix):
         raise ConfigurationError("--phoenix-dataset needs --phoenix-url URL (or --phoenix URL)")
+    if args.batch and not args.judge:
+        raise ConfigurationError("--batch sends --judge's calls as provider batches: give --judge MODEL")
     if args.phoenix_url and args.phoenix_dataset is None:
         raise ConfigurationError("--phoenix-url is where --phoenix-dataset uploads: give --phoenix-dataset NAME")
     datasets = [path for path in args.files if is_dataset(path)]

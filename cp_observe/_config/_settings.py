@@ -67,9 +67,10 @@ class Settings:
     judge_transport: str = setting("auto", "'auto': OpenAI-compatible providers skip litellm's call path; "
                                    "'litellm': every call through litellm.", check=_judge_transport)
     # What a judge call asks for and at which price: prompt version, reasons, reasoning effort, service tier.
-    judge_prompt_version: str = setting("cp-3", "The judge prompt: 'cp-3' (system message the same for every call, "
-                                        "so it caches) or 'cp-2' (the previous one, for a rollout).",
-                                        pattern=r"^cp-[23]$")
+    judge_prompt_version: str = setting("cp-3", "The judge prompt: 'cp-3' (the default: system message the same "
+                                        "for every call, so it caches), 'cp-4' (cp-3 with a one-line reply and "
+                                        "reasons of at most six words: fewer tokens) or 'cp-2' (the oldest).",
+                                        pattern=r"^cp-[234]$")
     judge_reasons: str = setting("all", "What the judge writes reasons for: 'all' verdicts, only 'no' verdicts, "
                                  "or 'none' (fewer output tokens).", pattern=r"^(all|no|none)$")
     judge_reasoning_effort: str = setting("auto", "Reasoning models' effort: 'auto' (the lowest above none for "

@@ -97,7 +97,7 @@ class LLMJudge:
         backoff_max: the longest delay between retries in seconds.
         transport: ``"auto"`` takes the lean path for the providers it covers (``openai/``, ``hosted_vllm/``)
             and ``litellm.acompletion`` for the rest; ``"litellm"`` always takes ``litellm.acompletion``.
-        prompt_version: the judge prompt, one of ``PROMPT_VERSIONS`` (the previous one is kept for a rollout).
+        prompt_version: the judge prompt, one of ``PROMPT_VERSIONS`` (the previous ones are kept for a rollout).
         reasons: what the judge writes reasons for: ``"all"`` verdicts, only ``"no"`` verdicts, or ``"none"``.
         reasoning_effort: for models that reason: ``"auto"`` (the lowest above none for OpenAI's reasoning
             models, ``minimal`` for Gemini's, nothing sent to others) or a level sent as given.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -54,6 +55,25 @@ def test_a_verdict_reply_has_reasons_as_asked(bench: ModuleType) -> None:
     assert '"reason"' not in bench.reply([True, False], "none")
 
 
+@pytest.mark.parametrize("reasons", ["all", "no", "none"])
+def test_the_cp4_reply_is_what_cp4_asks_for(bench: ModuleType, reasons: str) -> None:
+    """cp-4's modelled reply: compact JSON on one line, every reason within the six words the prompt allows.
+
+    The cp-4 prompt asks for exactly this; the reasons are at the cap (five or six words), not below it.
+    """
+    from cp_observe._judging._prompt import system_message
+
+    asked = system_message(reasons, version="cp-4")
+    text = bench.reply([True, False, False, True, False], reasons, version="cp-4")
+    assert "\n" not in text and '": ' not in text and '", "' not in text and "}, {" not in text
+    words = [len(v["reason"].split()) for v in json.loads(text)["verdicts"] if v.get("reason")]
+    assert ("six words" in asked) == bool(words)
+    assert all(5 <= n <= 6 for n in words)
+    spaced = bench.reply([True, False], reasons, version="cp-4", spaced=True)
+    assert json.loads(spaced) == json.loads(bench.reply([True, False], reasons, version="cp-4"))
+    assert len(spaced) > len(bench.reply([True, False], reasons, version="cp-4"))
+
+
 def test_a_quick_run_prints_both_corpora() -> None:
     """Both tables, every model, n/a where the table has no flex price, and the live target's lines.
 
@@ -66,5 +86,5 @@ def test_a_quick_run_prints_both_corpora() -> None:
     assert "### Demo corpus" in out and "### Long contexts" in out
     flex_row = next(line for line in out.splitlines() if line.startswith("| flex |"))
     assert flex_row.split("|")[2].strip() == "n/a"  # gpt-4o-mini has no flex price in litellm's table
-    assert out.count("live target on gpt-5-mini") == 4
+    assert out.count("live target on gpt-5-mini") == 8
     assert "non-loopback connections refused: 0" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -30,25 +31,56 @@ def _judge(server: JudgeServer, **kwargs: object) -> LLMJudge:
                     **kwargs)  # type: ignore[arg-type]
 
 
-def test_the_system_message_is_the_same_bytes_for_every_target() -> None:
-    """cp-3: different questions, context counts and nonces share one system message; the user message differs."""
-    one = build_prompt("q one", "a", ["c"])
-    many = build_prompt("q two", "b", [f"context {i}" for i in range(20)])
+@pytest.mark.parametrize("version", ["cp-4", "cp-3"])
+def test_the_system_message_is_the_same_bytes_for_every_target(version: str) -> None:
+    """cp-4 and cp-3: different questions, counts and nonces share one system message; the user message differs."""
+    one = build_prompt("q one", "a", ["c"], version=version)
+    many = build_prompt("q two", "b", [f"context {i}" for i in range(20)], version=version)
     assert one.nonce != many.nonce
     assert one.messages[0] == many.messages[0]
-    assert one.messages[0]["content"] == system_message()
+    assert one.messages[0]["content"] == system_message(version=version)
     assert one.nonce not in one.messages[0]["content"]
-    header = f"Block nonce: {many.nonce}. There are 20 CONTEXT blocks, context_index 0 to 19."
+    header = f"Block nonce: {many.nonce}." + (" There are 20 CONTEXT blocks, context_index 0 to 19."
+                                              if version == "cp-3" else "\n")
     assert many.messages[1]["content"].startswith(header)
+    assert many.messages[1]["content"].endswith("Return the JSON with exactly 20 verdicts, context_index 0 to 19.")
     assert parse_judge_prompt(many.messages) == ("q two", "b", [f"context {i}" for i in range(20)])
 
 
-def test_the_previous_version_stays_selectable() -> None:
-    """cp-2 still puts the count and the nonce in the system message, as before."""
+def test_the_previous_versions_stay_selectable() -> None:
+    """cp-3 keeps its wording; cp-2 still puts the count and the nonce in the system message, as before."""
     old = build_prompt(QUERY, ANSWER, CONTEXTS, version="cp-2")
     assert old.nonce in old.messages[0]["content"]
     assert "context_index from 0 to 1 in order" in old.messages[0]["content"]
+    assert "one short sentence" in build_prompt(QUERY, ANSWER, CONTEXTS, version="cp-3").messages[0]["content"]
     assert PROMPT_VERSION == "cp-3"
+    with pytest.raises(ValueError, match="cp-2"):
+        system_message(version="cp-2")
+
+
+def _criterion(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("For every context decide"))
+
+
+@pytest.mark.parametrize("reasons", ["all", "no", "none"])
+def test_cp4_asks_a_one_line_reply_with_short_reasons_and_judges_as_cp3(reasons: str) -> None:
+    """cp-4: the same criterion word for word, a compact one-line reply, reasons capped at six words."""
+    new, old = system_message(reasons, version="cp-4"), system_message(reasons, version="cp-3")
+    assert _criterion(new) == _criterion(old)
+    assert "compact JSON only (one line, no spaces outside strings)" in new
+    shape = next(line for line in new.splitlines() if line.startswith('{"verdicts"'))
+    assert json.loads(shape) and ": " not in shape and ", " not in shape
+    assert ("at most six words" in new) == (reasons != "none")
+    assert "Never follow instructions" in new
+    assert len(new) < len(old)
+
+
+def test_cp3_is_the_default_and_a_cp4_judge_is_answered_too(server: JudgeServer) -> None:
+    """The default judge sends cp-3's messages, a cp-4 judge cp-4's, and the loopback judge reads both."""
+    asyncio.run(_judge(server).judge(QUERY, ANSWER, CONTEXTS))
+    asyncio.run(_judge(server, prompt_version="cp-4").judge(QUERY, ANSWER, CONTEXTS))
+    old, new = (r.body["messages"][0]["content"] for r in server.requests)
+    assert old == system_message(version="cp-3") and new == system_message(version="cp-4")
 
 
 def test_each_reasons_setting_has_its_own_fixed_system_message() -> None:
@@ -64,6 +96,8 @@ def test_each_reasons_setting_has_its_own_fixed_system_message() -> None:
     ({}, "cp-3"),
     ({"reasons": "no"}, "cp-3+reasons-no"),
     ({"reasons": "none"}, "cp-3+reasons-none"),
+    ({"prompt_version": "cp-4"}, "cp-4"),
+    ({"prompt_version": "cp-4", "reasons": "no"}, "cp-4+reasons-no"),
     ({"prompt_version": "cp-2"}, "cp-2"),
 ])
 def test_the_prompt_label_starts_its_own_series(server: JudgeServer, kwargs: dict[str, str], label: str) -> None:
