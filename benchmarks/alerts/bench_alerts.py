@@ -33,6 +33,11 @@ evaluations.
     .venv/bin/python benchmarks/alerts/bench_alerts.py [--quick] [--months N] [--episodes N] [--seed N] [--crosscheck]
     .venv/bin/python benchmarks/alerts/bench_alerts.py --crosscheck-only
     .venv/bin/python benchmarks/alerts/bench_alerts.py --canary-only [--quick]
+    .venv/bin/python benchmarks/alerts/bench_alerts.py --late-only [--quick]
+
+``--late-only`` records the cascade's streams under the judge's latency (``draw_cascade(late=...)``: an LLM-judged
+evaluation reaches the counters when the LLM answers, as the library emits it) and scans them with and without the
+rules' ``--llm-offset``: ``late_rows``.
 """
 
 from __future__ import annotations
