@@ -321,14 +321,19 @@ def _ppi_records(margin: float, min_count: int, level_sd: float, llm_offset: int
 
     def term_expr(term: str, side: str) -> list[str]:
         """One term's series; with ``llm_offset``, a term over all evaluations is its LLM-judged part now plus its
-        cheap-only part (the difference) ``llm_offset`` earlier."""
+        cheap-only part (the difference) ``llm_offset`` earlier. The LLM-judged part counts 0 where its series does
+        not exist (the LLM has judged nothing of this data source since its processes started), as it does unshifted."""
         one = f'sum without (term) ({CASCADE_TERMS}:{side}{{term="%s"}}%s)'
         sub = dict(CHEAP_ONLY).get(term)
         if not llm_offset or sub is None:
             return [f"        expr: {one % (term, '')}"]
+
+        def judged(at: str) -> str:
+            return f"({one % (sub, at)} or 0 * {one % (term, at)})"
+
         earlier = f" offset {llm_offset}m"
-        return ["        expr: |", f"          {one % (sub, '')}",
-                f"          + {on} ({one % (term, earlier)} - {on} {one % (sub, earlier)})"]
+        return ["        expr: |", f"          {judged('')}",
+                f"          + {on} ({one % (term, earlier)} - {on} {judged(earlier)})"]
 
     lines = [
         "      # Where the cheap-plus-LLM cascade runs: its PPI sums (context_precision_cascade_sums_total{term}) over",

@@ -313,8 +313,11 @@ def test_the_llm_offset_reads_the_cascades_cheap_only_terms_earlier_and_nothing_
             def one(term: str, later: str = "", side: str = side) -> str:
                 return f'sum without (term) ({gen.CASCADE_TERMS}:{side}{{term="{term}"}}{later})'
 
-            assert " ".join(expr.split()) == (f"{one(sub)} + {on} ({one(total, ' offset 3m')} - {on}"
-                                              f" {one(sub, ' offset 3m')})")
+            def judged(later: str = "") -> str:  # 0 where the LLM has judged nothing: no series for its terms
+                return f"({one(sub, later)} or 0 * {one(total, later)})"
+
+            assert " ".join(expr.split()) == (f"{judged()} + {on} ({one(total, ' offset 3m')} - {on}"
+                                              f" {judged(' offset 3m')})")
 
 
 def test_the_judge_tier_sets_the_llm_offset_and_standard_is_what_ships(gen: ModuleType) -> None:
@@ -354,3 +357,34 @@ def test_late_llm_scores_page_for_a_cheap_judge_move_only_without_the_offset(gen
     assert fired(aligned) == {"cascade_late_blind"}
     assert fired(misaligned) == {"cascade_late_blind", "cascade_late_cheap_moves"}
     assert "rule_files:\n  - r.yml\n" in aligned
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install-system-deps.sh)")
+def test_the_llm_offset_in_promtool_shifts_the_cheap_only_part_and_counts_an_absent_llm_part_as_0(
+        gen: ModuleType, tmp_path) -> None:
+    """promtool, --llm-offset 3, a 1-minute scrape, the 5-minute window at minute 12: kb2's count is its n now
+    (6) plus its cheap-only part over minutes 4..9 (50 - 5); kb's LLM has judged nothing (no n series): its count
+    is its cheap-only part then (50), not nothing, and not the 70 of minutes 7..12."""
+    (tmp_path / "r.yml").write_text(gen.rules(llm_offset=3), encoding="utf-8")
+    labels = 'job="a",instance="p",gen_ai_evaluation_name="context_precision",gen_ai_data_source_id='
+    count = "0+10x10 120+20x20"  # 10 a minute, then 20 from minute 10
+    name = f"{gen.CASCADE}_count:window"
+
+    def expected(source: str, value: int) -> dict[str, object]:
+        return {"expr": f'{name}{{window="5m",gen_ai_data_source_id="{source}"}}', "eval_time": "12m",
+                "exp_samples": [{"labels": f'{name}{{gen_ai_data_source_id="{source}",window="5m"}}',
+                                 "value": value}]}
+
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({
+        "rule_files": ["r.yml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": [
+            {"series": f'{gen.CASCADE_METRIC}{{{labels}"kb",term="count"}}', "values": count},
+            {"series": f'{gen.CASCADE_METRIC}{{{labels}"kb2",term="count"}}', "values": count},
+            {"series": f'{gen.CASCADE_METRIC}{{{labels}"kb2",term="n"}}', "values": "0+1x10 11+2x20"}],
+            "promql_expr_test": [expected("kb", 50), expected("kb2", 51)]}],
+    }), encoding="utf-8")
+    proc = run_promtool("test", "rules", "t.yml", cwd=tmp_path)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    (tmp_path / "r.yml").write_text(gen.rules(), encoding="utf-8")  # unshifted: minutes 7..12
+    unshifted = run_promtool("test", "rules", "t.yml", cwd=tmp_path)
+    assert unshifted.returncode != 0 and 'gen_ai_data_source_id="kb", window="5m"} 7E+01' in unshifted.stderr
