@@ -33,6 +33,11 @@ evaluations.
     .venv/bin/python benchmarks/alerts/bench_alerts.py [--quick] [--months N] [--episodes N] [--seed N] [--crosscheck]
     .venv/bin/python benchmarks/alerts/bench_alerts.py --crosscheck-only
     .venv/bin/python benchmarks/alerts/bench_alerts.py --canary-only [--quick]
+    .venv/bin/python benchmarks/alerts/bench_alerts.py --late-only [--quick]
+
+``--late-only`` records the cascade's streams under the judge's latency (``draw_cascade(late=...)``: an LLM-judged
+evaluation reaches the counters when the LLM answers, as the library emits it) and scans them with and without the
+rules' ``--llm-offset``: ``late_rows``.
 """
 
 from __future__ import annotations
@@ -807,16 +812,40 @@ def grid(cells: Sequence[Cell], months: float, episodes: int, seed: int, rules: 
 
 CASCADE = (0.1, 0.7)  # llm_share, the cheap judge's agreement with the LLM judge
 PPI_TERMS = ("count", "f", "f2", "n", "y", "y2", "f_sub", "f2_sub", "fy")  # rows 3.. of draw_cascade's output
+#: Seconds from an LLM judge call to its score's record, lognormal (median, sigma): stated, not measured, as in
+#: benchmarks/judging/bench_flex_alert_delay.py. A flex request past FLEX_TIMEOUT_S goes again at the standard tier.
+JUDGE_LATENCY = {"standard": (4.0, 0.5), "flex": (120.0, 1.0)}
+FLEX_TIMEOUT_S = 900.0
+LATE_LEAD_IN_MIN = 60  # minutes before a change drawn again with the change (longer than any latency)
+
+
+def judge_latency(tier: str, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Seconds from the LLM judge's call to its answer, per evaluation, on ``tier`` (JUDGE_LATENCY)."""
+    median, sigma = JUDGE_LATENCY["standard"]
+    standard = median * np.exp(sigma * rng.standard_normal(n))
+    if tier == "standard":
+        return np.asarray(standard)
+    median, sigma = JUDGE_LATENCY[tier]
+    late = median * np.exp(sigma * rng.standard_normal(n))
+    return np.asarray(np.where(late > FLEX_TIMEOUT_S, FLEX_TIMEOUT_S + standard, late))
 
 
 def draw_cascade(means: np.ndarray, seen: np.ndarray, expected: np.ndarray, rng: np.random.Generator,
-                 share: float = CASCADE[0], agreement: float = CASCADE[1]) -> np.ndarray:
+                 share: float = CASCADE[0], agreement: float = CASCADE[1],
+                 late: tuple[str, np.random.Generator] | None = None) -> np.ndarray:
     """Per minute, where the cheap-plus-LLM cascade runs: the score series (rows 0-2: count, sum, squares of the
-    LLM's AP where it judged, the cheap judge's elsewhere) and the PPI sums by term (rows 3-11, PPI_TERMS).
+    LLM's AP where it judged, the cheap judge's elsewhere), the PPI sums by term (rows 3-11, PPI_TERMS), and the
+    LLM-judged count and AP sum by the minute of the retrieval (rows 12-13: what the oracle reads).
 
     The LLM judge's AP follows ``means``. The cheap judge gives, with probability ``agreement``, the AP the LLM
     would give at ``seen`` (``seen`` = ``means``: it sees a drop as far as it agrees; the healthy means: it is
     blind to the drop), else an AP of its own at the healthy MAP. The LLM judges a uniform ``share``.
+
+    With ``late`` = (tier, generator), rows 0-11 count each evaluation in the minute it is emitted, as the library
+    does: one that only the cheap judge scored in the minute of its retrieval, one the LLM judged (all its terms
+    and its score together) when the LLM answers, ``judge_latency(tier)`` after a uniform second of that minute;
+    those answering after the last minute are left out. The latencies come from the tier's own generator, so the
+    evaluations are the same with and without them.
     """
     counts = rng.poisson(expected)
     total = int(counts.sum())
@@ -830,25 +859,39 @@ def draw_cascade(means: np.ndarray, seen: np.ndarray, expected: np.ndarray, rng:
     judged = rng.random(total) < share
     score = np.where(judged, y, f)
     minute = np.repeat(np.arange(len(counts)), counts)
-    rows = [counts.astype(float), score, score * score,
-            counts.astype(float), f, f * f, judged.astype(float), y * judged, y * y * judged, f * judged,
-            f * f * judged, f * y * judged]
-    out = np.zeros((len(rows), len(counts)))
-    out[0], out[3] = counts, counts
+    landed = minute
+    if late is not None:
+        tier, late_rng = late
+        seconds = late_rng.random(total) * 60 + judge_latency(tier, late_rng, total)
+        landed = np.where(judged, minute + (seconds // 60).astype(np.int64), minute)
+    one = np.ones(total)
+    rows = [one, score, score * score, one, f, f * f, judged.astype(float), y * judged, y * y * judged,
+            f * judged, f * f * judged, f * y * judged]
+    out = np.zeros((len(rows) + 2, len(counts)))
+    keep = landed < len(counts)
     for k, values in enumerate(rows):
-        if k not in (0, 3):
-            out[k] = np.bincount(minute, values, len(counts))
+        out[k] = np.bincount(landed[keep], values[keep], len(counts))
+    out[12] = np.bincount(minute, judged.astype(float), len(counts))
+    out[13] = np.bincount(minute, y * judged, len(counts))
     return out
 
 
-def scan_z_ppi(terms: np.ndarray, at: np.ndarray, rules: ModuleType) -> np.ndarray:
+def scan_z_ppi(terms: np.ndarray, at: np.ndarray, rules: ModuleType, llm_offset: int = 0) -> np.ndarray:
     """The rules' PPI++ z per window (rows: windows) at minutes ``at``, from per-minute PPI sums (PPI_TERMS rows);
-    NaN under the minimum. The arithmetic of ``ppi_drop_z`` (cp_observe/_judging/_ppi.py), vectorised."""
+    NaN under the minimum. The arithmetic of ``ppi_drop_z`` (cp_observe/_judging/_ppi.py), vectorised.
+
+    ``llm_offset`` (minutes) is the rules' ``--llm-offset``: the evaluations only the cheap judge scored (count - n,
+    f - f_sub, f2 - f2_sub) are read that much earlier, in the window and in its baseline alike."""
     cum = np.concatenate([np.zeros((len(PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
     records = recorded_windows(cum, rules)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
         win, base = _window_and_baseline(records[w], at, rules.BASELINE_DAYS)
+        if llm_offset:
+            before = _window_and_baseline(records[w], at - llm_offset, rules.BASELINE_DAYS)
+            for now, then in zip((win, base), before, strict=True):
+                for total, sub in ((0, 3), (1, 6), (2, 7)):  # count - n, f - f_sub, f2 - f2_sub
+                    now[total] = now[sub] + then[total] - then[sub]
         c, f, f2, n, y, y2, fs, f2s, fy = base
         wc, wf, _, wn, wy, _, wfs, _, _ = win
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -891,7 +934,7 @@ def cascade_steady(rate: int, sampling: float, days: int, seed: int, rules: Modu
     llm = rows[[6, 7, 8]]  # n, y, y2: the LLM's evaluations alone
     out = {}
     for mode, z in (("llm", scan_z(llm, at, rules)), ("mixed", scan_z(rows[:3], at, rules)),
-                    ("ppi", scan_z_ppi(rows[3:], at, rules))):
+                    ("ppi", scan_z_ppi(rows[3:12], at, rules))):
         with np.errstate(invalid="ignore"):
             out[mode] = firing_episodes(np.nanmax(np.where(np.isnan(z), -np.inf, z), axis=0) > rules.Z, 0)
     return out
@@ -918,10 +961,10 @@ def cascade_changes(rate: int, sampling: float, blind: bool, drop: float, episod
         rows[:, after] = draw_cascade(changed, means[after] if blind else changed, expected[after], rng)
         at = np.arange(begin + 1, begin + DETECT_LIMIT_MIN + 1)
         for mode, z in (("llm", scan_z(rows[[6, 7, 8]], at, rules)), ("mixed", scan_z(rows[:3], at, rules)),
-                        ("ppi", scan_z_ppi(rows[3:], at, rules))):
+                        ("ppi", scan_z_ppi(rows[3:12], at, rules))):
             fired = _fired(z, rules)
             out[mode].append(None if fired is None else fired + 1)
-        out["oracle"].append(oracle_delay(rows[[6, 7], after], means[after], drop, threshold))
+        out["oracle"].append(oracle_delay(rows[[12, 13], after], means[after], drop, threshold))
     return out
 
 
@@ -953,6 +996,117 @@ def cascade_rows(rates: Sequence[int], sampling: float, episodes: int, months: f
                              f"{within}/{episodes}",
                              f"{med['llm'] / med['ppi']:.1f}×" if med["llm"] and med["ppi"] else "—"])
     return alarm_rows, rows
+
+
+#: Late LLM scores: each row's latency model (None: every score recorded in its retrieval's minute, as the
+#: tables above assume) and the rules' --llm-offset values (minutes) the PPI++ scan reads it with.
+LATE_ROWS = (("none", None, (0,)), ("standard", "standard", (0, 1)), ("flex", "flex", (0, 2, 3)))
+#: (the cheap judge, the step): "sees" and "blind" as above; "moves alone": the LLM's MAP stays, the cheap judge's
+#: scores drop (a cheap judge changed or broken: nothing to page for, PPI++ corrects it once both are in).
+LATE_CHANGES = (("sees", 0.1), ("sees", 0.2), ("blind", 0.1), ("blind", 0.2), ("moves alone", 0.3),
+                ("moves alone", 0.5))
+
+
+def _late_streams(rate: int, sampling: float, days: int, seed: int, tier: str | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.random.Generator, tuple | None]:
+    """(means, expected, healthy rows, generator, latency) of one cell: the same evaluations on every tier."""
+    rng = np.random.default_rng(seed)
+    phase = rng.random()
+    minutes = np.arange(days * PER_DAY)
+    means = healthy_mean(minutes, phase)
+    expected = traffic(minutes, rate * sampling * 60, rng, phase)
+    late = None if tier is None else (tier, np.random.default_rng(seed + 1))
+    return means, expected, draw_cascade(means, means, expected, rng, late=late), rng, late
+
+
+def late_steady(rate: int, sampling: float, days: int, seed: int, rules: ModuleType) -> dict[tuple[str, int], int]:
+    """False alarms of the PPI++ scan on a steady cascade stream, per latency row and offset."""
+    at = np.arange(LEAD_DAYS * PER_DAY, days * PER_DAY + 1)
+    out = {}
+    for label, tier, offsets in LATE_ROWS:
+        rows = _late_streams(rate, sampling, days, seed, tier)[2]
+        for offset in offsets:
+            z = scan_z_ppi(rows[3:12], at, rules, offset)
+            out[(label, offset)] = firing_episodes(np.where(np.isnan(z), -np.inf, z).max(axis=0) > rules.Z, 0)
+        del rows
+    return out
+
+
+def late_changes(rate: int, sampling: float, cheap: str, drop: float, episodes: int, seed: int,
+                 rules: ModuleType) -> dict[tuple[str, int], list[int | None]]:
+    """The PPI++ scan's delay (minutes, None: not within a day) per latency row and offset, on the same episodes;
+    under ("oracle", 0) the oracle's on the LLM-judged evaluations by retrieval minute (no latency)."""
+    days = LEAD_DAYS + episodes + 1
+    threshold = lorden_threshold(rate * sampling * CASCADE[0] * 60 * MONTH_DAYS * PER_DAY)
+    out: dict[tuple[str, int], list[int | None]] = {("oracle", 0): []}
+    for label, tier, offsets in LATE_ROWS:
+        means, expected, healthy, rng, late = _late_streams(rate, sampling, days, seed, tier)
+        out.update({(label, offset): [] for offset in offsets})
+        for i in range(episodes):
+            begin = (LEAD_DAYS + i) * PER_DAY + int(rng.integers(PER_DAY))
+            region = slice(begin - LATE_LEAD_IN_MIN, begin + DETECT_LIMIT_MIN)  # drawn again: late arrivals too
+            llm, seen = means[region].copy(), means[region].copy()
+            if cheap != "moves alone":
+                llm[LATE_LEAD_IN_MIN:] -= drop
+            if cheap != "blind":
+                seen[LATE_LEAD_IN_MIN:] -= drop
+            rows = healthy[:, : begin + DETECT_LIMIT_MIN].copy()
+            rows[:, region] = draw_cascade(llm, seen, expected[region], rng, late=late)
+            at = np.arange(begin + 1, begin + DETECT_LIMIT_MIN + 1)
+            for offset in offsets:
+                fired = _fired(scan_z_ppi(rows[3:12], at, rules, offset), rules)
+                out[(label, offset)].append(None if fired is None else fired + 1)
+            if tier is None:
+                after = slice(begin, begin + DETECT_LIMIT_MIN)
+                out[("oracle", 0)].append(None if cheap == "moves alone" else
+                                          oracle_delay(rows[[12, 13], after], means[after], drop, threshold))
+    return out
+
+
+def _late_columns() -> list[tuple[str, int]]:
+    return [(label, offset) for label, _, offsets in LATE_ROWS for offset in offsets]
+
+
+def _late_header(key: tuple[str, int]) -> str:
+    label, offset = key
+    return f"{label}{f', offset {offset}m' if offset else ''}"
+
+
+def late_rows(rates: Sequence[int], sampling: float, episodes: int, months: float, seed: int,
+              rules: ModuleType) -> tuple[list, list]:
+    """False alarms and delays of the PPI++ scan with the LLM's scores recorded late, with and without the offset."""
+    alarm_rows, rows = [], []
+    for rate in rates:
+        began = time.perf_counter()
+        days = LEAD_DAYS + round(months * MONTH_DAYS)
+        steady = late_steady(rate, sampling, days, seed * 31 + rate, rules)
+        per_month = MONTH_DAYS / (days - LEAD_DAYS)
+        alarm_rows.append([rate, f"{rate * sampling * CASCADE[0] * 3600:,.0f}",
+                           *(f"{steady[k] * per_month:.2f} (≤ {poisson_upper(steady[k]) * per_month:.2f})"
+                             for k in _late_columns())])
+        for cheap, drop in LATE_CHANGES:
+            d = late_changes(rate, sampling, cheap, drop, episodes, seed * 7 + rate + round(drop * 10)
+                             + 1000 * LATE_CHANGES.index((cheap, drop)), rules)
+            if cheap == "moves alone":  # a false alarm within the hour is the misalignment's: count those
+                cells = ["—", *(f"{sum(v is not None and v <= 60 for v in d[k])}/{episodes} within 1 h"
+                                f" ({sum(v is not None for v in d[k])} within a day)" for k in _late_columns())]
+            else:
+                cells = [f"{sum(v is not None for v in d[k])}/{episodes}, {_minutes(_median(d[k]))}"
+                         for k in [("oracle", 0), *_late_columns()]]
+            rows.append([rate, cheap, f"{drop:.1f}", *cells])
+        print(f"# late scores, {rate} req/s: {time.perf_counter() - began:.0f} s", flush=True)
+    return alarm_rows, rows
+
+
+def _print_late(alarm_rows: list, rows: list, months: float) -> None:
+    heads = [_late_header(k) for k in _late_columns()]
+    print(f"\n### Late LLM scores in the cascade (llm_share {CASCADE[0]}, 10 % sampled)\n")
+    print(f"PPI++ false alarms per data source per month on steady patterned streams ({months:g} months; 95 % upper"
+          " bound), by judge latency and --llm-offset:\n")
+    print(markdown_table(["req/s", "LLM-judged / hour", *heads], alarm_rows))
+    print("\nPPI++ steps from a patterned 0.65, caught within a day, median delay (for 'moves alone': the LLM's MAP"
+          " stays, so every firing is a false alarm, and one within the hour is the latency's):\n")
+    print(markdown_table(["req/s", "cheap judge", "step", "oracle (no latency)", *heads], rows))
 
 
 def crosscheck(seed: int, rules: ModuleType) -> list[list[object]]:
@@ -1051,6 +1205,8 @@ def main() -> int:
     parser.add_argument("--crosscheck-only", action="store_true", help="only the comparison with a real Prometheus")
     parser.add_argument("--canary-only", action="store_true", help="only the canary tables (no Prometheus needed)")
     parser.add_argument("--cascade-only", action="store_true", help="only the cascade table (no Prometheus needed)")
+    parser.add_argument("--late-only", action="store_true",
+                        help="only the cascade's late-LLM-score tables (no Prometheus needed)")
     args = parser.parse_args()
     if args.canary_only:
         cells = [Cell(r, s) for r in RATES for s in SAMPLING]
@@ -1086,6 +1242,12 @@ def main() -> int:
                               "first firing (Python)", "first firing (Prometheus)", "same"], rows))
         if args.crosscheck_only:
             return 0
+    if args.late_only:
+        rates = RATES
+        if args.quick:
+            rates, months, episodes = (10, 50), 0.5, 4
+        _print_late(*late_rows(rates, 0.10, episodes, months, args.seed, rules), months)
+        return 0
     if args.cascade_only:
         if args.quick:
             months, episodes = 0.5, 4

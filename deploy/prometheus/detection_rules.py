@@ -37,6 +37,15 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
   + LEVEL_SD^2, n counting LLM-judged evaluations (``cp_observe/_judging/_ppi.py``: ``ppi_drop_z``). The records
   the alert reads (``<PREFIX>:drop_z`` and its figures) are these where they judge, the score series' where the
   window holds no cascade evaluation (a cascade turned off), and none in a window whose cascade has too few.
+- **Late LLM scores.** An evaluation reaches the counters when it is emitted: one the cheap judge alone scored at
+  once, one the LLM judged (every term of it, its score too) when the LLM answers, seconds later on the standard
+  tier, minutes on the flex tier. So a window's LLM-judged terms (n, y, ... and their share of count, f, f2)
+  describe earlier retrievals than its cheap-only ones. ``--llm-offset`` (minutes; default by ``--judge-tier``:
+  TIER_LLM_OFFSET) reads the cheap-only part (count - n, f - f_sub, f2 - f2_sub) that much earlier, in the window
+  and in its baseline, so both parts describe the same retrievals: a change the cheap judge sees is then compared
+  with the LLM's scores of the same minutes. ``--query-offset`` (Prometheus >= 2.53's group ``query_offset``) moves
+  every read of both groups back alike: for samples that reach the TSDB late (remote write, a Mimir ruler), not for
+  this.
 - **Threshold.** The alert fires when the largest z over the windows exceeds Z. Z is set for the whole family:
   under no change, a moving window's z crosses a level z about (T / W) z phi(z) times over a time T (the scan
   statistic's Gaussian approximation); summed over the windows, with T a month, that is at most
@@ -73,6 +82,15 @@ CASCADE = f"{DS}_window:context_precision_cascade_sums"
 CASCADE_TERMS = f"{DS}_term_window:context_precision_cascade_sums"
 #: The cascade's PPI sums (cp_observe/_names.py, METRIC_CASCADE_SUMS): over all, then over the LLM-judged subsample.
 PPI_TERMS = ("count", "f", "f2", "n", "y", "y2", "f_sub", "f2_sub", "fy")
+#: The terms over all evaluations, each with its LLM-judged part: the difference is what the cheap judge alone scored.
+CHEAP_ONLY = (("count", "n"), ("f", "f_sub"), ("f2", "f2_sub"))
+#: --llm-offset's default per --judge-tier (the library's judge_service_tier: flex, else standard), in minutes: how
+#: much later an LLM-judged evaluation reaches the counters than one the cheap judge alone scored, as the rules'
+#: 1-minute evaluations see it. Standard: a median of 4 s, under one evaluation: 0. Flex: a median of 2 min, a mean
+#: of about 3.1 min from request to record (the 15-minute timeout's retries included; benchmarks/README.md, "Late
+#: LLM scores in the cascade"): 3.
+TIER_LLM_OFFSET = {"standard": 0, "flex": 3}
+JUDGE_TIER = "standard"
 
 
 def expected_crossings(z: float, windows: tuple[int, ...] = WINDOWS, minutes: int = MONTH_MINUTES) -> float:
@@ -132,8 +150,10 @@ SCORE_METRICS = {
 }
 
 
-def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, level_sd: float = LEVEL_SD) -> str:
-    """The rule file's text."""
+def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, level_sd: float = LEVEL_SD,
+          llm_offset: int = TIER_LLM_OFFSET[JUDGE_TIER], query_offset: str | None = None) -> str:
+    """The rule file's text. ``llm_offset``: minutes the cascade's cheap-only terms are read earlier; ``query_offset``:
+    the groups' ``query_offset`` (Prometheus >= 2.53), none by default."""
     p = PREFIX
     metrics = SCORE_METRICS
     windows = ", ".join(f"{w}m" for w in WINDOWS)
@@ -144,6 +164,8 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         + (f" --level-sd {level_sd}" if level_sd != LEVEL_SD else "")
         + (f" --z {z}" if z != Z else "")
         + (f" --min-count {min_count}" if min_count != MIN_COUNT else "")
+        + (f" --llm-offset {llm_offset}" if llm_offset != TIER_LLM_OFFSET[JUDGE_TIER] else "")
+        + (f" --query-offset {query_offset}" if query_offset else "")
         + " (do not edit: regenerate).",
         f"# Windows: {windows}. Baseline: offsets 1d..{BASELINE_DAYS}d, pooled. Level SD {level_sd}, margin {margin},"
         f" z > {z} (the whole",
@@ -151,10 +173,14 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         f" {min_count} scored",
         "# evaluations in the window and in the baseline. The script's docstring derives z; deploy/README.md",
         "# (Runbook: ContextPrecisionMAPRegression) and docs/how-to/alerts-and-runbooks.md explain what to tune.",
+        *([f"# The cascade's cheap-only terms are read {llm_offset}m earlier than its LLM-judged ones (--llm-offset:"
+           " the LLM's",
+           "# scores reach the counters that much later)."] if llm_offset else []),
         "",
         "groups:",
         "  - name: context_precision.detection.recording",
         f"    interval: {INTERVAL}",
+        *([f"    query_offset: {query_offset}"] if query_offset else []),
         "    rules:",
         "      # Per data source and window (the rule's label window): count, sum and sum of squares of AP over the window ...",
     ]
@@ -164,7 +190,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
     for part in metrics:
         lines += [f"      - record: {p}_{part}:baseline", f"        expr: {_baseline(f'{p}_{part}:window')}"]
     lines += _plain_records(margin, min_count, level_sd)
-    lines += _ppi_records(margin, min_count, level_sd)
+    lines += _ppi_records(margin, min_count, level_sd, llm_offset)
     lines += _chosen_records(z, min_count)
     top = f'topk(1, {p}:drop_z{{{DS}=\\"%s\\"}})'  # inside a template's string: quotes escaped
     pick = f'{{{{ with query (printf "{top}" $labels.{DS}) }}}}{{{{ with first . }}}}'
@@ -172,6 +198,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         "",
         "  - name: context_precision.detection.alerts",
         f"    interval: {INTERVAL}",
+        *([f"    query_offset: {query_offset}"] if query_offset else []),
         "    rules:",
         "      - alert: ContextPrecisionMAPRegression",
         "        expr: |",
@@ -284,13 +311,29 @@ def _plain_records(margin: float, min_count: int, level_sd: float) -> list[str]:
     ]
 
 
-def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
+def _ppi_records(margin: float, min_count: int, level_sd: float, llm_offset: int = 0) -> list[str]:
     """Where the cascade runs: the PPI++ MAP per window against the baseline's, with the baseline's weight."""
     c, q = CASCADE, f"{PREFIX}_ppi"
     on = f"on ({DS}, window)"
 
     def t(term: str, side: str) -> str:
         return f"{c}_{term}:{side}"
+
+    def term_expr(term: str, side: str) -> list[str]:
+        """One term's series; with ``llm_offset``, a term over all evaluations is its LLM-judged part now plus its
+        cheap-only part (the difference) ``llm_offset`` earlier. The LLM-judged part counts 0 where its series does
+        not exist (the LLM has judged nothing of this data source since its processes started), as it does unshifted."""
+        one = f'sum without (term) ({CASCADE_TERMS}:{side}{{term="%s"}}%s)'
+        sub = dict(CHEAP_ONLY).get(term)
+        if not llm_offset or sub is None:
+            return [f"        expr: {one % (term, '')}"]
+
+        def judged(at: str) -> str:
+            return f"({one % (sub, at)} or 0 * {one % (term, at)})"
+
+        earlier = f" offset {llm_offset}m"
+        return ["        expr: |", f"          {judged('')}",
+                f"          + {on} ({one % (term, earlier)} - {on} {judged(earlier)})"]
 
     lines = [
         "      # Where the cheap-plus-LLM cascade runs: its PPI sums (context_precision_cascade_sums_total{term}) over",
@@ -304,8 +347,7 @@ def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
             lines += [f"      - record: {CASCADE_TERMS}:baseline",
                       f"        expr: {_baseline(f'{CASCADE_TERMS}:window', f'{DS}, term')}"]
         for term in PPI_TERMS:
-            lines += [f"      - record: {t(term, side)}",
-                      f'        expr: sum without (term) ({CASCADE_TERMS}:{side}{{term="{term}"}})']
+            lines += [f"      - record: {t(term, side)}", *term_expr(term, side)]
     b_unl = f"{c}_unlabelled:baseline"
     lines += [
         "      # The baseline's moments and PPI++ weight (as cp_observe/_judging/_ppi.py: ppi_drop_z): N = count - n",
@@ -449,24 +491,28 @@ def _counters(per_minute: float, mean_at) -> list[list[float]]:
 CASCADE_JUDGED = 4  # the cascade scenarios' evaluations a minute judged by both judges (as many by the cheap one alone)
 
 
-def _cascade_counters(mean_y_at, mean_f_at, off_from: int | None = None
-                      ) -> tuple[dict[str, list[float]], list[list[float]]]:
+def _cascade_counters(mean_y_at, mean_f_at, off_from: int | None = None, *, judged: int = CASCADE_JUDGED,
+                      late: int = 0) -> tuple[dict[str, list[float]], list[list[float]]]:
     """Cumulative PPI sums by term, and the score series the library records beside them (the LLM's AP where it
     judged, the cheap judge's elsewhere), at every STEP_MIN. Scores are 0 or 1; the two judges disagree on 1/16
     of the LLM-judged evaluations more than their means require. From ``off_from`` the cascade is off: its sums
-    stay where they were and the LLM judges every evaluation."""
-    k = CASCADE_JUDGED * STEP_MIN
+    stay where they were and the LLM judges every evaluation. ``judged`` evaluations a minute are judged by both
+    judges, as many by the cheap one alone; the LLM-judged ones reach the counters ``late`` minutes (a multiple of
+    STEP_MIN) after the cheap-only ones of the same minute, every term of them at once, as the library emits them."""
+    k = judged * STEP_MIN
     terms = {t: [0.0] for t in PPI_TERMS}
     plain: list[list[float]] = [[0.0], [0.0], [0.0]]
     for minute in range(0, SCENARIO_DAYS * DAY_MIN, STEP_MIN):
-        y, f = mean_y_at(minute), mean_f_at(minute)
+        f = mean_f_at(minute)  # the cheap-only evaluations of this minute
+        asked = minute - late  # the LLM-judged evaluations answered in this minute
+        y_j, f_j, k_j = (mean_y_at(asked), mean_f_at(asked), k) if asked >= 0 else (0.0, 0.0, 0)
         on = off_from is None or minute < off_from
-        step = {"count": 2 * k, "f": 2 * k * f, "f2": 2 * k * f, "n": k, "y": k * y, "y2": k * y,
-                "f_sub": k * f, "f2_sub": k * f, "fy": k * (min(y, f) - 0.0625)}
+        step = {"count": k + k_j, "f": k * f + k_j * f_j, "f2": k * f + k_j * f_j, "n": k_j, "y": k_j * y_j,
+                "y2": k_j * y_j, "f_sub": k_j * f_j, "f2_sub": k_j * f_j, "fy": k_j * (min(y_j, f_j) - 0.0625)}
         for t, series in terms.items():
             series.append(series[-1] + (step[t] if on else 0.0))
-        scored = k * (y + f) if on else 2 * k * y
-        for series, add in zip(plain, (2 * k, scored, scored)):
+        scored = k_j * y_j + k * f if on else 2 * k * mean_y_at(minute)
+        for series, add in zip(plain, (k + k_j if on else 2 * k, scored, scored)):
             series.append(series[-1] + add)
     return terms, plain
 
@@ -537,9 +583,18 @@ def _plain_z(counters: list[list[float]], at: int, back: int) -> tuple[float, fl
     return (drop - MARGIN) / se, drop, se, base, n, big_n
 
 
-def _ppi_z(terms: dict[str, list[float]], at: int, back: int) -> tuple[float, float, float, float, float, float] | None:
-    """(z, drop, SE, baseline mean, n, n_b) of the cascade's PPI++ MAP over one window (as _judging/_ppi.py)."""
+def _ppi_z(terms: dict[str, list[float]], at: int, back: int, llm_offset: int = 0
+           ) -> tuple[float, float, float, float, float, float] | None:
+    """(z, drop, SE, baseline mean, n, n_b) of the cascade's PPI++ MAP over one window (as _judging/_ppi.py); with
+    ``llm_offset`` (minutes), the cheap-only terms read that much earlier, as the rules' --llm-offset."""
     w, b = ({t: _window_sums(series, at, back)[k] for t, series in terms.items()} for k in (0, 1))
+    if llm_offset:
+        earlier = at - llm_offset // STEP_MIN
+        for now, k in ((w, 0), (b, 1)):
+            for total, sub in CHEAP_ONLY:
+                then_total, then_sub = (_window_sums(terms[x], earlier, back)[k] for x in (total, sub))
+                parts = (now[sub], then_total, then_sub)
+                now[total] = None if None in parts else parts[0] + parts[1] - parts[2]  # type: ignore[operator]
     if None in w.values() or None in b.values():
         return None
     if w["n"] < MIN_COUNT or b["n"] < MIN_COUNT:
@@ -562,22 +617,34 @@ def _ppi_z(terms: dict[str, list[float]], at: int, back: int) -> tuple[float, fl
     return (drop - MARGIN) / se, drop, se, base, n, n_b
 
 
-def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[float]] | None = None
-             ) -> tuple[float, int, float, float, float, float, float] | None:
+def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[float]] | None = None,
+             llm_offset: int = 0) -> tuple[float, int, float, float, float, float, float] | None:
     """The rules at ``minute`` (a multiple of STEP_MIN): (z, window, drop, SE, baseline mean, n, N) of the
     largest z, or None. ``increase`` over a window whose edges are samples is their difference. With the
     cascade's PPI sums (``terms``), a window is judged on the PPI++ figures where they judge (n and N are then the
-    LLM-judged counts), on the score series' where the window holds no cascade evaluation, else not at all."""
+    LLM-judged counts), on the score series' where the window holds no cascade evaluation, else not at all;
+    ``llm_offset`` as the rules' --llm-offset (a multiple of STEP_MIN)."""
     at = minute // STEP_MIN
     best = None
     for w in WINDOWS:
         back = w // STEP_MIN
-        found = _ppi_z(terms, at, back) if terms else None
-        if found is None and not (terms and (_window_sums(terms["count"], at, back)[0] or 0) > 0):
+        found = _ppi_z(terms, at, back, llm_offset) if terms else None
+        count = _cascade_count(terms, at, back, llm_offset) if terms else None
+        if found is None and not (count or 0) > 0:
             found = _plain_z(counters, at, back)
         if found is not None and (best is None or found[0] > best[0]):
             best = (found[0], w, *found[1:])
     return best
+
+
+def _cascade_count(terms: dict[str, list[float]], at: int, back: int, llm_offset: int) -> float | None:
+    """The rules' cascade count of one window (what decides whether the score series may judge it)."""
+    now = _window_sums(terms["n"], at, back)[0]
+    if not llm_offset:
+        return _window_sums(terms["count"], at, back)[0]
+    earlier = at - llm_offset // STEP_MIN
+    parts = (now, _window_sums(terms["count"], earlier, back)[0], _window_sums(terms["n"], earlier, back)[0])
+    return None if None in parts else parts[0] + parts[1] - parts[2]  # type: ignore[operator]
 
 
 def _annotations(source: str, found: tuple) -> tuple[str, str]:
@@ -670,9 +737,16 @@ def scenarios() -> str:
         "",
         "tests:",
         "  - name: steady daily pattern quiet, step and drift fire, too few evaluations quiet, the cascade's PPI++",
-        f"    interval: {STEP_MIN}m",
-        "    input_series:",
     ]
+    return "\n".join(lines + _scenario_body(counters, terms, times, firing)) + "\n"
+
+
+def _scenario_body(counters: dict[str, list[list[float]]],
+                   terms: dict[str, tuple[dict[str, list[float]], list[list[float]]]], times: list[int],
+                   firing) -> list[str]:
+    """One promtool test's input series and its alert checks at ``times`` (``firing(name, minute)``: the figures
+    of a firing data source, else None)."""
+    lines = [f"    interval: {STEP_MIN}m", "    input_series:"]
     for name, series_set in counters.items():
         labels = LABELS.replace('"kb"', f'"{name}"')
         for metric, series in zip(("context_precision_score_count", "context_precision_score_sum",
@@ -700,7 +774,76 @@ def scenarios() -> str:
                 f"              dashboard: '/d/cp-observe-context-precision/context-precision?var-data_source={name}'",
                 "              runbook_url: 'deploy/README.md#runbook-contextprecisionmapregression'",
             ]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+LATE_MIN = 15  # the late scenarios' LLM latency: three evaluations (the scenarios evaluate every STEP_MIN)
+LATE_JUDGED = 32  # their evaluations a minute judged by both judges (as many by the cheap one alone)
+
+
+def late_scenarios(llm_offset: int, rule_file: str) -> str:
+    """A promtool test file for ``rule_file`` (this script's rules with ``llm_offset``) on cascade streams whose
+    LLM-judged evaluations reach the counters LATE_MIN after the cheap-only ones.
+
+    Both are quiet before the change; cascade_late_blind (the LLM's MAP drops 0.25, the cheap judge's does not)
+    fires LATE_MIN or more after it; cascade_late_cheap_moves (the cheap judge's scores drop 0.5, the LLM's MAP
+    stays: a cheap judge changed or broken) is the misalignment's case: read at once, the window's cheap-only
+    scores have moved while its LLM-judged ones are still those of before, and the PPI++ MAP drops by lambda times
+    the move until the LLM's scores of the same minutes arrive. With ``llm_offset`` = LATE_MIN both parts describe
+    the same minutes and it stays quiet; without, it fires for those minutes. The expected alerts are evaluate's,
+    so either way promtool checks the rules compute what the generator says.
+    """
+    assert llm_offset % STEP_MIN == 0 and LATE_MIN % STEP_MIN == 0
+    change = 8 * DAY_MIN + 12 * 60
+
+    def after(minute: int) -> bool:
+        return minute >= change
+    terms = {
+        "cascade_late_blind": _cascade_counters(lambda m: daily_mean(m) - (0.25 if after(m) else 0), daily_mean,
+                                                judged=LATE_JUDGED, late=LATE_MIN),
+        "cascade_late_cheap_moves": _cascade_counters(daily_mean, lambda m: daily_mean(m) - (0.5 if after(m) else 0),
+                                                      judged=LATE_JUDGED, late=LATE_MIN),
+    }
+    counters = {name: plain for name, (_, plain) in terms.items()}
+    window = range(change - 6 * EVAL_MIN, change + 2 * 60 + EVAL_MIN, EVAL_MIN)
+
+    def firing(name: str, minute: int) -> tuple | None:
+        found = evaluate(counters[name], minute, terms[name][0], llm_offset)
+        return found if found is not None and found[0] > Z else None
+
+    assert not any(firing(name, m) for name in terms for m in window if m < change)
+    blind = next(m for m in window if firing("cascade_late_blind", m))
+    moves = [m for m in window if firing("cascade_late_cheap_moves", m)]
+    assert blind >= change + LATE_MIN  # nothing of the LLM's drop is in the counters before then
+    assert bool(moves) == (llm_offset != LATE_MIN), (llm_offset, moves)
+    times = sorted({change - EVAL_MIN, change + 2 * 60, blind - EVAL_MIN, blind,
+                    *(m for m in moves[:1]), *(m - EVAL_MIN for m in moves[:1]), *(m + EVAL_MIN for m in moves[-1:])})
+    lines = [
+        f"# promtool unit tests for {rule_file} (detection_rules.py --llm-offset {llm_offset}) on cascade streams",
+        f"# whose LLM-judged evaluations reach the counters {LATE_MIN} min after the cheap-only ones",
+        "# (detection_rules.py: late_scenarios).",
+        "",
+        "rule_files:",
+        f"  - {rule_file}",
+        "",
+        f"evaluation_interval: {EVAL_MIN}m",
+        "",
+        "group_eval_order:",
+        "  - context_precision.detection.recording",
+        "  - context_precision.detection.alerts",
+        "",
+        "tests:",
+        "  - name: late LLM scores in the cascade",
+    ]
+    return "\n".join(lines + _scenario_body(counters, terms, times, firing)) + "\n"
+
+
+def _minutes(text: str) -> int:
+    """--llm-offset's value: whole minutes, bare or with an ``m`` (the rules evaluate every minute)."""
+    match = re.fullmatch(r"(\d+)m?", text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"whole minutes, e.g. 3 or 3m: {text!r}")
+    return int(match[1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -711,12 +854,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="how far a healthy day's MAP strays from the 7-day same-time baseline (SD, MAP units)")
     parser.add_argument("--z", type=float, default=Z, help="the family's threshold (higher: fewer false alarms)")
     parser.add_argument("--min-count", type=int, default=MIN_COUNT, help="scored evaluations a window needs")
+    parser.add_argument("--judge-tier", choices=sorted(TIER_LLM_OFFSET), default=JUDGE_TIER,
+                        help="the LLM judge's service tier (the library's judge_service_tier: flex, else standard):"
+                             " sets --llm-offset's default (TIER_LLM_OFFSET)")
+    parser.add_argument("--llm-offset", type=_minutes, default=None, metavar="MINUTES",
+                        help="read the cascade's cheap-only terms this much earlier than its LLM-judged ones, which"
+                             " reach the counters that much later (whole minutes, '3' or '3m'; default: by"
+                             " --judge-tier)")
+    parser.add_argument("--query-offset", default=None, metavar="DURATION",
+                        help="the groups' query_offset (Prometheus >= 2.53 only): every read of both groups moved back"
+                             " alike, for samples that reach the TSDB late")
     parser.add_argument("--tests", action="store_true", help="print the promtool scenarios for the defaults instead")
     parser.add_argument("--shard", action="append", default=[], metavar="REGEX",
                         help="a group for the data sources whose id matches REGEX (repeat; a last group takes the"
                              " rest)")
     args = parser.parse_args(argv)
-    text = scenarios() if args.tests else rules(args.margin, args.z, args.min_count, args.level_sd)
+    if args.query_offset is not None and not re.fullmatch(r"(\d+(ms|s|m|h|d|w|y))+", args.query_offset):
+        parser.error(f"--query-offset: not a Prometheus duration: {args.query_offset!r}")
+    llm_offset = TIER_LLM_OFFSET[args.judge_tier] if args.llm_offset is None else args.llm_offset
+    text = scenarios() if args.tests else rules(args.margin, args.z, args.min_count, args.level_sd, llm_offset,
+                                                args.query_offset)
     sys.stdout.write(shard(text, args.shard) if args.shard and not args.tests else text)
     return 0
 

@@ -82,7 +82,7 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
     minutes = np.arange(9 * bench.PER_DAY)
     means = bench.healthy_mean(minutes, 0.4)
     rows = bench.draw_cascade(means, means, np.full(len(minutes), 6.0), rng)
-    terms = rows[3:]
+    terms = rows[3:12]
     at = np.array([8 * bench.PER_DAY + 31, 8 * bench.PER_DAY + 1000])
     z = bench.scan_z_ppi(terms, at, rules)
     cum = np.concatenate([np.zeros((len(bench.PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
@@ -101,6 +101,60 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
     assert checked >= 10
     # The score series carries the LLM's AP where it judged, the cheap judge's elsewhere: its count is every one.
     assert np.array_equal(rows[0], rows[3]) and rows[6].sum() < 0.2 * rows[0].sum()
+
+
+def test_late_llm_scores_land_later_and_nothing_else_moves(bench: ModuleType) -> None:
+    """With a judge latency, the same evaluations are drawn: the cheap-only ones stay in their minute, the
+    LLM-judged ones (all their terms) land later, by flex's minutes; rows 12-13 keep the retrieval minute."""
+    minutes = np.arange(600)
+    means = np.full(len(minutes), 0.65)
+    expected = np.full(len(minutes), 200.0)
+    on_time = bench.draw_cascade(means, means, expected, np.random.default_rng(3))
+    late = bench.draw_cascade(means, means, expected, np.random.default_rng(3), late=("flex", np.random.default_rng(4)))
+    cheap_only = [(0, 3), (1, 6), (2, 7)]  # count - n, f - f_sub, f2 - f2_sub
+    for total, sub in cheap_only:
+        assert np.allclose(on_time[3 + total] - on_time[3 + sub], late[3 + total] - late[3 + sub])
+    assert np.array_equal(on_time[12:], late[12:]) and np.array_equal(on_time[6], on_time[12])
+    # Minutes each LLM-judged evaluation waited (those still out at the end: until the end), on average: flex's
+    # mean latency, about 3.1 min with the timeout's cut, plus the half minute of the call, less the whole minutes.
+    waited = float((np.cumsum(on_time[6]) - np.cumsum(late[6])).sum() / on_time[6].sum())
+    assert 2.7 < waited < 3.5
+
+
+def test_scan_z_ppi_with_an_offset_reads_the_cheap_only_terms_earlier(bench: ModuleType) -> None:
+    """scan_z_ppi's llm_offset is the rules' --llm-offset: ppi_drop_z on sums whose cheap-only part (count - n,
+    f - f_sub, f2 - f2_sub) is taken ``llm_offset`` minutes earlier, in the window and in each baseline day."""
+    from cp_observe._judging._ppi import PpiSums, ppi_drop_z
+
+    rules = bench._detection_rules()
+    minutes = np.arange(9 * bench.PER_DAY)
+    means = bench.healthy_mean(minutes, 0.1)
+    rows = bench.draw_cascade(means, means, np.full(len(minutes), 8.0), np.random.default_rng(8),
+                              late=("flex", np.random.default_rng(9)))
+    terms = rows[3:12]
+    at = np.array([8 * bench.PER_DAY + 45, 8 * bench.PER_DAY + 700])
+    z = bench.scan_z_ppi(terms, at, rules, 3)
+    cum = np.concatenate([np.zeros((len(bench.PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
+
+    def sums(t: int, w: int) -> np.ndarray:
+        now, then = cum[:, t] - cum[:, t - w], cum[:, t - 3] - cum[:, t - 3 - w]
+        for total, sub in ((0, 3), (1, 6), (2, 7)):
+            now[total] = now[sub] + then[total] - then[sub]
+        return now
+
+    checked = 0
+    for row, w in enumerate(rules.WINDOWS):
+        for col, t in enumerate(at):
+            big = sum(sums(t - d * bench.PER_DAY, w) for d in range(1, 8))
+            expected = ppi_drop_z(PpiSums(*sums(t, w)), PpiSums(*big), margin=rules.MARGIN, var_floor=rules.VAR_FLOOR,
+                                  level_sd=rules.LEVEL_SD, min_count=rules.MIN_COUNT)
+            if expected is None:
+                assert np.isnan(z[row, col])
+            else:
+                assert z[row, col] == pytest.approx(expected.z, rel=1e-9)
+                checked += 1
+    assert checked >= 10
+    assert not np.allclose(z, bench.scan_z_ppi(terms, at, rules), equal_nan=True)  # the offset is read
 
 
 def test_a_drop_the_cheap_judge_cannot_see_moves_ppi_not_the_score_series(bench: ModuleType) -> None:

@@ -289,3 +289,102 @@ def test_sharded_canary_rules_select_their_data_sources_and_pass_promtool(tmp_pa
     path.write_text(text, encoding="utf-8")
     proc = run_promtool("check", "rules", "--lint=none", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _cheap_only_records(gen: ModuleType) -> set[str]:
+    return {f"{gen.CASCADE}_{total}:{side}" for total, _ in gen.CHEAP_ONLY for side in ("window", "baseline")}
+
+
+def test_the_llm_offset_reads_the_cascades_cheap_only_terms_earlier_and_nothing_else(gen: ModuleType) -> None:
+    """--llm-offset N: each term over all evaluations (count, f, f2; window and baseline) is its LLM-judged part
+    now plus its cheap-only part N minutes earlier; every other rule is the shipped one."""
+    shipped = {(g["name"], r.get("record", r.get("alert")), str(r.get("labels"))): r
+               for g in load_yaml(DETECTION_RULES_FILE)["groups"] for r in g["rules"]}
+    offset = {(g["name"], r.get("record", r.get("alert")), str(r.get("labels"))): r
+              for g in yaml.safe_load(gen.rules(llm_offset=3))["groups"] for r in g["rules"]}
+    assert shipped.keys() == offset.keys()
+    changed = {key[1] for key in shipped if shipped[key] != offset[key]}
+    assert changed == _cheap_only_records(gen)
+    on = "on (gen_ai_data_source_id, window)"
+    for total, sub in gen.CHEAP_ONLY:
+        for side in ("window", "baseline"):
+            (expr,) = [r["expr"] for k, r in offset.items() if k[1] == f"{gen.CASCADE}_{total}:{side}"]
+
+            def one(term: str, later: str = "", side: str = side) -> str:
+                return f'sum without (term) ({gen.CASCADE_TERMS}:{side}{{term="{term}"}}{later})'
+
+            def judged(later: str = "") -> str:  # 0 where the LLM has judged nothing: no series for its terms
+                return f"({one(sub, later)} or 0 * {one(total, later)})"
+
+            assert " ".join(expr.split()) == (f"{judged()} + {on} ({one(total, ' offset 3m')} - {on}"
+                                              f" {judged(' offset 3m')})")
+
+
+def test_the_judge_tier_sets_the_llm_offset_and_standard_is_what_ships(gen: ModuleType) -> None:
+    """--judge-tier standard (the default) prints the shipped rules; flex prints --llm-offset 3; --llm-offset wins."""
+    assert gen.TIER_LLM_OFFSET == {"standard": 0, "flex": 3}
+    assert _printed("--judge-tier", "standard") == DETECTION_RULES_FILE.read_text(encoding="utf-8")
+    flex = _printed("--judge-tier", "flex")
+    assert flex == gen.rules(llm_offset=3) == _printed("--llm-offset", "3m")
+    assert "detection_rules.py --llm-offset 3 (do not edit" in flex
+    assert _printed("--judge-tier", "flex", "--llm-offset", "0") == DETECTION_RULES_FILE.read_text(encoding="utf-8")
+    bad = subprocess.run([sys.executable, str(DETECTION_GENERATOR), "--llm-offset", "90s"], capture_output=True,
+                         text=True)  # fmt: skip
+    assert bad.returncode == 2 and "whole minutes" in bad.stderr
+
+
+def test_query_offset_is_an_option_on_both_groups(gen: ModuleType) -> None:
+    """--query-offset puts Prometheus >= 2.53's query_offset on both groups and changes nothing else; the shipped
+    rules have none (Prometheus 2.42 rejects the field)."""
+    assert all("query_offset" not in g for g in load_yaml(DETECTION_RULES_FILE)["groups"])
+    groups = yaml.safe_load(_printed("--query-offset", "2m"))["groups"]
+    assert [g["query_offset"] for g in groups] == ["2m", "2m"]
+    shipped = load_yaml(DETECTION_RULES_FILE)["groups"]
+    assert [{k: v for k, v in g.items() if k != "query_offset"} for g in groups] == shipped
+    bad = subprocess.run([sys.executable, str(DETECTION_GENERATOR), "--query-offset", "soon"], capture_output=True,
+                         text=True)  # fmt: skip
+    assert bad.returncode == 2 and "not a Prometheus duration" in bad.stderr
+
+
+def test_late_llm_scores_page_for_a_cheap_judge_move_only_without_the_offset(gen: ModuleType) -> None:
+    """With the LLM's scores LATE_MIN late, the generator's arithmetic (which the promtool scenarios hold the rules
+    to) fires for the minutes the cheap judge's move is not yet matched by the LLM's scores, unless --llm-offset
+    reads the cheap-only terms as late; a drop only the LLM sees fires either way, no sooner than LATE_MIN."""
+    def fired(text: str) -> set[str]:
+        return set(re.findall(r"gen_ai_data_source_id: (\w+)\}", text))
+
+    aligned, misaligned = gen.late_scenarios(gen.LATE_MIN, "r.yml"), gen.late_scenarios(0, "r.yml")
+    assert fired(aligned) == {"cascade_late_blind"}
+    assert fired(misaligned) == {"cascade_late_blind", "cascade_late_cheap_moves"}
+    assert "rule_files:\n  - r.yml\n" in aligned
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install-system-deps.sh)")
+def test_the_llm_offset_in_promtool_shifts_the_cheap_only_part_and_counts_an_absent_llm_part_as_0(
+        gen: ModuleType, tmp_path) -> None:
+    """promtool, --llm-offset 3, a 1-minute scrape, the 5-minute window at minute 12: kb2's count is its n now
+    (6) plus its cheap-only part over minutes 4..9 (50 - 5); kb's LLM has judged nothing (no n series): its count
+    is its cheap-only part then (50), not nothing, and not the 70 of minutes 7..12."""
+    (tmp_path / "r.yml").write_text(gen.rules(llm_offset=3), encoding="utf-8")
+    labels = 'job="a",instance="p",gen_ai_evaluation_name="context_precision",gen_ai_data_source_id='
+    count = "0+10x10 120+20x20"  # 10 a minute, then 20 from minute 10
+    name = f"{gen.CASCADE}_count:window"
+
+    def expected(source: str, value: int) -> dict[str, object]:
+        return {"expr": f'{name}{{window="5m",gen_ai_data_source_id="{source}"}}', "eval_time": "12m",
+                "exp_samples": [{"labels": f'{name}{{gen_ai_data_source_id="{source}",window="5m"}}',
+                                 "value": value}]}
+
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({
+        "rule_files": ["r.yml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": [
+            {"series": f'{gen.CASCADE_METRIC}{{{labels}"kb",term="count"}}', "values": count},
+            {"series": f'{gen.CASCADE_METRIC}{{{labels}"kb2",term="count"}}', "values": count},
+            {"series": f'{gen.CASCADE_METRIC}{{{labels}"kb2",term="n"}}', "values": "0+1x10 11+2x20"}],
+            "promql_expr_test": [expected("kb", 50), expected("kb2", 51)]}],
+    }), encoding="utf-8")
+    proc = run_promtool("test", "rules", "t.yml", cwd=tmp_path)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    (tmp_path / "r.yml").write_text(gen.rules(), encoding="utf-8")  # unshifted: minutes 7..12
+    unshifted = run_promtool("test", "rules", "t.yml", cwd=tmp_path)
+    assert unshifted.returncode != 0 and 'gen_ai_data_source_id="kb", window="5m"} 7E+01' in unshifted.stderr
