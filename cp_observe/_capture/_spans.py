@@ -24,7 +24,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.trace import Span, Status, StatusCode
 
 from cp_observe import _names as n
-from cp_observe._capture._answer import answer_text
+from cp_observe._capture._answer import answer_text, query_text
 from cp_observe._capture._collecting import COLLECTING, in_collection
 from cp_observe._capture._extract import NOT_CAPTURED, Context, extract_contexts
 from cp_observe._capture._serialize import MAX_JUDGED_CHARS, finite_float, metadata_json, safe_str, type_name
@@ -187,7 +187,7 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             raw_query, user_error = None, "query_error"
             attributes[n.CP_USER_ERROR] = user_error
         # No query (None) is recorded as absent, never as the text "None".
-        query = "" if raw_query is None else _text(raw_query, rt, MAX_JUDGED_CHARS if sampled else rt.max_value_length)
+        query = "" if raw_query is None else _query(raw_query, rt, MAX_JUDGED_CHARS if sampled else rt.max_value_length)
         if rt.capture_content and raw_query is not None:
             shown = _shown(query, rt.max_value_length)
             attributes[n.INPUT_VALUE] = shown
@@ -472,8 +472,9 @@ def _shown(text: str, limit: int) -> str:
     return text
 
 
-def _text(value: Any, rt: Runtime, limit: int) -> str:
-    text = value if type(value) is str and len(value) <= limit else safe_str(value, limit)
+def _query(value: Any, rt: Runtime, limit: int) -> str:
+    """The query argument's text by the query rule (``_answer.query_text``), redacted."""
+    text = value if type(value) is str and len(value) <= limit else query_text(value, limit)
     redact = rt.redact
     return _redacted(text, redact) if redact is not None else text
 
