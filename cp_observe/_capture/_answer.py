@@ -32,10 +32,11 @@ no answer.
 
 The query rule (``query_text``) is the same rule over other fields and the other side of a chat: the first of
 ``QUERY_FIELDS`` (``query``, ``query_str``, ``question``, ``input``, ``inputs``, ``messages``,
-``input_messages``, ``inputMessages``, ``text``, ``content``, ``parts``) that gives a text, and of chat messages the last
-user message. It reads the query of a decorated call's query argument, of the offline scorer's input and of a
-span's JSON ``input.value`` or ``traceloop.entity.input`` (``_conventions.query_of``). A value that names no
-query is its own text (``safe_str``: JSON for data), never nothing: a query is what the call was given.
+``input_messages``, ``inputMessages``, ``text``, ``content``, ``parts``) that gives a text, and of chat
+messages the last user message. It reads the query of a decorated call's query argument, of the offline
+scorer's input and of a span's JSON ``input.value`` or ``traceloop.entity.input`` (``_conventions.query_of``).
+A value that names no query is its own text (``safe_str``: JSON for data), never nothing: a query is what the
+call was given.
 
 Only those fields and a message's ``role`` are read, each at most once, and nothing is iterated but a list or
 tuple.
@@ -142,7 +143,9 @@ def _text(value: object, limit: int, depth: int, rule: _Rule) -> str | None:
     if depth == 0:
         found = _from_object(value, limit, depth, rule)
         return found if found is not None else object_text(value, limit)
-    return None if depth > MAX_DEPTH or callable(value) else _from_object(value, limit, depth, rule)  # a method: no text
+    if depth > MAX_DEPTH or callable(value):  # a method: no text
+        return None
+    return _from_object(value, limit, depth, rule)
 
 
 def _from_mapping(mapping: Mapping[Any, Any], limit: int, depth: int, rule: _Rule) -> str | None:
