@@ -27,7 +27,7 @@ from cp_observe import _names as n
 from cp_observe._capture._answer import answer_text, query_text
 from cp_observe._capture._collecting import COLLECTING, in_collection
 from cp_observe._capture._extract import NOT_CAPTURED, Context, extract_contexts
-from cp_observe._capture._serialize import MAX_JUDGED_CHARS, finite_float, metadata_json, safe_str, type_name
+from cp_observe._capture._serialize import MAX_JUDGED_CHARS, metadata_json, safe_str, type_name
 from cp_observe._capture._payloads import PAYLOADS, Payload
 from cp_observe._config._runtime import RUNTIME_HOLDER, Runtime
 from cp_observe._config._sampling import FORCED, is_forced
@@ -393,10 +393,8 @@ def _record_documents(
         ident = score = None
         if item.id is not None:
             ident = attributes[keys["id"]] = _shown(_redacted(item.id, redact) if redact else item.id, limit)
-        if item.score is not None:
-            score = finite_float(item.score)
-            if score is not None:
-                attributes[keys["score"]] = score
+        if item.score is not None:  # finite: extraction keeps no other
+            score = attributes[keys["score"]] = item.score
         if documents is not None:
             if ident is None or score is None:
                 documents = None  # the schema requires both: no partial list (its ranks would not match)
