@@ -81,7 +81,10 @@ def answer_text(value: object, limit: int = MAX_JUDGED_CHARS) -> str | None:
 
 
 def query_in(value: object, limit: int = MAX_JUDGED_CHARS) -> str | None:
-    """The query ``value`` names by the query rule, or ``None`` when it names none; never raises."""
+    """The query ``value`` names by the query rule, or ``None`` when it names none; never raises.
+
+    As in the answer rule, an object at the top level that names none gives its ``str()``.
+    """
     return _found(value, limit, _QUERY)
 
 
