@@ -46,6 +46,7 @@ from typing import Any, Final
 
 from cp_observe import _names as n
 from cp_observe._capture._answer import answer_of  # re-exported: a span's answer beside its other readers
+from cp_observe._capture._answer import query_in
 from cp_observe._capture._extract import extract_contexts
 from cp_observe._capture._serialize import MAX_JUDGED_CHARS
 from cp_observe._capture._serialize import json_value as _json
@@ -94,7 +95,6 @@ _ROLE_OF_OPERATION: Final[Mapping[object, str]] = {
     n.OPERATION_TEXT_COMPLETION: ROLE_ANSWER,
     n.OPERATION_GENERATE_CONTENT: ROLE_ANSWER,
 }
-_QUERY_KEYS: Final = ("query", "query_str", "question", "input", "inputs", "text")
 _METHOD_OPERATIONS: Final = (
     n.OPERATION_RETRIEVAL + " ", n.OPERATION_VECTOR_DB_RETRIEVE + " ", n.RERANK_SPAN_PREFIX + " "
 )
@@ -261,7 +261,7 @@ def reranker_model_of(attributes: Mapping[str, Any]) -> str | None:
 
 
 def query_of(attributes: Mapping[str, Any]) -> str | None:
-    """The query of a retrieval span, by convention."""
+    """The query of a retrieval span, by convention; a JSON input is read by the query rule (``query_in``)."""
     try:
         for key in (n.GEN_AI_RETRIEVAL_QUERY_TEXT, n.RERANKER_QUERY, n.DB_QUERY_TEXT):
             value = attributes.get(key)
@@ -269,17 +269,15 @@ def query_of(attributes: Mapping[str, Any]) -> str | None:
                 return value
         entity = attributes.get(n.TRACELOOP_ENTITY_INPUT)
         if isinstance(entity, str):
-            found = _first_text(_json(entity), _QUERY_KEYS)
+            found = query_in(_json(entity))
             if found is not None:
                 return found
         value = attributes.get(n.INPUT_VALUE)
         if value is None:
             return None
         text = str(value)
-        if attributes.get(n.INPUT_MIME_TYPE) == n.MIME_JSON or text[:1] == "{":
-            found = _first_text(_json(text), _QUERY_KEYS)
-            if found is not None:
-                return found
+        if attributes.get(n.INPUT_MIME_TYPE) == n.MIME_JSON or text[:1] in ("{", "["):
+            return query_in(_json(text)) or text
         return text
     except Exception:  # noqa: BLE001 - see retrieved_of
         return None
@@ -404,22 +402,3 @@ def _from_events(events: Sequence[Any]) -> Retrieved | None:
              if getattr(event, "name", None) == n.DB_QUERY_RESULT_EVENT)
     return _retrieved((a[n.DB_QUERY_RESULT_DOCUMENT], a.get(n.DB_QUERY_RESULT_ID), a.get(n.DB_QUERY_RESULT_SCORE))
                       for a in found if a.get(n.DB_QUERY_RESULT_DOCUMENT) is not None)
-
-
-def _first_text(value: Any, keys: tuple[str, ...], depth: int = 0) -> str | None:
-    """A string itself, or the first string under ``keys`` (one mapping down at most)."""
-    if isinstance(value, str):
-        return value
-    if not isinstance(value, dict) or depth > 1:
-        return None
-    for key in keys:
-        found = value.get(key)
-        if isinstance(found, str):
-            return found
-    for key in keys:
-        found = value.get(key)
-        if isinstance(found, dict):
-            text = _first_text(found, keys, depth + 1)
-            if text is not None:
-                return text
-    return None

@@ -205,36 +205,36 @@ def _documents_getter(
     func: Callable[..., Any], documents: QuerySpec
 ) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
     """Resolve, once, where a reranker's input documents are (``reranker``'s ``documents=`` says the rule)."""
-    if documents is not None:
-        return _query_getter(func, documents, label="documents")
-    try:
-        params = list(inspect.signature(func).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    names = {p.name for p in params}
-    for candidate in DOCUMENT_ARGUMENTS:
-        if candidate in names:
-            return _query_getter(func, candidate, label="documents")
-    plain = [p for p in params if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if len(plain) < 2:  # the query, then the documents
-        raise ValueError(
-            f"@reranker: {getattr(func, '__qualname__', func)} has no argument for the input documents; "
-            "pass documents= (an argument name or a callable)"
-        )
-    return _query_getter(func, plain[1].name, label="documents")
+    if documents is None:
+        params = _parameters(func)
+        plain = [p.name for p in params
+                 if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        documents = _first_named(params, DOCUMENT_ARGUMENTS) or (plain[1] if len(plain) > 1 else None)  # query, docs
+        if documents is None:
+            raise ValueError(
+                f"@reranker: {getattr(func, '__qualname__', func)} has no argument for the input documents; "
+                "pass documents= (an argument name or a callable)"
+            )
+    return _query_getter(func, documents, label="documents")
 
 
 def _top_k_getter(func: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Any] | None:
     """Resolve, once, which argument says how many documents to return (``TOP_K_ARGUMENTS``); ``None``: none."""
+    name = _first_named(_parameters(func), TOP_K_ARGUMENTS)
+    return None if name is None else _query_getter(func, name, label="top_k")
+
+
+def _parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
     try:
-        names = {p.name for p in inspect.signature(func).parameters.values()
-                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    except (TypeError, ValueError):
-        return None
-    for candidate in TOP_K_ARGUMENTS:
-        if candidate in names:
-            return _query_getter(func, candidate, label="top_k")
-    return None
+        return list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):  # a builtin or a callable without a signature: no arguments known
+        return []
+
+
+def _first_named(params: list[inspect.Parameter], names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` that is an argument (not ``*args`` or ``**kwargs``) of the function."""
+    declared = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return next((name for name in names if name in declared), None)
 
 
 def _query_getter(
@@ -252,10 +252,7 @@ def _query_getter(
                 return USER_FAILED
 
         return from_callable
-    try:
-        params = list(inspect.signature(func).parameters.values())
-    except (TypeError, ValueError):
-        params = []
+    params = _parameters(func)
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if query is None:
         candidates = [p for p in params if p.name not in ("self", "cls")]

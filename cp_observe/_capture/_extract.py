@@ -210,7 +210,7 @@ def _walk(items: Iterable[Any], size: int | None, max_items: int, max_chars: int
             if cls is str and len(item) <= max_chars:  # the commonest item, inlined
                 append(_make(item))
             elif (cls is tuple or cls is list) and _is_pair(item):  # (doc, score)
-                context = _context(item[0], max_chars, cut, _score(item[1]), nested=True)
+                context = _context(item[0], max_chars, cut, finite_float(item[1]), nested=True)
                 if context is not None:
                     append(context)
             elif cls is list or cls is tuple:
@@ -307,7 +307,7 @@ def _context(item: object, max_chars: int, cut: list[int], score: Score = None, 
             return None
         if cls is list or cls is tuple:
             if not nested and _is_pair(item):  # type: ignore[arg-type]
-                return _context(item[0], max_chars, cut, _score(item[1]), nested=True)  # type: ignore[index]
+                return _context(item[0], max_chars, cut, finite_float(item[1]), nested=True)  # type: ignore[index]
             return _make(_text(item, max_chars, cut), None, score)  # a list nested too deep: its JSON text
         plan = _plan(cls)
         if plan.kind is _OBJECT:
@@ -362,7 +362,7 @@ def _from_dict(doc: dict[Any, Any], max_chars: int, cut: list[int]) -> Context |
         if score_key is not None:
             own = get(score_key)
             if own is not None:
-                score = own if type(own) is float and own - own == 0.0 else _score(own)
+                score = own if type(own) is float and own - own == 0.0 else finite_float(own)
         if score is None and score_more:
             return None
         ident = get(ident_key) if ident_key is not None else None
@@ -402,7 +402,7 @@ def _from_mapping(doc: Mapping[Any, Any], max_chars: int, cut: list[int], score:
     meta = get("metadata")
     meta = _meta(meta if meta is not None else _first(get, _META_NAMES))
     if score is None:
-        score = _score(_first(get, _SCORE_KEYS))
+        score = finite_float(_first(get, _SCORE_KEYS))
         distance = None if score is not None else get("distance")
         if distance is not None:
             meta = {**meta, "distance": distance} if meta else {"distance": distance}
@@ -440,7 +440,7 @@ def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, sc
         node = _read(obj, attrs, plan, "node")
         own = _read(obj, attrs, plan, "score")
         if own is not _MISSING and node is not None and node is not _MISSING and node is not _FAILED:
-            context = _context(node, max_chars, cut, score if score is not None else _score(own), nested=True)
+            context = _context(node, max_chars, cut, score if score is not None else finite_float(own), nested=True)
             if context is not None:
                 return context
     failed = False
@@ -464,10 +464,10 @@ def _from_object(obj: object, plan: _Plan, max_chars: int, cut: list[int], *, sc
     if text is None:
         text = f"<unrepresentable {type_name(obj)}>" if failed else obj
     if score is None and own is not _MISSING and own is not _FAILED and own is not None:
-        score = _score(own)  # "score" was read above: never read a property twice in one call
+        score = finite_float(own)  # "score" was read above: never read a property twice in one call
     elif score is None and plan.scores:
         names = plan.scores if own is _MISSING else tuple(name for name in plan.scores if name != "score")
-        score = _score(_first_attr(obj, attrs, plan, names))
+        score = finite_float(_first_attr(obj, attrs, plan, names))
     return _make(_text(text, max_chars, cut), _ident(_first_attr(obj, attrs, plan, plan.ids)), score, meta)
 
 
@@ -511,7 +511,7 @@ def _from_fields(obj: object, f: _Fields, max_chars: int, cut: list[int], score:
         elif callable(own):
             return None
         else:
-            score = _score(own)
+            score = finite_float(own)
     meta = values[meta_at] if meta_at else None
     if meta is None:
         if meta_more:
@@ -534,7 +534,7 @@ def _from_node(obj: object, node_score: Callable[[object], Any], max_chars: int,
         plan = _PLANS.get(type(node))
         if plan is None or plan.fast is None or own is None:
             return None
-        return _from_fields(node, plan.fast, max_chars, cut, _score(own))
+        return _from_fields(node, plan.fast, max_chars, cut, finite_float(own))
     except Exception:  # noqa: BLE001 - the general reader copes
         return None
 
@@ -695,12 +695,6 @@ def _ident(value: object) -> str | None:
     if type(value) is str:
         return (value if len(value) <= _ID_LIMIT else truncate(value, _ID_LIMIT)[0]) or None
     return safe_text(value, _ID_LIMIT)[0] or None
-
-
-def _score(value: object) -> Score:
-    if type(value) is float:
-        return value if value - value == 0.0 else None  # NaN and infinities fail this
-    return None if value is None else finite_float(value)
 
 
 def _meta(value: object) -> Mapping[str, Any] | None:

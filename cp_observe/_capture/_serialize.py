@@ -102,13 +102,12 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
 
 
 def safe_str(value: object, limit: int) -> str:
-    """Return readable text for a query or an answer, at most ``limit + MARKER_MAX`` characters.
+    """Return readable text for any value, at most ``limit + MARKER_MAX`` characters.
 
-    ``str`` is itself; bytes are decoded as UTF-8 with replacement; a chat message (a mapping with
-    ``"content"``, an object with a ``content`` or ``text`` string) gives its content, content parts are
-    joined by newlines, a list of messages gives their contents joined by newlines; numbers and booleans give
-    ``str``; anything else gives bounded JSON (non-JSON values as their ``str``), falling back to ``repr``,
-    and to ``"<unrepresentable TYPE>"`` when even that raises. Never raises.
+    ``str`` is itself; bytes are decoded as UTF-8 with replacement; numbers and booleans give ``str``; anything
+    else gives bounded JSON (non-JSON values as their ``str``), falling back to ``repr``, and to
+    ``"<unrepresentable TYPE>"`` when even that raises. Never raises. (Which text of a chat message or a
+    mapping is the query or the answer is the rules' in ``_answer``; this is what a value that names none shows.)
     """
     if type(value) is str and type(limit) is int and len(value) <= limit:
         return value
@@ -246,15 +245,13 @@ def _convert(value: object, limit: int) -> tuple[str, bool]:
         return _decode(value, limit)
     if isinstance(value, str):
         return truncate(str.__str__(value), limit)
-    text = _message_text(value, limit)
-    if text is None:
-        plain = _plain(value, 0, _Allowance(limit), limit, set())
-        if type(plain) is str:
-            text = plain
-        elif type(plain) is dict or type(plain) is list:
-            text = _encode(plain)
-        else:  # a number-like scalar (Decimal, numpy): its own text, not its float
-            text = _text_of(value, limit)
+    plain = _plain(value, 0, _Allowance(limit), limit, set())
+    if type(plain) is str:
+        text = plain
+    elif type(plain) is dict or type(plain) is list:
+        text = _encode(plain)
+    else:  # a number-like scalar (Decimal, numpy): its own text, not its float
+        text = _text_of(value, limit)
     return truncate(text, limit)
 
 
@@ -378,49 +375,13 @@ def _plain_other(value: object, budget: _Allowance, limit: int) -> Any:
     return _cap(_text_of(value, limit), budget)
 
 
-# --- chat messages ------------------------------------------------------------------------------------------
-
-
-def _message_text(value: object, limit: int) -> str | None:
-    """Return the text of a chat message or a list of messages; ``None`` when ``value`` is not one."""
-    if isinstance(value, Mapping):
-        return content_text(value["content"], limit) if "content" in value else None
-    if type(value) is list or type(value) is tuple:
-        if not value or len(value) > _MAX_MESSAGES:
-            return None
-        contents = []
-        for message in value:  # stop at the first non-message: reading attributes can be slow
-            content = _message_content(message)
-            if content is _NOT_A_MESSAGE:  # maybe a message's content parts, else data
-                return content_text(value, limit, typed_parts=True)
-            contents.append(content)
-        return _join((content_text(content, limit) for content in contents), limit)
-    content = _message_content(value)
-    return None if content is _NOT_A_MESSAGE else content_text(content, limit)
-
-
-_NOT_A_MESSAGE: Final = object()
-
-
-def _message_content(value: object) -> object:
-    if isinstance(value, Mapping):
-        return value.get("content", _NOT_A_MESSAGE)
-    if isinstance(value, (str, bytes, bytearray, int, float, *_CONTAINERS)) or value is None:
-        return _NOT_A_MESSAGE
-    for name in ("content", "text"):
-        try:
-            attribute = getattr(value, name, None)
-        except Exception:  # noqa: BLE001 - a raising property: not a message we can read
-            continue
-        if type(attribute) is str or (name == "content" and type(attribute) is list):
-            return attribute
-    return _NOT_A_MESSAGE
+# --- content parts ------------------------------------------------------------------------------------------
 
 
 def content_text(content: object, limit: int, *, typed_parts: bool = False) -> str | None:
     """Return a message's content: a string, or the text parts of a list of content parts, newline-joined.
 
-    The one reader of content parts (queries, answers, the answer rule's conventions). A part is a string, a
+    The one reader of content parts (for the query and answer rules). A part is a string, a
     mapping with a ``"text"`` string (OpenAI's, Anthropic's ``{"type": "text", "text": ...}``) or a GenAI part
     ``{"type": "text", "content": ...}``; other typed parts (images, tool calls) are skipped. A list holding
     anything else is not content parts (``None``). With ``typed_parts`` (a bare list, not known to be a

@@ -24,10 +24,10 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from opentelemetry.trace import Span, Status, StatusCode
 
 from cp_observe import _names as n
-from cp_observe._capture._answer import answer_text
+from cp_observe._capture._answer import answer_text, query_text
 from cp_observe._capture._collecting import COLLECTING, in_collection
 from cp_observe._capture._extract import NOT_CAPTURED, Context, extract_contexts
-from cp_observe._capture._serialize import MAX_JUDGED_CHARS, finite_float, metadata_json, safe_str, type_name
+from cp_observe._capture._serialize import MAX_JUDGED_CHARS, metadata_json, safe_str, type_name
 from cp_observe._capture._payloads import PAYLOADS, Payload
 from cp_observe._config._runtime import RUNTIME_HOLDER, Runtime
 from cp_observe._config._sampling import FORCED, is_forced
@@ -187,7 +187,7 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
             raw_query, user_error = None, "query_error"
             attributes[n.CP_USER_ERROR] = user_error
         # No query (None) is recorded as absent, never as the text "None".
-        query = "" if raw_query is None else _text(raw_query, rt, MAX_JUDGED_CHARS if sampled else rt.max_value_length)
+        query = "" if raw_query is None else _query(raw_query, rt, MAX_JUDGED_CHARS if sampled else rt.max_value_length)
         if rt.capture_content and raw_query is not None:
             shown = _shown(query, rt.max_value_length)
             attributes[n.INPUT_VALUE] = shown
@@ -219,31 +219,41 @@ def start(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> State | 
 def _record_input(state: State, raw: Any, attributes: dict[str, Any]) -> None:
     """A reranker's input documents, read when the call starts (the reranker may reorder them in place).
 
-    Read like a retriever's result: by shape, bounded, redacted; an iterator is the host's own and is not read.
+    Read like a retriever's result (``_read_documents``); an iterator is the host's own and is not read.
     """
-    rt = state.runtime
     if raw is USER_FAILED:
         state.user_error = state.user_error or "documents_error"
         attributes[n.CP_USER_ERROR] = state.user_error
-        return
-    if raw is None or (type(raw) is not list and isinstance(raw, Iterator)):
-        return
+    elif raw is not None and (type(raw) is list or not isinstance(raw, Iterator)):
+        state.before = _read_documents(state.runtime, raw, attributes, _IN_KEYS, _RERANK_RECORDED)[0]
+
+
+def _read_documents(
+    rt: Runtime, raw: Any, attributes: dict[str, Any], doc_keys: tuple[dict[str, str], ...], recorded: int,
+    convention: bool = False,
+) -> tuple[list[str] | None, int]:
+    """Documents by shape, bounded and redacted, recorded at ``doc_keys`` with content capture on.
+
+    Returns the texts the judge reads (``None``: an iterator under a wrapper, not read) and how many documents
+    the value held.
+    """
     redact = rt.redact
-    if type(raw) is list and _plain_texts(raw, rt.max_judged_contexts):  # the common case, as in _record_result
-        state.before = [_redacted(c, redact) for c in raw] if redact is not None else list(raw)
+    if type(raw) is list and _plain_texts(raw, rt.max_judged_contexts):
+        # The common case, a short list of strings: no Context objects, one pass.
+        texts = [_redacted(c, redact) for c in raw] if redact is not None else list(raw)
         if rt.capture_content:
-            limit, before = rt.max_value_length, state.before
-            for i in range(min(len(before), rt.max_contexts, _RERANK_RECORDED)):
-                attributes[_IN_KEYS[i]["content"]] = _shown(before[i], limit)
-        return
+            limit = rt.max_value_length
+            for i in range(min(len(texts), rt.max_contexts, recorded)):
+                attributes[doc_keys[i]["content"]] = _shown(texts[i], limit)
+        return texts, len(raw)
     extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=MAX_JUDGED_CHARS)
     if extracted is NOT_CAPTURED:
-        return
+        return None, 0
     items = extracted.contexts
     texts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
-    state.before = texts
-    if rt.capture_content:
-        _record_documents(rt, items, texts, attributes, doc_keys=_IN_KEYS, recorded=_RERANK_RECORDED)
+    if rt.capture_content and items:
+        _record_documents(rt, items, texts, attributes, doc_keys=doc_keys, recorded=recorded, convention=convention)
+    return texts, extracted.total if extracted.total is not None else len(items)
 
 
 def enter(state: State) -> object:
@@ -338,29 +348,13 @@ def _record_result(state: State, result: Any, partial: bool, yielded: int | None
             # An iterator reached through the result (returned, or returned by the extractor) is the host's
             # own: reading it would empty it for the caller. Not captured, not scored (skipped, no_content).
             raw = _UNREADABLE
-        items: tuple[Context, ...] = ()
-        redact = rt.redact
-        if type(raw) is list and _plain_texts(raw, rt.max_judged_contexts):
-            # The common case, a short list of strings: no Context objects, one pass.
-            contexts = [_redacted(c, redact) for c in raw] if redact is not None else list(raw)
-            attributes[n.CP_CONTEXT_COUNT] = len(raw) if yielded is None else max(yielded, len(raw))
-            if rt.capture_content:
-                limit, keys = rt.max_value_length, call.doc_keys
-                for i in range(min(len(contexts), rt.max_contexts, call.recorded)):
-                    attributes[keys[i]["content"]] = _shown(contexts[i], limit)
-            raw = _UNREADABLE
-        elif raw is not _UNREADABLE:
-            extracted = extract_contexts(raw, max_items=rt.max_judged_contexts, max_chars=MAX_JUDGED_CHARS)
-            if extracted is not NOT_CAPTURED:
-                items = extracted.contexts
-                contexts = [_redacted(c.text, redact) for c in items] if redact is not None else [c.text for c in items]
-                count = extracted.total if extracted.total is not None else len(items)
+        if raw is not _UNREADABLE:
+            contexts, count = _read_documents(rt, raw, attributes, call.doc_keys, call.recorded,
+                                              call.convention_documents)
+            if contexts is not None:
                 if yielded is not None and type(raw) is list and yielded > len(raw):
                     count += yielded - len(raw)  # items yielded beyond those kept, one context each
                 attributes[n.CP_CONTEXT_COUNT] = count
-        if rt.capture_content and items and contexts is not None:
-            _record_documents(rt, items, contexts, attributes, doc_keys=call.doc_keys, recorded=call.recorded,
-                              convention=call.convention_documents)
     answer: str | None = None
     if call.kind == "agent":
         answer, answer_error = _record_answer(call, rt, result, attributes)
@@ -399,10 +393,8 @@ def _record_documents(
         ident = score = None
         if item.id is not None:
             ident = attributes[keys["id"]] = _shown(_redacted(item.id, redact) if redact else item.id, limit)
-        if item.score is not None:
-            score = finite_float(item.score)
-            if score is not None:
-                attributes[keys["score"]] = score
+        if item.score is not None:  # finite: extraction keeps no other
+            score = attributes[keys["score"]] = item.score
         if documents is not None:
             if ident is None or score is None:
                 documents = None  # the schema requires both: no partial list (its ranks would not match)
@@ -472,8 +464,9 @@ def _shown(text: str, limit: int) -> str:
     return text
 
 
-def _text(value: Any, rt: Runtime, limit: int) -> str:
-    text = value if type(value) is str and len(value) <= limit else safe_str(value, limit)
+def _query(value: Any, rt: Runtime, limit: int) -> str:
+    """The query argument's text by the query rule (``_answer.query_text``), redacted."""
+    text = value if type(value) is str and len(value) <= limit else query_text(value, limit)
     redact = rt.redact
     return _redacted(text, redact) if redact is not None else text
 

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cp_observe._capture._answer import query_text
 from cp_observe._offline._evals import EvalRunResult
-from cp_observe._offline._scorer import ContextPrecisionScorer, message_text, query_text
+from cp_observe._offline._scorer import ContextPrecisionScorer, message_text
 from cp_observe.dataset._record import Record, write_records
 
 __all__ = ["write_eval_results"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from cp_observe._capture._answer import answer_text, query_text
 from cp_observe._judging._evaluate import evaluate
 from cp_observe._judging._judges import resolve_judge
 from cp_observe._judging._map import validate_scale
@@ -19,7 +20,6 @@ __all__ = [
     "ContextPrecisionScorer",
     "create_context_precision_scorer",
     "message_text",
-    "query_text",
 ]
 
 ContextExtractor = Callable[[Any, Any], Sequence[Any]]
@@ -148,35 +148,9 @@ def create_context_precision_scorer(
     return ContextPrecisionScorer(resolve_judge(model), opts, scorer_id=scorer_id)
 
 
-def query_text(value: Any) -> str:
-    """The query of a scorer input: a string, chat messages (the last user message), or a mapping of them."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        for key in ("inputMessages", "input_messages", "messages", "input", "query", "question"):
-            if key in value:
-                return query_text(value[key])
-    elif isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
-        users = [m for m in value if _role(m) == "user"]
-        value = users[-1] if users else (value[-1] if value else "")
-    text = message_text(value)
-    if text or value is None:
-        return text
-    from cp_observe._capture._serialize import MAX_JUDGED_CHARS, safe_str
-
-    return safe_str(value, MAX_JUDGED_CHARS)  # a query that names no text (data): its JSON, never nothing
-
-
 def message_text(value: Any) -> str:
     """The text of an output (or of an input message), by the one answer rule of ``cp_observe._capture._answer``."""
-    from cp_observe._capture._answer import answer_text
-
     return answer_text(value) or ""
-
-
-def _role(message: Any) -> str | None:
-    role = message.get("role") if isinstance(message, Mapping) else getattr(message, "role", None)
-    return role if isinstance(role, str) else None
 
 
 def run_sync(coro: Any) -> Any:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cp_observe import _names as n
-from cp_observe._capture._answer import ANSWER_FIELDS, MAX_ITEMS, answer_of, answer_text
-from cp_observe._capture._serialize import content_text, safe_str
+from cp_observe._capture._answer import ANSWER_FIELDS, MAX_ITEMS, answer_of, answer_text, query_text
+from cp_observe._capture._serialize import content_text
 from cp_observe._offline._scorer import message_text
 from cp_observe.testing import FakeJudge
 from tests.conftest import Otel
@@ -187,7 +187,7 @@ def test_lists_are_read_up_to_their_first_items() -> None:
 def test_one_content_part_reader() -> None:
     """Content parts read alike as an answer and as a query: OpenAI's ``text`` and GenAI's typed ``content``."""
     parts = [{"type": "text", "text": "Par"}, {"type": "text", "content": "is"}, {"type": "image_url"}]
-    assert answer_text({"content": parts}) == content_text(parts, 100) == safe_str({"content": parts}, 100)
+    assert answer_text({"content": parts}) == content_text(parts, 100) == query_text({"content": parts}, 100)
     assert content_text(parts, 100) == "Par\nis"
 
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cp_observe._capture._answer import query_text
 from cp_observe._capture._serialize import (
     MARKER_MAX,
     finite_float,
@@ -163,8 +164,9 @@ def test_int_too_long_for_str_does_not_raise() -> None:
 
 
 def test_openai_message_dict_gives_its_content() -> None:
-    """A chat message mapping gives its ``content``."""
-    assert safe_str({"role": "user", "content": "hello"}, 100) == "hello"
+    """A chat message mapping, as a query, gives its ``content``; ``safe_str`` shows it as data."""
+    assert query_text({"role": "user", "content": "hello"}) == "hello"
+    assert json.loads(safe_str({"role": "user", "content": "hello"}, 100)) == {"role": "user", "content": "hello"}
 
 
 def test_content_parts_join_text_and_skip_images() -> None:
@@ -177,33 +179,34 @@ def test_content_parts_join_text_and_skip_images() -> None:
             {"type": "text", "text": "and this"},
         ],
     }
-    assert safe_str(message, 100) == "look at this\nand this"
+    assert query_text(message) == "look at this\nand this"
 
 
 def test_bare_content_parts_list_gives_text() -> None:
     """A list of typed content parts passed as the query itself gives its text."""
-    assert safe_str([{"type": "text", "text": "q"}], 100) == "q"
+    assert query_text([{"type": "text", "text": "q"}]) == "q"
 
 
-def test_list_of_messages_joins_contents() -> None:
-    """A conversation gives its messages' contents joined by newlines."""
+def test_list_of_messages_gives_the_last_user_message() -> None:
+    """A conversation gives its last user message, as the query rule says."""
     conversation = [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "hi"},
         LangChainMessage("hello"),
         TextOnly("bye"),
     ]
-    assert safe_str(conversation, 100) == "be brief\nhi\nhello\nbye"
+    assert query_text(conversation) == "hi"
+    assert query_text([LangChainMessage("hello"), TextOnly("bye")]) == "bye"  # no roles: the last with text
 
 
 def test_langchain_message_with_content_blocks() -> None:
     """A LangChain message whose content is a list of blocks gives the text blocks."""
-    assert safe_str(LangChainMessage(["plain", {"type": "text", "text": "block"}]), 100) == "plain\nblock"
+    assert query_text(LangChainMessage(["plain", {"type": "text", "text": "block"}])) == "plain\nblock"
 
 
 def test_tool_call_message_without_content_falls_back_to_json() -> None:
     """A message with ``content: None`` is shown as JSON, so the tool call is visible."""
-    out = safe_str({"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]}, 200)
+    out = query_text({"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]})
     assert json.loads(out)["tool_calls"] == [{"id": "1"}]
 
 
