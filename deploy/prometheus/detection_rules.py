@@ -68,6 +68,7 @@ MONTH_MINUTES = 30 * 24 * 60
 INTERVAL_Z = 1.96  # the estimated drop's interval in the annotations: 95 %, two-sided
 DS = "gen_ai_data_source_id"
 PREFIX = f"{DS}_window:context_precision_score"
+WEEKLY = f"{DS}:context_precision_score_plain"  # the weekly shift's records: one series per data source
 CASCADE_METRIC = "context_precision_cascade_sums_total"
 CASCADE = f"{DS}_window:context_precision_cascade_sums"
 CASCADE_TERMS = f"{DS}_term_window:context_precision_cascade_sums"
@@ -257,23 +258,55 @@ def _spread(level_sd: float, margin: float) -> str:
 
 
 def _plain_records(margin: float, min_count: int, level_sd: float) -> list[str]:
-    """The score series' drop per window: means, the drop, its standard error from the baseline's variance, z."""
-    p, q = PREFIX, f"{PREFIX}_plain"
+    """The score series' drop per window: the pool's mean, the weekly shift, the drop, its standard error, z."""
+    p, q, w = PREFIX, f"{PREFIX}_plain", WEEKLY
     on = f"on ({DS}, window)"
+    longest = f'window="{WINDOWS[-1]}m"'
+    week = f"offset {BASELINE_DAYS}d"
+    tau2 = level_sd**2
     return [
-        "      # The score series: means, the drop (baseline - window), its standard error from the baseline's",
-        "      # variance, and z.",
+        "      # The score series: the pool's mean, then today's weekly shift from the longest window: how the same",
+        f"      # weekday {BASELINE_DAYS} days ago stood against the pool (its gap), shrunk toward 0 by its noise with the"
+        " level SD as",
+        "      # the prior (weight = sd^2 / (sd^2 + var(gap))); 0 where that day has too few evaluations.",
+        f"      - record: {q}:pool_mean",
+        f"        expr: {p}_sum:baseline / {on} {p}_count:baseline",
+        f"      - record: {w}:weekly_gap",
+        "        expr: |",
+        f"          sum by ({DS}) (",
+        f"            {p}_sum:window{{{longest}}} {week} / {on} {p}_count:window{{{longest}}} {week}",
+        f"            - {on} {q}:pool_mean{{{longest}}}",
+        f"            and {on} {p}_count:window{{{longest}}} {week} >= {min_count}",
+        "          )",
+        f"      - record: {w}:weekly_gap_var",
+        "        expr: |",
+        f"          sum by ({DS}) (",
+        f"            clamp_min({p}_squares:baseline{{{longest}}} / {on} {p}_count:baseline{{{longest}}}"
+        f" - {on} {q}:pool_mean{{{longest}}} ^ 2, {VAR_FLOOR})",
+        f"            * {on} (1 / {p}_count:window{{{longest}}} {week} - {on} 1 / {p}_count:baseline{{{longest}}})",
+        "          )",
+        f"          and on ({DS}) {w}:weekly_gap",
+        f"      - record: {w}:weekly_shift",
+        "        expr: |",
+        f"          {w}:weekly_gap * {tau2!r} / on ({DS}) ({tau2!r} + {w}:weekly_gap_var)",
+        f"          or on ({DS}) 0 * max by ({DS}) ({p}_count:baseline)",
+        f"      - record: {w}:weekly_shift_var",
+        "        expr: |",
+        f"          {w}:weekly_gap_var * {tau2 * tau2!r} / on ({DS}) ({tau2!r} + {w}:weekly_gap_var) ^ 2",
+        f"          or on ({DS}) 0 * max by ({DS}) ({p}_count:baseline)",
+        "      # Means, the drop (baseline - window), its standard error from the pool's variance and the shift's, z.",
         f"      - record: {q}:mean",
         f"        expr: {p}_sum:window / {on} {p}_count:window",
         f"      - record: {q}:baseline_mean",
-        f"        expr: {p}_sum:baseline / {on} {p}_count:baseline",
+        f"        expr: {q}:pool_mean + on ({DS}) group_left() {w}:weekly_shift",
         f"      - record: {q}:drop",
         f"        expr: {q}:baseline_mean - {on} {q}:mean",
         f"      - record: {q}:drop_stderr",
         "        expr: |",
         "          sqrt(",
-        f"            clamp_min({p}_squares:baseline / {on} {p}_count:baseline - {on} {q}:baseline_mean ^ 2, {VAR_FLOOR})",
+        f"            clamp_min({p}_squares:baseline / {on} {p}_count:baseline - {on} {q}:pool_mean ^ 2, {VAR_FLOOR})",
         f"            * on ({DS}, window) (1 / {p}_count:window + {on} 1 / {p}_count:baseline)",
+        f"            + on ({DS}) group_left() {w}:weekly_shift_var",
         f"            + {level_sd ** 2!r}",
         "          )",
         f"      - record: {q}:drop_z",
@@ -434,6 +467,11 @@ def daily_mean(minute: int) -> float:
     return 0.625 + 0.0625 * round(math.sin(2 * math.pi * (minute // 60) / 24))
 
 
+def weekly_mean(minute: int) -> float:
+    """The daily pattern, 1/16 higher on every seventh day (days 1 and 8 of the scenarios): a weekly rhythm."""
+    return daily_mean(minute) + (0.0625 if minute // DAY_MIN % 7 == 1 else 0.0)
+
+
 def _counters(per_minute: float, mean_at) -> list[list[float]]:
     """Cumulative count, sum and squares at every STEP_MIN (scores 0 or 1, so squares grow like sums)."""
     count = total = 0.0
@@ -524,16 +562,39 @@ def _window_sums(series: list[float], at: int, back: int) -> tuple[float | None,
     return record[at], (sum(present) if present else None)
 
 
-def _plain_z(counters: list[list[float]], at: int, back: int) -> tuple[float, float, float, float, float, float] | None:
-    """(z, drop, SE, baseline mean, n, N) of the score series over one window."""
+def weekly_shift(counters: list[list[float]], at: int) -> tuple[float, float]:
+    """(shift, its variance) at step ``at``: the longest window's mean BASELINE_DAYS days ago minus the pool's, times
+    sd^2 / (sd^2 + var(gap)) with sd = LEVEL_SD; (0, 0) where that day has fewer than MIN_COUNT evaluations."""
+    back = WINDOWS[-1] // STEP_MIN
+    day = DAY_MIN // STEP_MIN
+    (_, big_n), (_, big_s), (_, big_q) = (_window_sums(c, at, back) for c in counters)
+    then = at - BASELINE_DAYS * day
+    if then < 0 or big_n is None or big_s is None or big_q is None:
+        return 0.0, 0.0
+    n7, s7 = (recorded_window(c, WINDOWS[-1])[then] for c in counters[:2])
+    if n7 is None or s7 is None or n7 < MIN_COUNT:
+        return 0.0, 0.0
+    pool = big_s / big_n
+    gap = s7 / n7 - pool
+    gap_var = max(big_q / big_n - pool**2, VAR_FLOOR) * (1 / n7 - 1 / big_n)
+    tau2 = LEVEL_SD**2
+    return gap * tau2 / (tau2 + gap_var), gap_var * (tau2 * tau2) / (tau2 + gap_var) ** 2
+
+
+def _plain_z(counters: list[list[float]], at: int, back: int, weekly: bool = True
+             ) -> tuple[float, float, float, float, float, float] | None:
+    """(z, drop, SE, baseline mean, n, N) of the score series over one window (``weekly``: with the weekly shift,
+    as the rules; without it, the pool alone, as the rules before it)."""
     (n, big_n), (s, big_s), (_, big_q) = (_window_sums(c, at, back) for c in counters)
     if n is None or big_n is None or s is None or big_s is None or big_q is None:
         return None
     if n < MIN_COUNT or big_n < MIN_COUNT:
         return None
-    base = big_s / big_n
+    shift, shift_var = weekly_shift(counters, at) if weekly else (0.0, 0.0)
+    pool = big_s / big_n
+    base = pool + shift
     drop = base - s / n
-    se = math.sqrt(max(big_q / big_n - base**2, VAR_FLOOR) * (1 / n + 1 / big_n) + LEVEL_SD**2)
+    se = math.sqrt(max(big_q / big_n - pool**2, VAR_FLOOR) * (1 / n + 1 / big_n) + shift_var + LEVEL_SD**2)
     return (drop - MARGIN) / se, drop, se, base, n, big_n
 
 
@@ -562,8 +623,8 @@ def _ppi_z(terms: dict[str, list[float]], at: int, back: int) -> tuple[float, fl
     return (drop - MARGIN) / se, drop, se, base, n, n_b
 
 
-def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[float]] | None = None
-             ) -> tuple[float, int, float, float, float, float, float] | None:
+def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[float]] | None = None,
+             weekly: bool = True) -> tuple[float, int, float, float, float, float, float] | None:
     """The rules at ``minute`` (a multiple of STEP_MIN): (z, window, drop, SE, baseline mean, n, N) of the
     largest z, or None. ``increase`` over a window whose edges are samples is their difference. With the
     cascade's PPI sums (``terms``), a window is judged on the PPI++ figures where they judge (n and N are then the
@@ -574,7 +635,7 @@ def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[flo
         back = w // STEP_MIN
         found = _ppi_z(terms, at, back) if terms else None
         if found is None and not (terms and (_window_sums(terms["count"], at, back)[0] or 0) > 0):
-            found = _plain_z(counters, at, back)
+            found = _plain_z(counters, at, back, weekly)
         if found is not None and (best is None or found[0] > best[0]):
             best = (found[0], w, *found[1:])
     return best
@@ -613,6 +674,9 @@ def scenarios() -> str:
         "step": (4, lambda m: daily_mean(m) - (0.25 if m >= change else 0)),
         "drift": (4, lambda m: daily_mean(m) - 0.015625 * min(max((m - change) // 60 + 1, 0), 6)),
         "thin": (0.75 / 60, lambda m: daily_mean(m) - (0.5 if m >= change else 0)),
+        # A weekly rhythm: every seventh day (days 1 and 8) sits 1/16 above the others, so the 7-day pool lies
+        # below day 8 by 3/56 and a drop of 1/8 there looks like one of 1/14 against the pool alone.
+        "weekly": (4, lambda m: weekly_mean(m) - (0.125 if m >= change else 0)),
     }
     counters = {name: _counters(per_minute, mean_at) for name, (per_minute, mean_at) in sources.items()}
     # The cascade: steady; and a drop of 0.25 the cheap judge does not see (its scores stay where they were), so
@@ -636,7 +700,11 @@ def scenarios() -> str:
         assert not any(firing(name, m) for m in day8), name
     assert not any(firing(name, m) for name in counters for m in day8 if m < change)
     firsts = {name: next(m for m in day8 if m >= change and firing(name, m))
-              for name in ("step", "drift", "cascade_blind", "cascade_off")}
+              for name in ("step", "drift", "weekly", "cascade_blind", "cascade_off")}
+    # On the day above the weekly average the shift is what fires it: the pool alone fires hours later.
+    pool_only = next(m for m in day8 if m >= change and (f := evaluate(counters["weekly"], m, weekly=False))
+                     and f[0] > Z)
+    assert pool_only - firsts["weekly"] >= 120, (pool_only, firsts["weekly"])
     # The alert reports the PPI++ figures: the score series alone would report another drop.
     ppi, plain_only = evaluate(counters["cascade_blind"], firsts["cascade_blind"], terms["cascade_blind"][0]), \
         evaluate(counters["cascade_blind"], firsts["cascade_blind"])
@@ -649,7 +717,9 @@ def scenarios() -> str:
         "# anything else fail here. Scores are 0 or 1 (squares grow like sums); MAP follows a daily pattern (0.5625",
         "# at night, 0.6875 by day: binary fractions, so sums are exact), 4 scored evaluations a minute, for 9 days.",
         "# On day 8 at 12:00: steady stays as it was (quiet); step drops 0.25 (fires); drift slides 1/64 an hour",
-        "# for 6 h (fires); thin drops 0.5 at 0.75 evaluations an hour (under the minimum in every window: quiet).",
+        "# for 6 h (fires); thin drops 0.5 at 0.75 evaluations an hour (under the minimum in every window: quiet);",
+        "# weekly sits 1/16 higher on days 1 and 8 (a weekly rhythm) and drops 1/8: the weekly shift (day 1 against",
+        "# the pool) fires it about 5 h after the change, where the pool alone would take 10 h.",
         f"# Two run the cheap-plus-LLM cascade ({CASCADE_JUDGED} evaluations a minute judged by both judges, as many by"
         " the cheap one",
         "# alone): cascade_steady (quiet) and cascade_blind, whose LLM-judged MAP drops 0.25 while the cheap judge's",
@@ -669,7 +739,8 @@ def scenarios() -> str:
         "  - context_precision.detection.alerts",
         "",
         "tests:",
-        "  - name: steady daily pattern quiet, step and drift fire, too few evaluations quiet, the cascade's PPI++",
+        "  - name: steady daily pattern quiet, step, drift and a drop on a day above the weekly average fire, too few"
+        " evaluations quiet, the cascade's PPI++",
         f"    interval: {STEP_MIN}m",
         "    input_series:",
     ]
