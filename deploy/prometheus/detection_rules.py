@@ -18,17 +18,28 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
 - **Baseline.** The same W at the same time of day on each of the last BASELINE_DAYS days: the window records at
   ``offset 1d`` .. ``offset 7d``, pooled: N, S, Q (seven lookups, not seven raw ranges). Prometheus must keep
   9 days; ``cp-observe deploy backfill`` writes the records for past days where the rules are new. Same time of
-  day follows the daily rhythm (query mix, traffic); seven days
-  average the weekly one out. A day with no data (a new data source) is left out of the pool rather than voiding
-  it. What is left between today and that pool is the weekly rhythm's deviation for today: LEVEL_SD is its
-  typical size, and it enters the standard error below.
-- **Statistic.** drop = S/N - s/n; its standard error uses the baseline's variance (the same under no change, and
-  seven times the evidence of the window's) and the level's day-to-day spread, which no number of evaluations in
-  the window removes: se = sqrt(max(Q/N - (S/N)^2, VAR_FLOOR) (1/n + 1/N) + LEVEL_SD^2);
+  day follows the daily rhythm (query mix, traffic). A day with no data (a new data source) is left out of the
+  pool rather than voiding it.
+- **Weekly shift.** Seven days average the weekly rhythm out, so on a day above the week's mean the pool lies
+  below today's level and a drop looks smaller by the difference (measured: a 0.1 drop took 2.6-2.7x Lorden's
+  bound there). Today's weekday is the one BASELINE_DAYS days ago, so the pool's mean moves by how that day stood
+  against the pool: over the longest window (the most evaluations: the rhythm is slow within a day), the gap
+  g = S7/N7 - S/N between the longest window's record ``offset 7d`` and the pool's, shrunk by its noise with
+  LEVEL_SD as the prior, shift = g LEVEL_SD^2 / (LEVEL_SD^2 + var(g)), var(g) = max(Q/N - (S/N)^2, VAR_FLOOR)
+  (1/N7 - 1/N) (day 7 is one of the pool's days). A data source with few evaluations a day keeps most of the
+  pool (its gap is mostly noise); a busy one takes the gap whole. No shift where that day holds fewer than
+  MIN_COUNT evaluations (the first week). Five records, four of them one series per data source
+  (``<DS>:context_precision_score_plain:weekly_*``); no raw reads and no longer retention (the records at
+  ``offset 7d`` are the pool's).
+- **Statistic.** drop = S/N + shift - s/n; its standard error uses the baseline's variance (the same under no
+  change, and seven times the evidence of the window's), the shift's (var(g) times the weight squared) and the
+  level's day-to-day spread, which no number of evaluations in the window removes:
+  se = sqrt(max(Q/N - (S/N)^2, VAR_FLOOR) (1/n + 1/N) + var(shift) + LEVEL_SD^2);
   z = (drop - MARGIN) / se, kept only where n >= MIN_COUNT and N >= MIN_COUNT. With few evaluations the first term
-  rules and a drop counts whole; with many, z is at most drop / LEVEL_SD, so the week's rhythm (a few hundredths)
-  stays far below the threshold while a drop of 5 LEVEL_SD fires. MARGIN (0 by default) is for a user who wants
-  drops smaller than it ignored however sure they are.
+  rules and a drop counts whole; with many, z is at most drop / LEVEL_SD, so what the shift leaves of the week's
+  rhythm stays far below the threshold while a drop of 5 LEVEL_SD fires. MARGIN (0 by default) is for a user who
+  wants drops smaller than it ignored however sure they are. The cascade's PPI++ figures below compare with the
+  pool alone (no weekly shift yet).
 - **Where the cheap-plus-LLM cascade runs.** The score series mix the LLM judge's AP (where it judged) with the
   cheap judge's, and a drop only the LLM can tell would move that mix by llm_share of itself. In a window whose
   cascade sums (``context_precision_cascade_sums_total{term}``) hold MIN_COUNT LLM-judged evaluations, and as many
@@ -59,7 +70,7 @@ import sys
 WINDOWS = (5, 10, 20, 40, 80, 160, 320, 640, 1280)
 BASELINE_DAYS = 7
 MARGIN = 0.0  # a drop smaller than this is never paged, however sure (0: any drop the evidence shows)
-LEVEL_SD = 0.01  # how far a healthy day's MAP strays from the 7-day same-time baseline (the week's rhythm), SD
+LEVEL_SD = 0.01  # how far a healthy day's MAP strays from the 7-day same-time baseline once shifted for the weekday, SD
 MIN_COUNT = 20  # scored evaluations in the window, and in the pooled baseline
 VAR_FLOOR = 0.01  # AP variance is never taken below 0.1^2 (a constant baseline would give an infinite z)
 FALSE_ALARMS_PER_MONTH = 0.5  # the design target for the family, per data source (the table shows the measured)
@@ -146,8 +157,9 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         + (f" --z {z}" if z != Z else "")
         + (f" --min-count {min_count}" if min_count != MIN_COUNT else "")
         + " (do not edit: regenerate).",
-        f"# Windows: {windows}. Baseline: offsets 1d..{BASELINE_DAYS}d, pooled. Level SD {level_sd}, margin {margin},"
-        f" z > {z} (the whole",
+        f"# Windows: {windows}. Baseline: offsets 1d..{BASELINE_DAYS}d, pooled, shifted by the weekday"
+        f" {BASELINE_DAYS}d ago against the pool.",
+        f"# Level SD {level_sd}, margin {margin}, z > {z} (the whole",
         f"# family: about {FALSE_ALARMS_PER_MONTH} false alarm per data source per month under no change), minimum"
         f" {min_count} scored",
         "# evaluations in the window and in the baseline. The script's docstring derives z; deploy/README.md",
@@ -185,7 +197,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         "          description: >-",
         f"            {pick}Over the last {{{{ .Labels.window }}}}, the sampled MAP of retriever"
         f" {{{{ $labels.{DS} }}}} is below its baseline (the same {{{{ .Labels.window }}}} at this time of day"
-        f" on the last {BASELINE_DAYS} days)",
+        f" on the last {BASELINE_DAYS} days, shifted for the weekday)",
         f"            at z = {{{{ .Value | printf \"%.1f\" }}}} > {z} ({_spread(level_sd, margin)}).{{{{ end }}}}"
         "{{ end }}",
         f"            {{{{ with query (printf \"{p}:drop{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
@@ -646,7 +658,7 @@ def _annotations(source: str, found: tuple) -> tuple[str, str]:
     summary = f"Context precision of {source} dropped below its baseline (scan statistic {z:.1f} > {Z})"
     description = (
         f"Over the last {w}m, the sampled MAP of retriever {source} is below its baseline (the same {w}m at this"
-        f" time of day on the last {BASELINE_DAYS} days) at z = {z:.1f} > {Z} ({_spread(LEVEL_SD, MARGIN)})."
+        f" time of day on the last {BASELINE_DAYS} days, shifted for the weekday) at z = {z:.1f} > {Z} ({_spread(LEVEL_SD, MARGIN)})."
         f" Estimated drop {drop:.3f} ± {INTERVAL_Z * se:.3f} (95%) from a baseline MAP of {base:.3f}, on {n:.0f}"
         f" scored evaluations against {big_n:.0f} in the baseline. " + _ADVICE
     )
@@ -779,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--margin", type=float, default=MARGIN, help="the smallest drop that counts (MAP units)")
     parser.add_argument("--level-sd", type=float, default=LEVEL_SD,
-                        help="how far a healthy day's MAP strays from the 7-day same-time baseline (SD, MAP units)")
+                        help="how far a healthy day's MAP strays from the weekday-shifted 7-day same-time baseline (SD, MAP units)")
     parser.add_argument("--z", type=float, default=Z, help="the family's threshold (higher: fewer false alarms)")
     parser.add_argument("--min-count", type=int, default=MIN_COUNT, help="scored evaluations a window needs")
     parser.add_argument("--tests", action="store_true", help="print the promtool scenarios for the defaults instead")
