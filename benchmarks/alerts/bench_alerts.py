@@ -34,6 +34,7 @@ evaluations.
     .venv/bin/python benchmarks/alerts/bench_alerts.py --crosscheck-only
     .venv/bin/python benchmarks/alerts/bench_alerts.py --canary-only [--quick]
     .venv/bin/python benchmarks/alerts/bench_alerts.py --late-only [--quick]
+    .venv/bin/python benchmarks/alerts/bench_alerts.py --phases-only [--quick] [--phase-episodes N]
 
 ``--late-only`` records the cascade's streams under the judge's latency (``draw_cascade(late=...)``: an LLM-judged
 evaluation reaches the counters when the LLM answers, as the library emits it) and scans them with and without the
@@ -288,21 +289,46 @@ def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int) -> tupl
     return window, base
 
 
-def scan_z(per_minute: np.ndarray, at: np.ndarray, rules: ModuleType) -> np.ndarray:
+def weekly_shift(records: dict[int, np.ndarray], at: np.ndarray, rules: ModuleType) -> tuple[np.ndarray, np.ndarray]:
+    """The rules' weekly shift of the baseline and its variance at minutes ``at`` (0 where they have none).
+
+    Over the longest window: the record ``offset`` BASELINE_DAYS days (the same weekday a week ago) against the
+    pool's mean, times sd^2 / (sd^2 + var(gap)) with sd the level SD, where that day holds MIN_COUNT evaluations.
+    """
+    rec = records[rules.WINDOWS[-1]]
+    _, (big_n, big_s, big_q) = _window_and_baseline(rec, at, rules.BASELINE_DAYS)
+    back = at - rules.BASELINE_DAYS * PER_DAY
+    then = np.full((3, len(at)), np.nan)
+    then[:, back >= 0] = rec[:, back[back >= 0]]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pool = big_s / big_n
+        gap = then[1] / then[0] - pool
+        gap_var = np.maximum(big_q / big_n - pool**2, rules.VAR_FLOOR) * (1 / then[0] - 1 / big_n)
+        tau2 = rules.LEVEL_SD**2
+        ok = (then[0] >= rules.MIN_COUNT) & ~np.isnan(gap) & ~np.isnan(gap_var)
+        shift = np.where(ok, gap * tau2 / (tau2 + gap_var), 0.0)
+        shift_var = np.where(ok, gap_var * (tau2 * tau2) / (tau2 + gap_var) ** 2, 0.0)
+    return shift, shift_var
+
+
+def scan_z(per_minute: np.ndarray, at: np.ndarray, rules: ModuleType, weekly: bool = True) -> np.ndarray:
     """The rules' z per window at minutes ``at`` (rows: windows), from per-minute sums; NaN under the minimum.
 
     Windows and baselines are the window records (``recorded_windows``): the half-window chain and the records at
-    ``offset 1d..7d``, as the rules evaluate them.
+    ``offset 1d..7d``, as the rules evaluate them, the pool's mean moved by the weekly shift (``weekly_shift``;
+    ``weekly=False``: the pool alone, the rules before the shift).
     """
     cum = np.concatenate([np.zeros((3, 1)), np.cumsum(per_minute, axis=1)], axis=1)  # cum[:, t] = up to minute t
     records = recorded_windows(cum, rules)
+    shift, shift_var = weekly_shift(records, at, rules) if weekly else (0.0, 0.0)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
         (n, s, _), (big_n, big_s, big_q) = _window_and_baseline(records[w], at, rules.BASELINE_DAYS)
         with np.errstate(divide="ignore", invalid="ignore"):
-            mean_b = big_s / big_n
-            var = np.maximum(big_q / big_n - mean_b**2, rules.VAR_FLOOR)
-            z = (mean_b - s / n - rules.MARGIN) / np.sqrt(var * (1 / n + 1 / big_n) + rules.LEVEL_SD**2)
+            pool = big_s / big_n
+            var = np.maximum(big_q / big_n - pool**2, rules.VAR_FLOOR)
+            z = (pool + shift - s / n - rules.MARGIN) / np.sqrt(var * (1 / n + 1 / big_n) + shift_var
+                                                                 + rules.LEVEL_SD**2)
             keep = (n >= rules.MIN_COUNT) & (big_n >= rules.MIN_COUNT)
         out[row] = np.where(keep, z, np.nan)
     return out
@@ -470,6 +496,89 @@ def change_cell(cell: Cell, episodes: int, seed: int, rules: ModuleType) -> dict
                                              else max(int(lead[f]) - begin, 1))
             record["oracle"].append(oracle_delay(sums[:, after], means[after], drop, threshold))
     return out
+
+
+PHASES = 8  # weekly phases at which the phase table's changes begin: every 21 h across the week
+PHASE_DROP = 0.1
+
+
+def week_position(minutes: np.ndarray | int, phase: float) -> np.ndarray | float:
+    """Where in the week's rhythm (0 to 1: ``healthy_mean``'s weekly sine) these minutes fall; it also fixes the time
+    of day (a week is seven days)."""
+    return ((np.asarray(minutes) / PER_DAY + phase) / 7) % 1
+
+
+def phase_cell(cell: Cell, episodes: int, seed: int, rules: ModuleType) -> dict[str, list[list[int | None]]]:
+    """Delays of a 0.1 step beginning at each of PHASES weekly phases: the rules, the pool alone (the rules before
+    the weekly shift) and the oracle, ``episodes`` per phase (one a week, within 30 min of the phase).
+
+    One healthy stream of LEAD_DAYS + 7 ``episodes`` + 2 days; episode (e, k) begins in week e after the lead
+    where the weekly position is k / PHASES, and the stream is redrawn with the step for a day.
+    """
+    rng = np.random.default_rng(seed)
+    phase = rng.random()
+    days = LEAD_DAYS + 7 * episodes + 2
+    minutes = np.arange(days * PER_DAY)
+    means = healthy_mean(minutes, phase)
+    expected = traffic(minutes, cell.per_minute, rng, phase)
+    healthy = draw(means, expected, rng)
+    threshold = lorden_threshold(cell.month_evaluations)
+    out: dict[str, list[list[int | None]]] = {k: [[] for _ in range(PHASES)] for k in ("new", "pool", "oracle")}
+    for e in range(episodes):
+        week = (LEAD_DAYS + 7 * e) * PER_DAY
+        for k in range(PHASES):
+            ahead = ((k / PHASES - float(week_position(week, phase))) % 1) * 7 * PER_DAY
+            begin = week + int(round(ahead)) + int(rng.integers(-30, 31))
+            after = slice(begin, begin + DETECT_LIMIT_MIN)
+            sums = healthy[:, : begin + DETECT_LIMIT_MIN].copy()
+            sums[:, after] = draw(means[after] - PHASE_DROP, expected[after], rng)
+            at = np.arange(begin + 1, begin + DETECT_LIMIT_MIN + 1)
+            for key, weekly in (("new", True), ("pool", False)):
+                fired = _fired(scan_z(sums, at, rules, weekly), rules)
+                out[key][k].append(None if fired is None else fired + 1)
+            out["oracle"][k].append(oracle_delay(sums[:, after], means[after], PHASE_DROP, threshold))
+    return out
+
+
+def phase_rows(cells: Sequence[Cell], episodes: int, seed: int, rules: ModuleType) -> list[list[object]]:
+    """Per cell: the median delay per weekly phase (rules, and the oracle's in parentheses), the worst phase's
+    ratio to the oracle's median at that phase, the pool alone's, and the caught counts."""
+    rows = []
+    for cell in cells:
+        began = time.perf_counter()
+        d = phase_cell(cell, episodes, seed * 1_000 + cell.rate * 100 + round(cell.sampling * 100) + 3, rules)
+        med = {key: [_median(d[key][k]) for k in range(PHASES)] for key in d}
+
+        def worst(key: str) -> str:
+            ratios = [(n / o, k) for k, (n, o) in enumerate(zip(med[key], med["oracle"], strict=True)) if n and o]
+            missed = sum(v is None for k in range(PHASES) for v in d[key][k])
+            if not ratios:
+                return "—"
+            ratio, k = max(ratios)
+            return f"{ratio:.1f}× (phase {k}/{PHASES})" + (f", {missed} missed" if missed else "")
+
+        def slowest(key: str) -> str:
+            k = max(range(PHASES), key=lambda k: med[key][k] or math.inf)
+            return f"{(med[key][k] or math.nan) / (med['oracle'][k] or math.nan):.1f}× ({_minutes(med[key][k])})"
+
+        rows.append([cell.rate, f"{cell.sampling:.0%}",
+                     *(f"{_minutes(n)} ({_minutes(o)})" for n, o in zip(med["new"], med["oracle"], strict=True)),
+                     worst("new"), slowest("new"), worst("pool"), slowest("pool")])
+        print(f"# phases {cell.rate} req/s x {cell.sampling:.0%}: {time.perf_counter() - began:.0f} s", flush=True)
+    return rows
+
+
+def _print_phases(rows: list, episodes: int) -> None:
+    print(f"\n### A {PHASE_DROP} step by the weekly phase at the change: median delay, rules (oracle), "
+          f"{episodes} per phase\n")
+    levels = [f"{k}/{PHASES} ({WEEKLY_SWING * math.sin(2 * math.pi * k / PHASES):+.3f})" for k in range(PHASES)]
+    print(markdown_table(["req/s", "sampled", *levels, "worst phase / oracle", "slowest phase / oracle",
+                          "pool alone: worst phase / oracle", "pool alone: slowest phase / oracle"], rows))
+    print("\nPhase k/8: the change begins k/8 of the way through the week's rhythm (in parentheses: the weekly "
+          "swing's level there against the week's mean; a week is seven days, so each phase also falls at its own "
+          "time of day). 'worst phase': the largest ratio of the rules' median to the oracle's median at the same "
+          "phase; 'slowest phase': the phase of the largest median delay; 'pool alone': the rules without the "
+          "weekly shift (the baseline the 7-day pool) on the same evaluations.")
 
 
 # --- Prometheus -----------------------------------------------------------------------------------------------
@@ -1207,6 +1316,10 @@ def main() -> int:
     parser.add_argument("--cascade-only", action="store_true", help="only the cascade table (no Prometheus needed)")
     parser.add_argument("--late-only", action="store_true",
                         help="only the cascade's late-LLM-score tables (no Prometheus needed)")
+    parser.add_argument("--phase-episodes", type=int, default=48,
+                        help="0.1 steps per weekly phase per cell in the phase table")
+    parser.add_argument("--phases-only", action="store_true",
+                        help="only the delays by weekly phase (no Prometheus needed)")
     args = parser.parse_args()
     if args.canary_only:
         cells = [Cell(r, s) for r in RATES for s in SAMPLING]
@@ -1242,6 +1355,10 @@ def main() -> int:
                               "first firing (Python)", "first firing (Prometheus)", "same"], rows))
         if args.crosscheck_only:
             return 0
+    phase_episodes = 4 if args.quick else args.phase_episodes
+    if args.phases_only:
+        _print_phases(phase_rows(cells, phase_episodes, args.seed, rules), phase_episodes)
+        return 0
     if args.late_only:
         rates = RATES
         if args.quick:
@@ -1261,6 +1378,7 @@ def main() -> int:
     print(markdown_table(["req/s", "sampled", "change", "oracle", "new", "new / oracle", "new within 3× oracle",
                           "new: usual window", "old Regression", "old MAPDrop"], detect_rows))
     _print_cascade(*cascade_rows(RATES, 0.10, episodes, months, args.seed, rules), months)
+    _print_phases(phase_rows(cells, phase_episodes, args.seed, rules), phase_episodes)
     print("\nThe oracle knows the pre-change MAP at every minute (the daily and weekly pattern), the AP's standard "
           "deviation and the drop, and starts from 0 at the change (Lorden's worst case); its threshold is "
           "log(evaluations a month). 'within 3× oracle': the rule fired by 3× the oracle's delay on the same "

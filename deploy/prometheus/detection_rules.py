@@ -18,17 +18,28 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
 - **Baseline.** The same W at the same time of day on each of the last BASELINE_DAYS days: the window records at
   ``offset 1d`` .. ``offset 7d``, pooled: N, S, Q (seven lookups, not seven raw ranges). Prometheus must keep
   9 days; ``cp-observe deploy backfill`` writes the records for past days where the rules are new. Same time of
-  day follows the daily rhythm (query mix, traffic); seven days
-  average the weekly one out. A day with no data (a new data source) is left out of the pool rather than voiding
-  it. What is left between today and that pool is the weekly rhythm's deviation for today: LEVEL_SD is its
-  typical size, and it enters the standard error below.
-- **Statistic.** drop = S/N - s/n; its standard error uses the baseline's variance (the same under no change, and
-  seven times the evidence of the window's) and the level's day-to-day spread, which no number of evaluations in
-  the window removes: se = sqrt(max(Q/N - (S/N)^2, VAR_FLOOR) (1/n + 1/N) + LEVEL_SD^2);
+  day follows the daily rhythm (query mix, traffic). A day with no data (a new data source) is left out of the
+  pool rather than voiding it.
+- **Weekly shift.** Seven days average the weekly rhythm out, so on a day above the week's mean the pool lies
+  below today's level and a drop looks smaller by the difference (measured: a 0.1 drop took 2.6-2.7x Lorden's
+  bound there). Today's weekday is the one BASELINE_DAYS days ago, so the pool's mean moves by how that day stood
+  against the pool: over the longest window (the most evaluations: the rhythm is slow within a day), the gap
+  g = S7/N7 - S/N between the longest window's record ``offset 7d`` and the pool's, shrunk by its noise with
+  LEVEL_SD as the prior, shift = g LEVEL_SD^2 / (LEVEL_SD^2 + var(g)), var(g) = max(Q/N - (S/N)^2, VAR_FLOOR)
+  (1/N7 - 1/N) (day 7 is one of the pool's days). A data source with few evaluations a day keeps most of the
+  pool (its gap is mostly noise); a busy one takes the gap whole. No shift where that day holds fewer than
+  MIN_COUNT evaluations (the first week). Five records, four of them one series per data source
+  (``<DS>:context_precision_score_plain:weekly_*``); no raw reads and no longer retention (the records at
+  ``offset 7d`` are the pool's).
+- **Statistic.** drop = S/N + shift - s/n; its standard error uses the baseline's variance (the same under no
+  change, and seven times the evidence of the window's), the shift's (var(g) times the weight squared) and the
+  level's day-to-day spread, which no number of evaluations in the window removes:
+  se = sqrt(max(Q/N - (S/N)^2, VAR_FLOOR) (1/n + 1/N) + var(shift) + LEVEL_SD^2);
   z = (drop - MARGIN) / se, kept only where n >= MIN_COUNT and N >= MIN_COUNT. With few evaluations the first term
-  rules and a drop counts whole; with many, z is at most drop / LEVEL_SD, so the week's rhythm (a few hundredths)
-  stays far below the threshold while a drop of 5 LEVEL_SD fires. MARGIN (0 by default) is for a user who wants
-  drops smaller than it ignored however sure they are.
+  rules and a drop counts whole; with many, z is at most drop / LEVEL_SD, so what the shift leaves of the week's
+  rhythm stays far below the threshold while a drop of 5 LEVEL_SD fires. MARGIN (0 by default) is for a user who
+  wants drops smaller than it ignored however sure they are. The cascade's PPI++ figures below compare with the
+  pool alone (no weekly shift yet).
 - **Where the cheap-plus-LLM cascade runs.** The score series mix the LLM judge's AP (where it judged) with the
   cheap judge's, and a drop only the LLM can tell would move that mix by llm_share of itself. In a window whose
   cascade sums (``context_precision_cascade_sums_total{term}``) hold MIN_COUNT LLM-judged evaluations, and as many
@@ -68,7 +79,7 @@ import sys
 WINDOWS = (5, 10, 20, 40, 80, 160, 320, 640, 1280)
 BASELINE_DAYS = 7
 MARGIN = 0.0  # a drop smaller than this is never paged, however sure (0: any drop the evidence shows)
-LEVEL_SD = 0.01  # how far a healthy day's MAP strays from the 7-day same-time baseline (the week's rhythm), SD
+LEVEL_SD = 0.01  # how far a healthy day's MAP strays from the 7-day same-time baseline once shifted for the weekday, SD
 MIN_COUNT = 20  # scored evaluations in the window, and in the pooled baseline
 VAR_FLOOR = 0.01  # AP variance is never taken below 0.1^2 (a constant baseline would give an infinite z)
 FALSE_ALARMS_PER_MONTH = 0.5  # the design target for the family, per data source (the table shows the measured)
@@ -77,6 +88,7 @@ MONTH_MINUTES = 30 * 24 * 60
 INTERVAL_Z = 1.96  # the estimated drop's interval in the annotations: 95 %, two-sided
 DS = "gen_ai_data_source_id"
 PREFIX = f"{DS}_window:context_precision_score"
+WEEKLY = f"{DS}:context_precision_score_plain"  # the weekly shift's records: one series per data source
 CASCADE_METRIC = "context_precision_cascade_sums_total"
 CASCADE = f"{DS}_window:context_precision_cascade_sums"
 CASCADE_TERMS = f"{DS}_term_window:context_precision_cascade_sums"
@@ -167,8 +179,9 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         + (f" --llm-offset {llm_offset}" if llm_offset != TIER_LLM_OFFSET[JUDGE_TIER] else "")
         + (f" --query-offset {query_offset}" if query_offset else "")
         + " (do not edit: regenerate).",
-        f"# Windows: {windows}. Baseline: offsets 1d..{BASELINE_DAYS}d, pooled. Level SD {level_sd}, margin {margin},"
-        f" z > {z} (the whole",
+        f"# Windows: {windows}. Baseline: offsets 1d..{BASELINE_DAYS}d, pooled, shifted by the weekday"
+        f" {BASELINE_DAYS}d ago against the pool.",
+        f"# Level SD {level_sd}, margin {margin}, z > {z} (the whole",
         f"# family: about {FALSE_ALARMS_PER_MONTH} false alarm per data source per month under no change), minimum"
         f" {min_count} scored",
         "# evaluations in the window and in the baseline. The script's docstring derives z; deploy/README.md",
@@ -211,7 +224,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         "          description: >-",
         f"            {pick}Over the last {{{{ .Labels.window }}}}, the sampled MAP of retriever"
         f" {{{{ $labels.{DS} }}}} is below its baseline (the same {{{{ .Labels.window }}}} at this time of day"
-        f" on the last {BASELINE_DAYS} days)",
+        f" on the last {BASELINE_DAYS} days, shifted for the weekday)",
         f"            at z = {{{{ .Value | printf \"%.1f\" }}}} > {z} ({_spread(level_sd, margin)}).{{{{ end }}}}"
         "{{ end }}",
         f"            {{{{ with query (printf \"{p}:drop{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
@@ -284,23 +297,55 @@ def _spread(level_sd: float, margin: float) -> str:
 
 
 def _plain_records(margin: float, min_count: int, level_sd: float) -> list[str]:
-    """The score series' drop per window: means, the drop, its standard error from the baseline's variance, z."""
-    p, q = PREFIX, f"{PREFIX}_plain"
+    """The score series' drop per window: the pool's mean, the weekly shift, the drop, its standard error, z."""
+    p, q, w = PREFIX, f"{PREFIX}_plain", WEEKLY
     on = f"on ({DS}, window)"
+    longest = f'window="{WINDOWS[-1]}m"'
+    week = f"offset {BASELINE_DAYS}d"
+    tau2 = level_sd**2
     return [
-        "      # The score series: means, the drop (baseline - window), its standard error from the baseline's",
-        "      # variance, and z.",
+        "      # The score series: the pool's mean, then today's weekly shift from the longest window: how the same",
+        f"      # weekday {BASELINE_DAYS} days ago stood against the pool (its gap), shrunk toward 0 by its noise with the"
+        " level SD as",
+        "      # the prior (weight = sd^2 / (sd^2 + var(gap))); 0 where that day has too few evaluations. Only the",
+        "      # window records carry a window matcher: matching on (data source, window) picks the pool's longest.",
+        f"      - record: {q}:pool_mean",
+        f"        expr: {p}_sum:baseline / {on} {p}_count:baseline",
+        f"      - record: {w}:weekly_gap",
+        "        expr: |",
+        f"          sum by ({DS}) (",
+        f"            {p}_sum:window{{{longest}}} {week} / {on} {p}_count:window{{{longest}}} {week}",
+        f"            - {on} {q}:pool_mean",
+        f"            and {on} {p}_count:window{{{longest}}} {week} >= {min_count}",
+        "          )",
+        f"      - record: {w}:weekly_gap_var",
+        "        expr: |",
+        f"          sum by ({DS}) (",
+        f"            clamp_min({p}_squares:baseline / {on} {p}_count:baseline - {on} {q}:pool_mean ^ 2, {VAR_FLOOR})",
+        f"            * {on} (1 / {p}_count:window{{{longest}}} {week} - {on} 1 / {p}_count:baseline)",
+        "          )",
+        f"          and on ({DS}) {w}:weekly_gap",
+        f"      - record: {w}:weekly_shift",
+        "        expr: |",
+        f"          {w}:weekly_gap * {tau2!r} / on ({DS}) ({tau2!r} + {w}:weekly_gap_var)",
+        f"          or on ({DS}) 0 * max by ({DS}) ({p}_count:baseline)",
+        f"      - record: {w}:weekly_shift_var",
+        "        expr: |",
+        f"          {w}:weekly_gap_var * {tau2 * tau2!r} / on ({DS}) ({tau2!r} + {w}:weekly_gap_var) ^ 2",
+        f"          or on ({DS}) 0 * max by ({DS}) ({p}_count:baseline)",
+        "      # Means, the drop (baseline - window), its standard error from the pool's variance and the shift's, z.",
         f"      - record: {q}:mean",
         f"        expr: {p}_sum:window / {on} {p}_count:window",
         f"      - record: {q}:baseline_mean",
-        f"        expr: {p}_sum:baseline / {on} {p}_count:baseline",
+        f"        expr: {q}:pool_mean + on ({DS}) group_left() {w}:weekly_shift",
         f"      - record: {q}:drop",
         f"        expr: {q}:baseline_mean - {on} {q}:mean",
         f"      - record: {q}:drop_stderr",
         "        expr: |",
         "          sqrt(",
-        f"            clamp_min({p}_squares:baseline / {on} {p}_count:baseline - {on} {q}:baseline_mean ^ 2, {VAR_FLOOR})",
+        f"            clamp_min({p}_squares:baseline / {on} {p}_count:baseline - {on} {q}:pool_mean ^ 2, {VAR_FLOOR})",
         f"            * on ({DS}, window) (1 / {p}_count:window + {on} 1 / {p}_count:baseline)",
+        f"            + on ({DS}) group_left() {w}:weekly_shift_var",
         f"            + {level_sd ** 2!r}",
         "          )",
         f"      - record: {q}:drop_z",
@@ -476,6 +521,11 @@ def daily_mean(minute: int) -> float:
     return 0.625 + 0.0625 * round(math.sin(2 * math.pi * (minute // 60) / 24))
 
 
+def weekly_mean(minute: int) -> float:
+    """The daily pattern, 1/16 higher on every seventh day (days 1 and 8 of the scenarios): a weekly rhythm."""
+    return daily_mean(minute) + (0.0625 if minute // DAY_MIN % 7 == 1 else 0.0)
+
+
 def _counters(per_minute: float, mean_at) -> list[list[float]]:
     """Cumulative count, sum and squares at every STEP_MIN (scores 0 or 1, so squares grow like sums)."""
     count = total = 0.0
@@ -570,16 +620,39 @@ def _window_sums(series: list[float], at: int, back: int) -> tuple[float | None,
     return record[at], (sum(present) if present else None)
 
 
-def _plain_z(counters: list[list[float]], at: int, back: int) -> tuple[float, float, float, float, float, float] | None:
-    """(z, drop, SE, baseline mean, n, N) of the score series over one window."""
+def weekly_shift(counters: list[list[float]], at: int) -> tuple[float, float]:
+    """(shift, its variance) at step ``at``: the longest window's mean BASELINE_DAYS days ago minus the pool's, times
+    sd^2 / (sd^2 + var(gap)) with sd = LEVEL_SD; (0, 0) where that day has fewer than MIN_COUNT evaluations."""
+    back = WINDOWS[-1] // STEP_MIN
+    day = DAY_MIN // STEP_MIN
+    (_, big_n), (_, big_s), (_, big_q) = (_window_sums(c, at, back) for c in counters)
+    then = at - BASELINE_DAYS * day
+    if then < 0 or big_n is None or big_s is None or big_q is None:
+        return 0.0, 0.0
+    n7, s7 = (recorded_window(c, WINDOWS[-1])[then] for c in counters[:2])
+    if n7 is None or s7 is None or n7 < MIN_COUNT:
+        return 0.0, 0.0
+    pool = big_s / big_n
+    gap = s7 / n7 - pool
+    gap_var = max(big_q / big_n - pool**2, VAR_FLOOR) * (1 / n7 - 1 / big_n)
+    tau2 = LEVEL_SD**2
+    return gap * tau2 / (tau2 + gap_var), gap_var * (tau2 * tau2) / (tau2 + gap_var) ** 2
+
+
+def _plain_z(counters: list[list[float]], at: int, back: int, weekly: bool = True
+             ) -> tuple[float, float, float, float, float, float] | None:
+    """(z, drop, SE, baseline mean, n, N) of the score series over one window (``weekly``: with the weekly shift,
+    as the rules; without it, the pool alone, as the rules before it)."""
     (n, big_n), (s, big_s), (_, big_q) = (_window_sums(c, at, back) for c in counters)
     if n is None or big_n is None or s is None or big_s is None or big_q is None:
         return None
     if n < MIN_COUNT or big_n < MIN_COUNT:
         return None
-    base = big_s / big_n
+    shift, shift_var = weekly_shift(counters, at) if weekly else (0.0, 0.0)
+    pool = big_s / big_n
+    base = pool + shift
     drop = base - s / n
-    se = math.sqrt(max(big_q / big_n - base**2, VAR_FLOOR) * (1 / n + 1 / big_n) + LEVEL_SD**2)
+    se = math.sqrt(max(big_q / big_n - pool**2, VAR_FLOOR) * (1 / n + 1 / big_n) + shift_var + LEVEL_SD**2)
     return (drop - MARGIN) / se, drop, se, base, n, big_n
 
 
@@ -618,12 +691,13 @@ def _ppi_z(terms: dict[str, list[float]], at: int, back: int, llm_offset: int = 
 
 
 def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[float]] | None = None,
-             llm_offset: int = 0) -> tuple[float, int, float, float, float, float, float] | None:
+             llm_offset: int = 0, weekly: bool = True) -> tuple[float, int, float, float, float, float, float] | None:
     """The rules at ``minute`` (a multiple of STEP_MIN): (z, window, drop, SE, baseline mean, n, N) of the
     largest z, or None. ``increase`` over a window whose edges are samples is their difference. With the
     cascade's PPI sums (``terms``), a window is judged on the PPI++ figures where they judge (n and N are then the
     LLM-judged counts), on the score series' where the window holds no cascade evaluation, else not at all;
-    ``llm_offset`` as the rules' --llm-offset (a multiple of STEP_MIN)."""
+    ``llm_offset`` as the rules' --llm-offset (a multiple of STEP_MIN); ``weekly`` False: the score series against
+    the pool alone, as the rules before the weekly shift."""
     at = minute // STEP_MIN
     best = None
     for w in WINDOWS:
@@ -631,7 +705,7 @@ def evaluate(counters: list[list[float]], minute: int, terms: dict[str, list[flo
         found = _ppi_z(terms, at, back, llm_offset) if terms else None
         count = _cascade_count(terms, at, back, llm_offset) if terms else None
         if found is None and not (count or 0) > 0:
-            found = _plain_z(counters, at, back)
+            found = _plain_z(counters, at, back, weekly)
         if found is not None and (best is None or found[0] > best[0]):
             best = (found[0], w, *found[1:])
     return best
@@ -652,7 +726,7 @@ def _annotations(source: str, found: tuple) -> tuple[str, str]:
     summary = f"Context precision of {source} dropped below its baseline (scan statistic {z:.1f} > {Z})"
     description = (
         f"Over the last {w}m, the sampled MAP of retriever {source} is below its baseline (the same {w}m at this"
-        f" time of day on the last {BASELINE_DAYS} days) at z = {z:.1f} > {Z} ({_spread(LEVEL_SD, MARGIN)})."
+        f" time of day on the last {BASELINE_DAYS} days, shifted for the weekday) at z = {z:.1f} > {Z} ({_spread(LEVEL_SD, MARGIN)})."
         f" Estimated drop {drop:.3f} ± {INTERVAL_Z * se:.3f} (95%) from a baseline MAP of {base:.3f}, on {n:.0f}"
         f" scored evaluations against {big_n:.0f} in the baseline. " + _ADVICE
     )
@@ -680,6 +754,9 @@ def scenarios() -> str:
         "step": (4, lambda m: daily_mean(m) - (0.25 if m >= change else 0)),
         "drift": (4, lambda m: daily_mean(m) - 0.015625 * min(max((m - change) // 60 + 1, 0), 6)),
         "thin": (0.75 / 60, lambda m: daily_mean(m) - (0.5 if m >= change else 0)),
+        # A weekly rhythm: every seventh day (days 1 and 8) sits 1/16 above the others, so the 7-day pool lies
+        # below day 8 by 3/56 and a drop of 1/8 there looks like one of 1/14 against the pool alone.
+        "weekly": (4, lambda m: weekly_mean(m) - (0.125 if m >= change else 0)),
     }
     counters = {name: _counters(per_minute, mean_at) for name, (per_minute, mean_at) in sources.items()}
     # The cascade: steady; and a drop of 0.25 the cheap judge does not see (its scores stay where they were), so
@@ -703,7 +780,11 @@ def scenarios() -> str:
         assert not any(firing(name, m) for m in day8), name
     assert not any(firing(name, m) for name in counters for m in day8 if m < change)
     firsts = {name: next(m for m in day8 if m >= change and firing(name, m))
-              for name in ("step", "drift", "cascade_blind", "cascade_off")}
+              for name in ("step", "drift", "weekly", "cascade_blind", "cascade_off")}
+    # On the day above the weekly average the shift is what fires it: the pool alone fires hours later.
+    pool_only = next(m for m in day8 if m >= change and (f := evaluate(counters["weekly"], m, weekly=False))
+                     and f[0] > Z)
+    assert pool_only - firsts["weekly"] >= 120, (pool_only, firsts["weekly"])
     # The alert reports the PPI++ figures: the score series alone would report another drop.
     ppi, plain_only = evaluate(counters["cascade_blind"], firsts["cascade_blind"], terms["cascade_blind"][0]), \
         evaluate(counters["cascade_blind"], firsts["cascade_blind"])
@@ -716,7 +797,9 @@ def scenarios() -> str:
         "# anything else fail here. Scores are 0 or 1 (squares grow like sums); MAP follows a daily pattern (0.5625",
         "# at night, 0.6875 by day: binary fractions, so sums are exact), 4 scored evaluations a minute, for 9 days.",
         "# On day 8 at 12:00: steady stays as it was (quiet); step drops 0.25 (fires); drift slides 1/64 an hour",
-        "# for 6 h (fires); thin drops 0.5 at 0.75 evaluations an hour (under the minimum in every window: quiet).",
+        "# for 6 h (fires); thin drops 0.5 at 0.75 evaluations an hour (under the minimum in every window: quiet);",
+        "# weekly sits 1/16 higher on days 1 and 8 (a weekly rhythm) and drops 1/8: the weekly shift (day 1 against",
+        "# the pool) fires it about 5 h after the change, where the pool alone would take 10 h.",
         f"# Two run the cheap-plus-LLM cascade ({CASCADE_JUDGED} evaluations a minute judged by both judges, as many by"
         " the cheap one",
         "# alone): cascade_steady (quiet) and cascade_blind, whose LLM-judged MAP drops 0.25 while the cheap judge's",
@@ -736,7 +819,8 @@ def scenarios() -> str:
         "  - context_precision.detection.alerts",
         "",
         "tests:",
-        "  - name: steady daily pattern quiet, step and drift fire, too few evaluations quiet, the cascade's PPI++",
+        "  - name: steady daily pattern quiet, step, drift and a drop on a day above the weekly average fire, too few"
+        " evaluations quiet, the cascade's PPI++",
     ]
     return "\n".join(lines + _scenario_body(counters, terms, times, firing)) + "\n"
 
@@ -851,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--margin", type=float, default=MARGIN, help="the smallest drop that counts (MAP units)")
     parser.add_argument("--level-sd", type=float, default=LEVEL_SD,
-                        help="how far a healthy day's MAP strays from the 7-day same-time baseline (SD, MAP units)")
+                        help="how far a healthy day's MAP strays from the weekday-shifted 7-day same-time baseline (SD, MAP units)")
     parser.add_argument("--z", type=float, default=Z, help="the family's threshold (higher: fewer false alarms)")
     parser.add_argument("--min-count", type=int, default=MIN_COUNT, help="scored evaluations a window needs")
     parser.add_argument("--judge-tier", choices=sorted(TIER_LLM_OFFSET), default=JUDGE_TIER,

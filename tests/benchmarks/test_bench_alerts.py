@@ -54,7 +54,8 @@ def test_z_expression_is_the_shipped_rules_inlined_down_to_the_window_records(be
 
 
 def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
-    """The vectorised z per window equals cp_observe._stats's drop_z on the same sums."""
+    """The vectorised z per window equals cp_observe._stats's drop_z on the same sums, with the weekly shift
+    computed here from the raw sums: the longest window a week ago against its 7-day pool, shrunk by its noise."""
     from cp_observe._stats._sequential import drop_z
 
     rules = bench._detection_rules()
@@ -64,12 +65,22 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
     at = np.array([8 * bench.PER_DAY + 17, 8 * bench.PER_DAY + 900])
     z = bench.scan_z(sums, at, rules)
     cum = np.concatenate([np.zeros((3, 1)), np.cumsum(sums, axis=1)], axis=1)
+    longest, tau2 = rules.WINDOWS[-1], rules.LEVEL_SD**2
+    shifts = []
+    for t in at:
+        n7, s7, _ = cum[:, t - 7 * bench.PER_DAY] - cum[:, t - 7 * bench.PER_DAY - longest]
+        pool = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - longest] for d in range(1, 8))
+        mean = pool[1] / pool[0]
+        gap_var = max(pool[2] / pool[0] - mean**2, rules.VAR_FLOOR) * (1 / n7 - 1 / pool[0])
+        k = tau2 / (tau2 + gap_var)
+        shifts.append((k * (s7 / n7 - mean), k * k * gap_var))
+    assert all(abs(shift) > 1e-3 for shift, _ in shifts)  # the weekly swing is there, and the shift follows it
     for row, w in enumerate(rules.WINDOWS):
         for col, t in enumerate(at):
             n, s, _ = cum[:, t] - cum[:, t - w]
             big = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - w] for d in range(1, 8))
             expected = drop_z(n, s, big[0], big[1], big[2], margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD,
-                              min_count=rules.MIN_COUNT)
+                              min_count=rules.MIN_COUNT, shift=shifts[col][0], shift_var=shifts[col][1])
             assert (expected is None and np.isnan(z[row, col])) or z[row, col] == pytest.approx(expected)
 
 

@@ -165,9 +165,11 @@ def test_the_generators_arithmetic_is_the_shared_one(gen: ModuleType) -> None:
         n, big_n = rng.uniform(1, 500), rng.uniform(1, 5000)
         s, big_s = n * rng.random(), big_n * rng.random()
         big_q = big_s * rng.uniform(big_s / big_n, 1)
+        series = _one_window(gen, (n, s, 0.0), (big_n, big_s, big_q))
+        shift, shift_var = gen.weekly_shift(series, at)
         z = drop_z(n, s, big_n, big_s, big_q, margin=gen.MARGIN, var_floor=gen.VAR_FLOOR, min_count=gen.MIN_COUNT,
-                   level_sd=gen.LEVEL_SD)
-        found = gen._plain_z(_one_window(gen, (n, s, 0.0), (big_n, big_s, big_q)), at, 1)
+                   level_sd=gen.LEVEL_SD, shift=shift, shift_var=shift_var)
+        found = gen._plain_z(series, at, 1)
         if z is None:
             assert found is None
             continue
