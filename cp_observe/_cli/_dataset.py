@@ -152,7 +152,6 @@ def _judge_again(args: argparse.Namespace, chosen: list[Any], notes: Any) -> tup
 
 def _batched(args: argparse.Namespace, settings: Any, chosen: list[Any], notes: Any) -> Any:
     """The two passes of a batch re-score; ``None`` while batches are open (the summary says so)."""
-    from cp_observe._batch._providers import provider_for
     from cp_observe._batch._run import report_lines, run_two_passes
     from cp_observe._offline._rescore import rescore
     from cp_observe.replay._batched import llm_judge, request_tokens
@@ -160,13 +159,11 @@ def _batched(args: argparse.Namespace, settings: Any, chosen: list[Any], notes: 
     if args.batch_state is None and args.output == "-":
         raise ConfigurationError("--batch keeps its batches beside --output FILE: give it, or --batch-state DIR")
     state = args.batch_state or Path(args.output + ".batch")
-    batch = batch_options(args, state)
-    key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
-    provider = provider_for(settings.judge, settings.judge_api_base, key, batch.azure_deployment)
-    result, report = run_two_passes(settings.judge, provider, state, make_judge=lambda: llm_judge(settings),
+    result, report = run_two_passes(settings, state, make_judge=lambda: llm_judge(settings),
                                     first=lambda recorder: rescore(chosen, recorder),
                                     second=lambda answerer: rescore(chosen, answerer),
-                                    batch=batch, budget_usd=None, tokens=request_tokens, stream=sys.stderr)
+                                    batch=batch_options(args, state), budget_usd=None, tokens=request_tokens,
+                                    stream=sys.stderr)
     for line in report_lines(report):
         print(line, file=notes, flush=True)
     return result
