@@ -24,7 +24,7 @@ from cp_observe._judging._llm_judge import LLMJudge
 from cp_observe._judging._prices import Price, batch_price_of, price_of
 from cp_observe._types import Usage
 
-__all__ = ["BatchOptions", "BatchReport", "estimate_tokens_of", "report_lines", "run_two_passes"]
+__all__ = ["BatchOptions", "BatchReport", "report_lines", "run_two_passes"]
 
 T = TypeVar("T")
 
@@ -162,14 +162,3 @@ def report_lines(report: BatchReport) -> list[str]:
                      f"listed in {report.failed_list}: run again with --batch-retry-failed to submit them again")
         lines.extend(f"    {example}" for example in report.failed_examples)
     return lines
-
-
-def estimate_tokens_of(estimate: Callable[[str], int], per_context: int,
-                       contexts: Callable[[list[dict[str, Any]]], int]) -> Callable[[BatchRequest], tuple[int, int]]:
-    """A request's estimated prompt and completion tokens from a text estimator and a per-context completion."""
-
-    def tokens(request: BatchRequest) -> tuple[int, int]:
-        prompt = sum(estimate(str(m.get("content", ""))) + 4 for m in request.messages)
-        return prompt, per_context * max(contexts(request.messages), 1) + 10
-
-    return tokens

@@ -26,7 +26,8 @@ from typing import IO, Any
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from cp_observe._batch._run import BatchOptions, BatchReport, estimate_tokens_of, report_lines, run_two_passes
+from cp_observe._batch._requests import BatchRequest
+from cp_observe._batch._run import BatchOptions, BatchReport, report_lines, run_two_passes
 from cp_observe._batch._transports import contexts_in
 from cp_observe._errors import ConfigurationError
 from cp_observe._judging._llm_judge import LLMJudge
@@ -39,8 +40,11 @@ from cp_observe.replay._run import ReplayOptions, ReplayResult, replay
 __all__ = ["BatchOptions", "BatchReport", "batch_replay", "llm_judge", "report_lines", "request_tokens",
            "state_directory"]
 
-#: A request's estimated prompt and completion tokens (the dry run's estimate), for the budget at submission.
-request_tokens = estimate_tokens_of(estimate_tokens, COMPLETION_TOKENS_PER_CONTEXT, contexts_in)
+
+def request_tokens(request: BatchRequest) -> tuple[int, int]:
+    """A request's estimated prompt and completion tokens (the dry run's estimate), for the budget at submission."""
+    prompt = sum(estimate_tokens(str(m.get("content", ""))) + 4 for m in request.messages)
+    return prompt, COMPLETION_TOKENS_PER_CONTEXT * max(contexts_in(request.messages), 1) + 10
 
 
 def state_directory(options: ReplayOptions, batch: BatchOptions) -> Path:
