@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXIT_BATCHES_OPEN", "add_batch_arguments", "batch_options"]
+__all__ = ["EXIT_BATCHES_OPEN", "add_batch_arguments", "batch_options", "batch_stopped"]
 
 EXIT_BATCHES_OPEN = 3
 
@@ -40,3 +41,14 @@ def batch_options(args: argparse.Namespace, state: Path | None = None) -> Any:
     return BatchOptions(state=args.batch_state or state, wait=not args.batch_no_wait,
                         poll_s=args.batch_poll_interval, retry_failed=args.batch_retry_failed,
                         azure_deployment=deployment)
+
+
+def batch_stopped(command: str, exc: BaseException) -> int:
+    """Say why a batch run stopped (the batch API failed, or Ctrl-C) and that a rerun resumes; the exit code."""
+    if isinstance(exc, KeyboardInterrupt):
+        print(f"cp-observe {command}: interrupted; the submitted batches are kept: run the same command again to "
+              "resume", file=sys.stderr)
+        return EXIT_BATCHES_OPEN
+    print(f"cp-observe {command}: the batch API failed: {exc}; what was submitted is kept: run the same command "
+          "again to resume", file=sys.stderr)
+    return 1

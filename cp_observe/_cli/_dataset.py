@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cp_observe._cli._batch import EXIT_BATCHES_OPEN, add_batch_arguments, batch_options
+from cp_observe._cli._batch import EXIT_BATCHES_OPEN, add_batch_arguments, batch_options, batch_stopped
 from cp_observe._cli._inputs import add_source_arguments, sources_from_args
 from cp_observe._errors import ConfigurationError
 
@@ -131,14 +131,8 @@ def _judge_again(args: argparse.Namespace, chosen: list[Any], notes: Any) -> tup
     except ConfigurationError as exc:
         print(f"{_NAME}: {exc}", file=sys.stderr)
         return 2
-    except BatchApiError as exc:
-        print(f"{_NAME}: the batch API failed: {exc}; what was submitted is kept: run the same command again to "
-              "resume", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{_NAME}: interrupted; the submitted batches are kept: run the same command again to resume",
-              file=sys.stderr)
-        return EXIT_BATCHES_OPEN
+    except (BatchApiError, KeyboardInterrupt) as exc:
+        return batch_stopped("dataset", exc)
     if done is None:
         return EXIT_BATCHES_OPEN
     cost = "unknown" if done.cost_usd is None else f"${done.cost_usd:.4f}"

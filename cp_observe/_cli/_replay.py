@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cp_observe._cli._batch import EXIT_BATCHES_OPEN, add_batch_arguments, batch_options
+from cp_observe._cli._batch import EXIT_BATCHES_OPEN, add_batch_arguments, batch_options, batch_stopped
 from cp_observe._cli._inputs import add_source_arguments, sources_from_args
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import log_format
@@ -115,16 +115,10 @@ def run_replay(args: argparse.Namespace) -> int:
     except (ConfigurationError, ReplayInputError, ValueError) as exc:
         print(f"cp-observe replay: {exc}", file=sys.stderr)
         return 2
-    except BatchApiError as exc:
-        print(f"cp-observe replay: the batch API failed: {exc}; what was submitted is kept: run the same command "
-              "again to resume", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
+    except (BatchApiError, KeyboardInterrupt) as exc:
         if not args.batch:
             raise
-        print("cp-observe replay: interrupted; the submitted batches are kept: run the same command again to "
-              "resume", file=sys.stderr)
-        return EXIT_BATCHES_OPEN
+        return batch_stopped("replay", exc)
     for line in [*(summary_lines(result) if result is not None else []), *batch]:
         print(line, flush=True)
     if result is None:
