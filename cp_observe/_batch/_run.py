@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from cp_observe._batch._api import BatchProvider
+from cp_observe._batch._providers import provider_for
 from cp_observe._batch._requests import BatchRequest
 from cp_observe._batch._session import BatchSession, Waited
 from cp_observe._batch._transports import AnsweringTransport, RecordingTransport, SyncCaller
@@ -24,7 +24,7 @@ from cp_observe._judging._llm_judge import LLMJudge
 from cp_observe._judging._prices import Price, batch_price_of, price_of
 from cp_observe._types import Usage
 
-__all__ = ["BatchOptions", "BatchReport", "estimate_tokens_of", "report_lines", "run_two_passes"]
+__all__ = ["BatchOptions", "BatchReport", "report_lines", "run_two_passes"]
 
 T = TypeVar("T")
 
@@ -65,19 +65,24 @@ class BatchReport:
     standard_usd: float | None = None  # the same tokens at the synchronous price, for comparison
 
 
-def run_two_passes(judge_model: str, provider: BatchProvider, directory: Path, *, make_judge: Callable[[], LLMJudge],
+def run_two_passes(settings: Any, directory: Path, *, make_judge: Callable[[], LLMJudge],
                    first: Callable[[LLMJudge], object], second: Callable[[LLMJudge], T], batch: BatchOptions,
                    budget_usd: float | None, tokens: Callable[[BatchRequest], tuple[int, int]],
                    stream: IO[str]) -> tuple[T | None, BatchReport]:
     """``first`` with a recording judge, the batches, then ``second`` with an answering one (``None``: still open).
 
-    ``first`` raises ``KeyboardInterrupt`` when it was stopped before it recorded everything (a partial record
-    is never submitted). ``tokens`` estimates one request's prompt and completion tokens for the budget.
+    ``make_judge`` builds the judge of ``settings``, whose provider's batch API runs the batches. ``first``
+    raises ``KeyboardInterrupt`` when it was stopped before it recorded everything (a partial record is never
+    submitted). ``tokens`` estimates one request's prompt and completion tokens for the budget.
 
     Raises:
-        ConfigurationError: the budget is below the batch's estimate, or the directory belongs to another judge.
+        ConfigurationError: the judge has no batch API, the budget is below the batch's estimate, or the
+            directory belongs to another judge.
         BatchApiError: a batch API call failed (what was submitted is on disk; run again to resume).
     """
+    judge_model = settings.judge
+    key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
+    provider = provider_for(judge_model, settings.judge_api_base, key, batch.azure_deployment)
     vendor, _, name = judge_model.partition("/")
     report = BatchReport(provider=provider.name)
     session = BatchSession(directory, provider, judge_model)
@@ -157,14 +162,3 @@ def report_lines(report: BatchReport) -> list[str]:
                      f"listed in {report.failed_list}: run again with --batch-retry-failed to submit them again")
         lines.extend(f"    {example}" for example in report.failed_examples)
     return lines
-
-
-def estimate_tokens_of(estimate: Callable[[str], int], per_context: int,
-                       contexts: Callable[[list[dict[str, Any]]], int]) -> Callable[[BatchRequest], tuple[int, int]]:
-    """A request's estimated prompt and completion tokens from a text estimator and a per-context completion."""
-
-    def tokens(request: BatchRequest) -> tuple[int, int]:
-        prompt = sum(estimate(str(m.get("content", ""))) + 4 for m in request.messages)
-        return prompt, per_context * max(contexts(request.messages), 1) + 10
-
-    return tokens

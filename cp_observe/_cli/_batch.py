@@ -1,14 +1,13 @@
-"""The ``--batch`` options the judging offline commands share (``replay``, ``calibrate --judge``) and their run."""
+"""The ``--batch`` options of the judging offline commands (``replay``, ``calibrate --judge``, ``dataset --judge``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXIT_BATCHES_OPEN", "add_batch_arguments", "batch_options", "run_batched"]
+__all__ = ["EXIT_BATCHES_OPEN", "add_batch_arguments", "batch_options", "batch_stopped"]
 
 EXIT_BATCHES_OPEN = 3
 
@@ -44,31 +43,12 @@ def batch_options(args: argparse.Namespace, state: Path | None = None) -> Any:
                         azure_deployment=deployment)
 
 
-def run_batched(command: str, sources: Sequence[Any], options: Any, batch: Any, progress: Any,
-                summary: Callable[[Any], list[str]]) -> int:
-    """Run a batch replay and print its summary; the exit code (3 while batches are open)."""
-    from cp_observe.replay._batched import batch_replay, report_lines
-
-    from cp_observe._batch._http import BatchApiError
-
-    try:
-        result, report = batch_replay(sources, options, batch, progress=progress)
-    except BatchApiError as exc:
-        print(f"cp-observe {command}: the batch API failed: {exc}; what was submitted is kept: run the same "
-              "command again to resume", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"cp-observe {command}: interrupted; the submitted batches are kept: run the same command again "
-              "to resume", file=sys.stderr)
+def batch_stopped(command: str, exc: BaseException) -> int:
+    """Say why a batch run stopped (the batch API failed, or Ctrl-C) and that a rerun resumes; the exit code."""
+    if isinstance(exc, KeyboardInterrupt):
+        print(f"cp-observe {command}: interrupted; the submitted batches are kept: run the same command again to "
+              "resume", file=sys.stderr)
         return EXIT_BATCHES_OPEN
-    if result is not None:
-        for line in summary(result):
-            print(line, flush=True)
-    for line in report_lines(report):
-        print(line, flush=True)
-    if result is None:
-        return EXIT_BATCHES_OPEN
-    if result.error:
-        print(f"cp-observe {command}: error: {result.error}", file=sys.stderr)
-        return 1
-    return 0
+    print(f"cp-observe {command}: the batch API failed: {exc}; what was submitted is kept: run the same command "
+          "again to resume", file=sys.stderr)
+    return 1

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cp_observe._cli._batch import EXIT_BATCHES_OPEN, add_batch_arguments, batch_options
+from cp_observe._cli._batch import EXIT_BATCHES_OPEN, add_batch_arguments, batch_options, batch_stopped
 from cp_observe._cli._inputs import add_source_arguments, sources_from_args
 from cp_observe._errors import ConfigurationError
 
@@ -131,14 +131,8 @@ def _judge_again(args: argparse.Namespace, chosen: list[Any], notes: Any) -> tup
     except ConfigurationError as exc:
         print(f"{_NAME}: {exc}", file=sys.stderr)
         return 2
-    except BatchApiError as exc:
-        print(f"{_NAME}: the batch API failed: {exc}; what was submitted is kept: run the same command again to "
-              "resume", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{_NAME}: interrupted; the submitted batches are kept: run the same command again to resume",
-              file=sys.stderr)
-        return EXIT_BATCHES_OPEN
+    except (BatchApiError, KeyboardInterrupt) as exc:
+        return batch_stopped("dataset", exc)
     if done is None:
         return EXIT_BATCHES_OPEN
     cost = "unknown" if done.cost_usd is None else f"${done.cost_usd:.4f}"
@@ -152,7 +146,6 @@ def _judge_again(args: argparse.Namespace, chosen: list[Any], notes: Any) -> tup
 
 def _batched(args: argparse.Namespace, settings: Any, chosen: list[Any], notes: Any) -> Any:
     """The two passes of a batch re-score; ``None`` while batches are open (the summary says so)."""
-    from cp_observe._batch._providers import provider_for
     from cp_observe._batch._run import report_lines, run_two_passes
     from cp_observe._offline._rescore import rescore
     from cp_observe.replay._batched import llm_judge, request_tokens
@@ -160,13 +153,11 @@ def _batched(args: argparse.Namespace, settings: Any, chosen: list[Any], notes: 
     if args.batch_state is None and args.output == "-":
         raise ConfigurationError("--batch keeps its batches beside --output FILE: give it, or --batch-state DIR")
     state = args.batch_state or Path(args.output + ".batch")
-    batch = batch_options(args, state)
-    key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
-    provider = provider_for(settings.judge, settings.judge_api_base, key, batch.azure_deployment)
-    result, report = run_two_passes(settings.judge, provider, state, make_judge=lambda: llm_judge(settings),
+    result, report = run_two_passes(settings, state, make_judge=lambda: llm_judge(settings),
                                     first=lambda recorder: rescore(chosen, recorder),
                                     second=lambda answerer: rescore(chosen, answerer),
-                                    batch=batch, budget_usd=None, tokens=request_tokens, stream=sys.stderr)
+                                    batch=batch_options(args, state), budget_usd=None, tokens=request_tokens,
+                                    stream=sys.stderr)
     for line in report_lines(report):
         print(line, file=notes, flush=True)
     return result

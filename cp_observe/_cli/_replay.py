@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cp_observe._cli._batch import add_batch_arguments, batch_options, run_batched
+from cp_observe._cli._batch import EXIT_BATCHES_OPEN, add_batch_arguments, batch_options, batch_stopped
 from cp_observe._cli._inputs import add_source_arguments, sources_from_args
 from cp_observe._errors import ConfigurationError
 from cp_observe._log import log_format
@@ -73,7 +73,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    """Run ``cp-observe replay``; returns the exit code."""
+    """Run ``cp-observe replay``; returns the exit code (3 while ``--batch``'s batches are open)."""
+    from cp_observe._batch._http import BatchApiError
     from cp_observe._traces._source import ReplayInputError
     from cp_observe.replay._progress import Progress
     from cp_observe.replay._run import ReplayOptions, replay
@@ -103,14 +104,25 @@ def run_replay(args: argparse.Namespace) -> int:
         # JSON log lines: stderr carries one object per line, so no progress lines between them.
         quiet = args.quiet or log_format(getattr(args, "log_format", None)) == "json"
         progress = Progress(interval_s=args.progress_interval, enabled=not quiet)
+        batch: list[str] = []
         if args.batch:
-            return run_batched("replay", sources, options, batch_options(args), progress, summary_lines)
-        result = replay(sources, options, progress=progress)
+            from cp_observe.replay._batched import batch_replay, report_lines
+
+            result, report = batch_replay(sources, options, batch_options(args), progress=progress)
+            batch = report_lines(report)
+        else:
+            result = replay(sources, options, progress=progress)
     except (ConfigurationError, ReplayInputError, ValueError) as exc:
         print(f"cp-observe replay: {exc}", file=sys.stderr)
         return 2
-    for line in summary_lines(result):
+    except (BatchApiError, KeyboardInterrupt) as exc:
+        if not args.batch:
+            raise
+        return batch_stopped("replay", exc)
+    for line in [*(summary_lines(result) if result is not None else []), *batch]:
         print(line, flush=True)
+    if result is None:
+        return EXIT_BATCHES_OPEN
     if result.error:
         print(f"cp-observe replay: error: {result.error}", file=sys.stderr)
         return 1

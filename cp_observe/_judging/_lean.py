@@ -163,12 +163,6 @@ class LeanTransport:
         with contextlib.suppress(Exception):  # a finalizer must not raise; aiohttp then warns at worst
             self._forget_closed_loops()
 
-    async def aclose(self) -> None:
-        """Close the session of the running loop."""
-        session = self._sessions.pop(asyncio.get_running_loop(), None)
-        if session is not None:
-            await session.close()
-
 
 def _forget(session: Any) -> None:
     """Mark a session of a closed loop closed, so aiohttp does not warn about it when it is collected.

@@ -57,13 +57,6 @@ class Moments:
         return self.total / self.count if self.count else 0.0
 
     @property
-    def variance(self) -> float:
-        """The sample variance (n - 1 in the denominator; 0 below two values)."""
-        if self.count < 2:
-            return 0.0
-        return max(0.0, (self.total_sq - self.count * self.mean ** 2) / (self.count - 1))
-
-    @property
     def stderr(self) -> float:
         """The standard error of the mean (``standard_error``)."""
         return standard_error(self.count, self.total, self.total_sq)

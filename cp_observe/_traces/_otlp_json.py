@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -101,28 +101,21 @@ _KIND_NAMES = {name: number for number, name in enumerate(
 _STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 
 
+#: The scalar kinds of ``AnyValue``, in the order they are looked for: JSON name, field name, conversion.
+_SCALARS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("stringValue", "string_value", lambda value: value), ("boolValue", "bool_value", bool),
+    ("intValue", "int_value", int), ("doubleValue", "double_value", float),
+    ("bytesValue", "bytes_value", lambda value: _bytes(str(value))),
+)
+
+
 def _value(target: Any, node: dict[str, Any]) -> None:
-    """Fill an ``AnyValue`` from its JSON form."""
-    for key in ("stringValue", "string_value"):
-        if key in node:
-            target.string_value = node[key]
-            return
-    for key in ("boolValue", "bool_value"):
-        if key in node:
-            target.bool_value = bool(node[key])
-            return
-    for key in ("intValue", "int_value"):
-        if key in node:
-            target.int_value = int(node[key])
-            return
-    for key in ("doubleValue", "double_value"):
-        if key in node:
-            target.double_value = float(node[key])
-            return
-    for key in ("bytesValue", "bytes_value"):
-        if key in node:
-            target.bytes_value = _bytes(str(node[key]))
-            return
+    """Fill an ``AnyValue`` from its JSON form (each kind under its camelCase name, else its field name)."""
+    for camel, field, convert in _SCALARS:
+        for key in (camel, field):
+            if key in node:
+                setattr(target, field, convert(node[key]))
+                return
     for key in ("arrayValue", "array_value"):
         if key in node:
             values = target.array_value.values

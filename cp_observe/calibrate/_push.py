@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.metrics.export import MetricExportResult
 
 from cp_observe import _names as n
 
@@ -42,27 +42,6 @@ def record_agreement(meter_provider: Any, groups: Iterable[Any]) -> int:
     return pushed
 
 
-class _Outcome(MetricExporter):
-    """Wraps the exporter to keep the result of each export, so ``--push`` can say whether the gauges arrived."""
-
-    def __init__(self, inner: Any) -> None:
-        super().__init__(preferred_temporality=getattr(inner, "_preferred_temporality", None),
-                         preferred_aggregation=getattr(inner, "_preferred_aggregation", None))
-        self.inner = inner
-        self.results: list[MetricExportResult] = []
-
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        result: MetricExportResult = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        self.results.append(result)
-        return result
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return bool(self.inner.force_flush(timeout_millis=timeout_millis))
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
-
-
 def push_agreement(groups: Iterable[Any], *, otlp_endpoint: str | None, service_name: str | None = None) -> int:
     """Export the gauges once over OTLP (``otlp_endpoint``, else the ``OTEL_EXPORTER_OTLP_*`` variables).
 
@@ -71,7 +50,7 @@ def push_agreement(groups: Iterable[Any], *, otlp_endpoint: str | None, service_
         OSError: the endpoint did not take them (the message says so; the exporter logged why).
     """
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.resources import Resource
 
     from cp_observe._config._settings import Settings
@@ -82,14 +61,16 @@ def push_agreement(groups: Iterable[Any], *, otlp_endpoint: str | None, service_
     exporter = build_metric_exporter(settings)
     if exporter is None:
         raise ConfigurationError("--push needs --otlp-endpoint URL (or OTEL_EXPORTER_OTLP_ENDPOINT)")
-    outcome = _Outcome(exporter)
-    reader = PeriodicExportingMetricReader(outcome, export_interval_millis=3_600_000)  # exported at shutdown only
+    # One collection, exported once by hand: its result says whether the gauges arrived.
+    reader = InMemoryMetricReader()
     resource = Resource.create({"service.name": settings.service_name or "cp-observe-calibrate"})
     provider = MeterProvider(metric_readers=[reader], resource=resource)
     try:
         pushed = record_agreement(provider, groups)
+        result = exporter.export(reader.get_metrics_data()) if pushed else MetricExportResult.SUCCESS
     finally:
-        provider.shutdown()  # the reader's last collection exports the gauges, once
-    if pushed and MetricExportResult.SUCCESS not in outcome.results:
+        provider.shutdown()
+        exporter.shutdown()
+    if result is not MetricExportResult.SUCCESS:
         raise OSError("the OTLP endpoint did not take the agreement gauges")
     return pushed

@@ -6,9 +6,9 @@ value with the rest of its data source within the same stage (the data source's 
 value's) and, when recorded, with a baseline MAP, as z = (gap - MARGIN) / SE (``cp_observe/_stats/_canary_scan.py``),
 and fire when the largest z exceeds Z, the threshold of the whole family. Stages (``retrieval``, ``rerank``) are
 never pooled: a reranked retrieval is scored once per stage, and the rerank stage's MAP is not the retrieval
-stage's. ``verdict`` takes one window's sums of one stage; ``scan`` the sums of every window. The demo scores all its
-turns within a few seconds, so every window holds all of them and ``report`` judges them as one window: what it says
-would fire is what Prometheus would fire. ``benchmarks/alerts/bench_alerts.py`` evaluates the same arithmetic per minute.
+stage's. ``verdict`` takes one window's sums of one stage. The demo scores all its turns within a few seconds, so
+every window holds all of them and ``report`` judges them as one window: what it says would fire is what Prometheus
+would fire. ``benchmarks/alerts/bench_alerts.py`` evaluates the same arithmetic per minute.
 ``tests/integration/test_canary_rules.py`` keeps the constants equal to the generator's.
 """
 
@@ -22,7 +22,7 @@ from cp_observe._stats._canary_scan import Gap, baseline_gap_z, gap_z
 from cp_observe._stats._moments import Moments as Sums  # a window's count, sum and sum of squares of AP
 from cp_observe.demo._alerts import Z as _Z99
 
-__all__ = ["GAP_SD", "MARGIN", "MIN_COUNT", "VAR_FLOOR", "WINDOWS", "Z", "Sums", "Verdict", "report", "scan", "verdict"]
+__all__ = ["GAP_SD", "MARGIN", "MIN_COUNT", "VAR_FLOOR", "WINDOWS", "Z", "Sums", "Verdict", "report", "verdict"]
 
 WINDOWS = (5, 10, 20, 40, 80, 160, 320, 640, 1280)  # minutes: the scan's windows
 Z = 4.8  # the family's threshold (about 0.5 false alarm per value and stage per month)
@@ -41,7 +41,6 @@ class Verdict:
     best: Gap | None  # None: not judged (too few evaluations on a side, and no baseline)
     count: float  # the value's scored evaluations in the deciding window
     rest_count: float  # the rest's
-    window: int | None = None  # minutes, from ``scan``
 
 
 def verdict(value: Sums, data_source: Sums, baseline: float | None = None) -> Verdict:
@@ -57,16 +56,6 @@ def verdict(value: Sums, data_source: Sums, baseline: float | None = None) -> Ve
 
 def _sums(sums: Sums) -> tuple[float, float, float]:
     return (sums.count, sums.total, sums.total_sq)
-
-
-def scan(windows: Mapping[int, tuple[Sums, Sums]], baseline: float | None = None) -> Verdict:
-    """The alert's verdict from each window's (value, data source) sums: the window with the largest z decides."""
-    best: Verdict | None = None
-    for minutes, (value, data_source) in sorted(windows.items()):
-        found = verdict(value, data_source, baseline)
-        if found.best is not None and (best is None or best.best is None or found.best.z > best.best.z):
-            best = Verdict(found.fires, found.best, found.count, found.rest_count, minutes)
-    return best if best is not None else Verdict(False, None, 0, 0)
 
 
 def report(scores: Mapping[str, Sequence[float]], *, label: str, stage: str, baseline: float | None = None

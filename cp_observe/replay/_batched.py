@@ -26,8 +26,8 @@ from typing import IO, Any
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from cp_observe._batch._providers import provider_for
-from cp_observe._batch._run import BatchOptions, BatchReport, estimate_tokens_of, report_lines, run_two_passes
+from cp_observe._batch._requests import BatchRequest
+from cp_observe._batch._run import BatchOptions, BatchReport, report_lines, run_two_passes
 from cp_observe._batch._transports import contexts_in
 from cp_observe._errors import ConfigurationError
 from cp_observe._judging._llm_judge import LLMJudge
@@ -40,8 +40,11 @@ from cp_observe.replay._run import ReplayOptions, ReplayResult, replay
 __all__ = ["BatchOptions", "BatchReport", "batch_replay", "llm_judge", "report_lines", "request_tokens",
            "state_directory"]
 
-#: A request's estimated prompt and completion tokens (the dry run's estimate), for the budget at submission.
-request_tokens = estimate_tokens_of(estimate_tokens, COMPLETION_TOKENS_PER_CONTEXT, contexts_in)
+
+def request_tokens(request: BatchRequest) -> tuple[int, int]:
+    """A request's estimated prompt and completion tokens (the dry run's estimate), for the budget at submission."""
+    prompt = sum(estimate_tokens(str(m.get("content", ""))) + 4 for m in request.messages)
+    return prompt, COMPLETION_TOKENS_PER_CONTEXT * max(contexts_in(request.messages), 1) + 10
 
 
 def state_directory(options: ReplayOptions, batch: BatchOptions) -> Path:
@@ -65,8 +68,6 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
     if options.dry_run:
         raise ConfigurationError("--batch and --dry-run do not go together (--dry-run estimates without judging)")
     settings = options.settings()
-    key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
-    provider = provider_for(settings.judge, settings.judge_api_base, key, batch.azure_deployment)
     directory = state_directory(options, batch)
 
     def first(recorder: LLMJudge) -> None:
@@ -79,8 +80,8 @@ def batch_replay(sources: Sequence[Source], options: ReplayOptions, batch: Batch
         return replay(sources, dataclasses.replace(options, budget_usd=None), judge=answerer, progress=progress,
                       tracer_provider=tracer_provider)
 
-    return run_two_passes(settings.judge, provider, directory, make_judge=lambda: llm_judge(settings), first=first,
-                          second=second, batch=batch, budget_usd=options.budget_usd, tokens=request_tokens,
+    return run_two_passes(settings, directory, make_judge=lambda: llm_judge(settings), first=first, second=second,
+                          batch=batch, budget_usd=options.budget_usd, tokens=request_tokens,
                           stream=stream if stream is not None else sys.stderr)
 
 

@@ -172,10 +172,6 @@ class Run:
     #: Rerank evaluations whose reranker's model is the judge's kind (``judge_is_reranker``), per report line.
     self_judged: Counter[str] = field(default_factory=Counter)
 
-    def moments(self) -> Moments:
-        """Count, sum and sum of squares of every evaluation (the overall MAP)."""
-        return Moments(self.overall.count, self.overall.total, self.overall.total_sq)
-
 
 def _difference(a: SourceStats, b: SourceStats) -> tuple[float, tuple[float, float] | None]:
     """MAP of ``b`` minus MAP of ``a``, and its 95 % interval (Welch), ``None`` when either has n < 2."""
@@ -349,7 +345,7 @@ def _fmt_interval(interval: tuple[float, float] | None) -> str:
 
 def verdict(run: Run, other: Run, confidence: float = 0.95) -> Comparison:
     """The A/B verdict of ``other`` against ``run`` (paired where both hold the same evaluations)."""
-    return compare(run.moments(), other.moments(), run.keys, other.keys, confidence)
+    return compare(run.overall, other.overall, run.keys, other.keys, confidence)  # the overall moments: the MAP
 
 
 def verdict_text(comparison: Comparison, first: str, second: str) -> str:

@@ -237,7 +237,7 @@ class _TlsAcceptor(asyncio.Protocol):
             connection.counted = False
             door.release()
             timed_out = isinstance(exc, (asyncio.TimeoutError, ConnectionAbortedError))
-            door.handshake_failed("slow_client" if timed_out else "tls", type(exc).__name__)
+            door.record_refusal("slow_client" if timed_out else "tls", type(exc).__name__)
             transport.abort()
             return
         except BaseException:
@@ -341,7 +341,7 @@ class HttpDoor:
         if not isinstance(connection, Connection):  # pragma: no cover - every connection is built by this door
             return await self._handler(request)
         connection.current = request
-        self.headers_in(connection)
+        self._fresh.pop(connection, None)  # its headers are in: no longer new (nor evictable until it is idle)
         if connection.half_closed:
             cut_short(request)
         try:
@@ -396,10 +396,6 @@ class HttpDoor:
         """A request's first byte arrived: the read clock starts, the idle one stops."""
         self._idle.pop(connection, None)
         self._reading[connection] = None
-
-    def headers_in(self, connection: Connection) -> None:
-        """A request's headers were parsed: the connection is no longer new (nor evictable until it is idle)."""
-        self._fresh.pop(connection, None)
 
     def read_done(self, connection: Connection) -> None:
         """The whole request arrived: the read clock stops."""
@@ -459,29 +455,26 @@ class HttpDoor:
             connection.force_close()
 
     # --- counting: the admin port's refusals are not OTLP refusals ----------------------------------------------------
-    def _record(self, reason: str, detail: str) -> None:
+    def record_refusal(self, reason: str, detail: str) -> None:
+        """Count a refusal (a failed or slow TLS handshake, a closed connection) on the OTLP port only."""
         if not self.admin:
             self.service.refusals.record("http", reason, detail)
 
     def refused_connection(self) -> None:
         """A connection closed at accept: the door holds ``max_connections``, every one of them mid-request."""
-        self._record("too_many_connections", str(self.limits.max_connections))
-
-    def handshake_failed(self, reason: str, detail: str) -> None:
-        """A TLS handshake failed (``tls``) or took too long (``slow_client``)."""
-        self._record(reason, detail)
+        self.record_refusal("too_many_connections", str(self.limits.max_connections))
 
     def closed(self, reason: str, *, request_in_progress: bool) -> None:
         """The sweep or an eviction closed a connection; a request it was sending counts as invalid."""
         if request_in_progress and not self.admin:
             self.service.count("http", "invalid")
-        self._record(reason, "")
+        self.record_refusal(reason, "")
 
     def refused_request(self, status: int, reason: str, detail: str) -> str:
         """A request the parser refused (or a bug), counted; returns the answer's text."""
         if not self.admin:
             self.service.count("http", "invalid")
-            self._record(reason, f"{status} {detail}".strip())
+            self.record_refusal(reason, f"{status} {detail}".strip())
         return f"{status} {'internal error' if reason == 'internal' else 'bad request'}\n"
 
 

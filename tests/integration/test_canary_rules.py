@@ -106,15 +106,6 @@ def test_python_verdict_on_the_edges() -> None:
     assert _canary.verdict(v1, v1, baseline=0.9).fires and not _canary.verdict(v1, v1, baseline=0.82).fires
 
 
-def test_scan_picks_the_window_with_the_largest_z() -> None:
-    """scan: the verdict of the window with the largest z, and that window's minutes."""
-    v1 = _canary.Sums.of([1.0, 0.0] * 400)
-    short = (_canary.Sums.of([0.0] * 30 + [1.0] * 10), v1)
-    long = (_canary.Sums.of([0.0] * 300 + [1.0] * 100), v1)
-    found = _canary.scan({5: (short[0], short[0] + v1), 80: (long[0], long[0] + v1)})
-    assert found.window == 80 and found.fires and found.best is not None and found.best.against == "rest"
-
-
 def test_python_verdict_keeps_the_stages_apart() -> None:
     """The promtool scenario 'stages kept apart', in Python: per stage quiet; pooled, v2 would fire (wrongly)."""
     retrieval = {"v1": _canary.Sums.of([0.6] * 300), "v2": _canary.Sums.of([0.6] * 300)}
