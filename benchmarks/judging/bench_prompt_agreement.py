@@ -22,11 +22,12 @@ the indices or the spacing. Every request goes through the tier's recording prox
 replied and the ``completion_tokens`` the server reported.
 
 Per corpus and setting: the evaluations judged and failed (a ``JudgeError`` after the corrective call; left out
-of the paired figures), the share whose first reply needed a second call (misaligned or unparsable), the share of
-context verdicts equal to the reference's with Cohen's kappa, the share ``yes``, the accuracy against the labels,
-mean output tokens per evaluation as the server reports them (every call of it), the share of first replies on
-one line and the share that are compact JSON (the reply equals its own re-serialisation without spaces: what
-``cp-4`` asks for), and the mean seconds per evaluation. Needs the real-model tier
+of the paired figures), the share whose first reply needed a second call (misaligned or unparsable: the judge
+then sends its corrective call, and judges what is still missing one context per call) and the mean calls, the
+share of context verdicts equal to the reference's with Cohen's kappa, the share ``yes``, the accuracy against
+the labels, mean output tokens per evaluation as the server reports them (every call of it), the share of first
+replies on one line and the share that are compact JSON (the reply equals its own re-serialisation without
+spaces: what ``cp-4`` asks for), and the mean seconds per evaluation. Needs the real-model tier
 (``scripts/install-real-model.sh``), so it runs in ``.venv``; from the repository root:
 
     nice -n 5 .venv/bin/python benchmarks/judging/bench_prompt_agreement.py [--limit N] [--out results.jsonl]
@@ -85,15 +86,18 @@ class Target:
 
 
 def targets(limit: int | None) -> list[Target]:
-    """The demo questions with the demo retriever's top 5, then with the degraded retriever's 5."""
+    """``limit`` demo questions (all by default) with the demo retriever's top 5 and the degraded retriever's 5."""
     from cp_observe.demo._corpus import CORPUS, QUESTIONS
     from cp_observe.demo._rag import BM25Retriever, DegradedRetriever, ExtractiveAnswerer
 
-    questions = QUESTIONS[:limit] if limit else QUESTIONS
+    # An even spread over the list (which runs billing, API, security, product, workplace, then Japanese).
+    count = min(limit or len(QUESTIONS), len(QUESTIONS))
+    questions = [QUESTIONS[i * len(QUESTIONS) // count] for i in range(count)]
     bm25, degraded, answerer = BM25Retriever(CORPUS, k=5), DegradedRetriever(CORPUS, k=5, seed=0), ExtractiveAnswerer()
     found: list[Target] = []
-    for corpus, retriever in (("demo", bm25), ("degraded", degraded)):
-        for question in questions:
+    # Interleaved, so a run cut short (its --out file) still has both corpora.
+    for question in questions:
+        for corpus, retriever in (("demo", bm25), ("degraded", degraded)):
             hits = retriever.search(question.text)
             best = bm25.search(question.text)
             if not hits or not best:
@@ -189,6 +193,7 @@ def rows(records: list[dict[str, Any]]) -> list[list[object]]:
             tokens = [sum(t or 0 for t in r["tokens"]) for r in mine]
             out.append([
                 corpus, label, f"{len(judged)}/{len(mine)}", _share(sum(r["calls"] > 1 for r in mine), len(mine)),
+                f"{statistics.fmean(r['calls'] for r in mine):.1f}",
                 _share(tp + tn, len(pairs)), "n/a" if k is None else f"{k:.2f}", _share(sum(flat), len(flat)),
                 _share(sum(v == y for v, y in labelled), len(labelled)),
                 f"{statistics.fmean(tokens):.0f}" if tokens else "—",
@@ -200,8 +205,8 @@ def rows(records: list[dict[str, Any]]) -> list[list[object]]:
 
 
 HEADERS = [
-    "corpus", "setting", "judged", "needed a 2nd call", f"verdicts equal to {REFERENCE}", "kappa vs cp-3/all",
-    "share yes", "accuracy vs labels", "output tokens / evaluation", "first reply one line",
+    "corpus", "setting", "judged", "needed a 2nd call", "calls / evaluation", f"verdicts equal to {REFERENCE}",
+    f"kappa vs {REFERENCE}", "share yes", "accuracy vs labels", "output tokens / evaluation", "first reply one line",
     "first reply compact JSON", "s / evaluation",
 ]  # fmt: skip
 
@@ -223,7 +228,7 @@ def main() -> int:
     from tests.integration.real_model_support import LlamaServer, RecordingProxy, missing_modules, model_path
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--limit", type=int, default=None, help="only the first N demo questions (each corpus)")
+    parser.add_argument("--limit", type=int, default=None, help="N demo questions spread over the list (each corpus)")
     parser.add_argument("--out", type=Path, default=None, help="append each judgement to this JSON-lines file")
     parser.add_argument("--from", dest="source", type=Path, default=None,
                         help="print the table of an earlier run's --out file, without the model")

@@ -45,10 +45,13 @@ def test_recorded_run_gives_agreement_kappa_accuracy_and_the_compact_share(tmp_p
     rows = {m[1]: [c.strip() for c in m[2].split("|")]
             for m in re.finditer(r"^\| demo \| ([^|]+?) \|(.*)\|$", done.stdout, re.M)}
     assert set(rows) == {"cp-3/all", "cp-4/all", "cp-4/none"}, done.stdout
-    # Columns: judged, 2nd call, equal to cp-3/all, kappa, share yes, accuracy, tokens, one line, compact, seconds.
-    assert rows["cp-3/all"][:9] == ["2/2", "0%", "100%", "1.00", "80%", "60%", "55", "50%", "0%"], done.stdout
+    # Columns: judged, 2nd call, calls, equal to cp-3/all, kappa, share yes, accuracy, tokens, one line, compact.
+    reference = rows["cp-3/all"][:10]
+    assert reference == ["2/2", "0%", "1.0", "100%", "1.00", "80%", "60%", "55", "50%", "0%"], done.stdout
     # 4 of 5 verdicts equal; kappa (0.8 - 0.56) / 0.44 by hand; against the labels 4 of 5.
-    assert rows["cp-4/all"][:9] == ["2/2", "50%", "80%", "0.55", "60%", "80%", "40", "100%", "100%"], done.stdout
+    cp4 = rows["cp-4/all"][:10]
+    assert cp4 == ["2/2", "50%", "1.5", "80%", "0.55", "60%", "80%", "40", "100%", "100%"], done.stdout
     # The failed q1 is out of every paired figure; its calls and tokens still count.
-    assert rows["cp-4/none"][:9] == ["1/2", "50%", "50%", "0.00", "50%", "100%", "18", "100%", "50%"], done.stdout
+    bare = rows["cp-4/none"][:10]
+    assert bare == ["1/2", "50%", "1.5", "50%", "0.00", "50%", "100%", "18", "100%", "50%"], done.stdout
     assert "demo: 2 evaluations, 5 contexts, labelled yes 40%" in done.stdout
