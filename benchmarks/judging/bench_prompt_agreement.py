@@ -27,8 +27,10 @@ then sends its corrective call, and judges what is still missing one context per
 share of context verdicts equal to the reference's with Cohen's kappa, the share ``yes``, the accuracy against
 the labels, mean output tokens per evaluation as the server reports them (every call of it), the share of first
 replies on one line and the share that are compact JSON (the reply equals its own re-serialisation without
-spaces: what ``cp-4`` asks for), and the mean seconds per evaluation. Needs the real-model tier
-(``scripts/install-real-model.sh``), so it runs in ``.venv``; from the repository root:
+spaces: what ``cp-4`` asks for) with the mean whitespace characters outside strings, and the mean seconds per
+evaluation. The schema's grammar allows one optional space between tokens and no newline, so "one line" is the
+grammar's doing here and the spaces are the model's. Needs the real-model tier (``scripts/install-real-model.sh``),
+so it runs in ``.venv``; from the repository root:
 
     nice -n 5 .venv/bin/python benchmarks/judging/bench_prompt_agreement.py [--limit N] [--out results.jsonl]
     .venv/bin/python benchmarks/judging/bench_prompt_agreement.py --from results.jsonl
@@ -129,6 +131,24 @@ def compact(content: str) -> bool:
     return text == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def loose_spaces(content: str) -> int:
+    """Whitespace characters outside JSON strings: what a compact reply leaves out."""
+    count, in_string, escaped = 0, False, False
+    for char in content.strip():
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char.isspace():
+            count += 1
+    return count
+
+
 async def judge_all(base_url: str, proxy: Any, found: list[Target], out: Path | None) -> list[dict[str, Any]]:
     """Judge every target with every setting, one call at a time; one record per (target, setting)."""
     judges = {label: make_judge(base_url, version, reasons) for label, version, reasons in SETTINGS}
@@ -199,6 +219,7 @@ def rows(records: list[dict[str, Any]]) -> list[list[object]]:
                 f"{statistics.fmean(tokens):.0f}" if tokens else "—",
                 _share(sum("\n" not in c.strip() for c in first), len(first)),
                 _share(sum(compact(c) for c in first), len(first)),
+                f"{statistics.fmean(loose_spaces(c) for c in first):.1f}" if first else "—",
                 f"{statistics.fmean(r['seconds'] for r in mine):.1f}",
             ])  # fmt: skip
     return out
@@ -207,7 +228,7 @@ def rows(records: list[dict[str, Any]]) -> list[list[object]]:
 HEADERS = [
     "corpus", "setting", "judged", "needed a 2nd call", "calls / evaluation", f"verdicts equal to {REFERENCE}",
     f"kappa vs {REFERENCE}", "share yes", "accuracy vs labels", "output tokens / evaluation", "first reply one line",
-    "first reply compact JSON", "s / evaluation",
+    "first reply compact JSON", "spaces outside strings, first reply", "s / evaluation",
 ]  # fmt: skip
 
 

@@ -54,4 +54,7 @@ def test_recorded_run_gives_agreement_kappa_accuracy_and_the_compact_share(tmp_p
     # The failed q1 is out of every paired figure; its calls and tokens still count.
     bare = rows["cp-4/none"][:10]
     assert bare == ["1/2", "50%", "1.5", "50%", "0.00", "50%", "100%", "18", "100%", "50%"], done.stdout
+    # Whitespace outside strings in the first replies: 5 and 6 for cp-3 (newlines count), none when compact.
+    assert (reference_spaces := rows["cp-3/all"][10]) == "5.5", reference_spaces
+    assert rows["cp-4/all"][10] == "0.0", done.stdout
     assert "demo: 2 evaluations, 5 contexts, labelled yes 40%" in done.stdout
