@@ -142,8 +142,8 @@ Reply with compact JSON only (one line, no spaces outside strings), one entry pe
 {reasons}"""
 _SHAPES_CP4: Final = {
     "all": '{"verdicts":[{"context_index":0,"verdict":"yes","reason":"at most six words"}]}',
-    "no": '{"verdicts":[{"context_index":0,"verdict":"no","reason":"at most six words"},'
-          '{"context_index":1,"verdict":"yes","reason":""}]}',
+    # One entry, as in the other shapes: a judge that copies its example must still return one verdict a context.
+    "no": '{"verdicts":[{"context_index":0,"verdict":"no","reason":"at most six words"}]}',
     "none": '{"verdicts":[{"context_index":0,"verdict":"yes"}]}',
 }
 _REASONS_CP4: Final = {
