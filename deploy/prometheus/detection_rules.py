@@ -64,6 +64,11 @@ MIN_COUNT = 20  # scored evaluations in the window, and in the pooled baseline
 VAR_FLOOR = 0.01  # AP variance is never taken below 0.1^2 (a constant baseline would give an infinite z)
 FALSE_ALARMS_PER_MONTH = 0.5  # the design target for the family, per data source (the table shows the measured)
 INTERVAL = "1m"
+#: The baseline group's interval: the seven-day pools (the costliest reads by far) and what follows from them alone.
+#: Shorter than Prometheus's 5-minute lookback, so its records never go stale between evaluations, and a divisor of
+#: a day, so each evaluation's ``offset 1d..7d`` lands on the 1-minute grid the window records are written on.
+BASELINE_INTERVAL = "4m"
+BASELINE_EVERY_MIN = 4
 MONTH_MINUTES = 30 * 24 * 60
 INTERVAL_Z = 1.96  # the estimated drop's interval in the annotations: 95 %, two-sided
 DS = "gen_ai_data_source_id"
@@ -156,16 +161,28 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         "  - name: context_precision.detection.recording",
         f"    interval: {INTERVAL}",
         "    rules:",
-        "      # Per data source and window (the rule's label window): count, sum and sum of squares of AP over the window ...",
+        "      # Per data source and window (the rule's label window): count, sum and sum of squares of AP over the window.",
     ]
     lines += window_records(p, metrics, DS)
-    lines.append(f"      # ... and over the same window at the same time of day on each of the last {BASELINE_DAYS}"
-                 " days, pooled (the window records' offsets: every window in one rule).")
-    for part in metrics:
-        lines += [f"      - record: {p}_{part}:baseline", f"        expr: {_baseline(f'{p}_{part}:window')}"]
+    lines += _cascade_window_records()
     lines += _plain_records(margin, min_count, level_sd)
     lines += _ppi_records(margin, min_count, level_sd)
     lines += _chosen_records(z, min_count)
+    lines += [
+        "",
+        "  - name: context_precision.detection.baseline",
+        f"    interval: {BASELINE_INTERVAL}",
+        "    rules:",
+        f"      # Every window at the same time of day on each of the last {BASELINE_DAYS} days, pooled (the window"
+        " records'",
+        f"      # offsets: every window in one rule), and what depends on the pool alone. Every {BASELINE_INTERVAL}, not"
+        " every minute:",
+        "      # the pool moves by a few minutes of seven days, and its reads cost more than the rest of the scan.",
+    ]
+    for part in metrics:
+        lines += [f"      - record: {p}_{part}:baseline", f"        expr: {_baseline(f'{p}_{part}:window')}"]
+    lines += _plain_baseline_records()
+    lines += _ppi_baseline_records()
     top = f'topk(1, {p}:drop_z{{{DS}=\\"%s\\"}})'  # inside a template's string: quotes escaped
     pick = f'{{{{ with query (printf "{top}" $labels.{DS}) }}}}{{{{ with first . }}}}'
     lines += [
@@ -265,8 +282,6 @@ def _plain_records(margin: float, min_count: int, level_sd: float) -> list[str]:
         "      # variance, and z.",
         f"      - record: {q}:mean",
         f"        expr: {p}_sum:window / {on} {p}_count:window",
-        f"      - record: {q}:baseline_mean",
-        f"        expr: {p}_sum:baseline / {on} {p}_count:baseline",
         f"      - record: {q}:drop",
         f"        expr: {q}:baseline_mean - {on} {q}:mean",
         f"      - record: {q}:drop_stderr",
@@ -284,76 +299,105 @@ def _plain_records(margin: float, min_count: int, level_sd: float) -> list[str]:
     ]
 
 
-def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
-    """Where the cascade runs: the PPI++ MAP per window against the baseline's, with the baseline's weight."""
+def _plain_baseline_records() -> list[str]:
+    """The score series' baseline mean (the baseline group: it reads the pool alone)."""
+    p, q = PREFIX, f"{PREFIX}_plain"
+    return [f"      - record: {q}:baseline_mean",
+            f"        expr: {p}_sum:baseline / on ({DS}, window) {p}_count:baseline"]
+
+
+def _terms(side: str) -> list[str]:
+    """One series per PPI term of the cascade's ``side`` (window or baseline) record."""
+    return [line for term in PPI_TERMS
+            for line in (f"      - record: {CASCADE}_{term}:{side}",
+                         f'        expr: sum without (term) ({CASCADE_TERMS}:{side}{{term="{term}"}})')]
+
+
+def _cascade_window_records() -> list[str]:
+    """The cascade's PPI sums over every window (doubling records, all terms in one), then one series per term."""
+    return [
+        "      # Where the cheap-plus-LLM cascade runs: its PPI sums (context_precision_cascade_sums_total{term}) over",
+        "      # every window (doubling records, all terms in one), then one series per term.",
+        *(line.replace(f"{CASCADE_TERMS}_:", f"{CASCADE_TERMS}:")
+          for line in window_records(CASCADE_TERMS, {"": CASCADE_METRIC}, f"{DS}, term")),
+        *_terms("window"),
+    ]
+
+
+def _ppi_baseline_records() -> list[str]:
+    """The cascade's pooled baseline, one series per term, its moments and PPI++ weight (the baseline group)."""
     c, q = CASCADE, f"{PREFIX}_ppi"
     on = f"on ({DS}, window)"
 
-    def t(term: str, side: str) -> str:
-        return f"{c}_{term}:{side}"
+    def t(term: str) -> str:
+        return f"{c}_{term}:baseline"
 
-    lines = [
-        "      # Where the cheap-plus-LLM cascade runs: its PPI sums (context_precision_cascade_sums_total{term}) over",
-        "      # every window (doubling records, all terms in one) and the same baseline, then one series per term.",
-    ]
-    for side in ("window", "baseline"):
-        if side == "window":
-            lines += [line.replace(f"{CASCADE_TERMS}_:", f"{CASCADE_TERMS}:")
-                      for line in window_records(CASCADE_TERMS, {"": CASCADE_METRIC}, f"{DS}, term")]
-        else:
-            lines += [f"      - record: {CASCADE_TERMS}:baseline",
-                      f"        expr: {_baseline(f'{CASCADE_TERMS}:window', f'{DS}, term')}"]
-        for term in PPI_TERMS:
-            lines += [f"      - record: {t(term, side)}",
-                      f'        expr: sum without (term) ({CASCADE_TERMS}:{side}{{term="{term}"}})']
     b_unl = f"{c}_unlabelled:baseline"
-    lines += [
+    return [
+        "      # The cascade's PPI sums over the same baseline, then one series per term.",
+        f"      - record: {CASCADE_TERMS}:baseline",
+        f"        expr: {_baseline(f'{CASCADE_TERMS}:window', f'{DS}, term')}",
+        *_terms("baseline"),
         "      # The baseline's moments and PPI++ weight (as cp_observe/_judging/_ppi.py: ppi_drop_z): N = count - n",
         "      # unlabelled; lambda = clamp(cov(y, f_sub) / ((1 + n/N) var(f)), 0, 1), 0 without unlabelled items or",
         "      # when f is constant.",
         f"      - record: {b_unl}",
-        f"        expr: {t('count', 'baseline')} - {on} {t('n', 'baseline')}",
+        f"        expr: {t('count')} - {on} {t('n')}",
         f"      - record: {c}_y:baseline_mean",
-        f"        expr: {t('y', 'baseline')} / {on} {t('n', 'baseline')}",
+        f"        expr: {t('y')} / {on} {t('n')}",
         f"      - record: {c}_f_sub:baseline_mean",
-        f"        expr: {t('f_sub', 'baseline')} / {on} {t('n', 'baseline')}",
+        f"        expr: {t('f_sub')} / {on} {t('n')}",
         f"      - record: {c}_fy:baseline_cov",
-        f"        expr: {t('fy', 'baseline')} / {on} {t('n', 'baseline')} - {on} {c}_y:baseline_mean * {on}"
+        f"        expr: {t('fy')} / {on} {t('n')} - {on} {c}_y:baseline_mean * {on}"
         f" {c}_f_sub:baseline_mean",
         f"      - record: {c}_f:baseline_var",
         "        expr: |",
-        f"          clamp_min(({t('f2', 'baseline')} - {on} {t('f', 'baseline')} ^ 2 / {on} {t('count', 'baseline')})"
-        f" / {on} clamp_min({t('count', 'baseline')} - 1, 1), 0)",
+        f"          clamp_min(({t('f2')} - {on} {t('f')} ^ 2 / {on} {t('count')})"
+        f" / {on} clamp_min({t('count')} - 1, 1), 0)",
         f"      - record: {q}:lambda",
         "        expr: |",
         "          (",
-        f"            clamp({c}_fy:baseline_cov / {on} ((1 + {t('n', 'baseline')} / {on} clamp_min({b_unl}, 1))"
+        f"            clamp({c}_fy:baseline_cov / {on} ((1 + {t('n')} / {on} clamp_min({b_unl}, 1))"
         f" * {on} {c}_f:baseline_var), 0, 1)",
         f"            and {on} {c}_f:baseline_var > 0 and {on} {b_unl} > 0.5",
         "          )",
         f"          or 0 * {c}_fy:baseline_cov",
         f"      - record: {c}_f_unlabelled:baseline_mean",
         "        expr: |",
-        f"          ({t('f', 'baseline')} - {on} {t('f_sub', 'baseline')}) / {on} {b_unl} and {on} {b_unl} > 0.5",
+        f"          ({t('f')} - {on} {t('f_sub')}) / {on} {b_unl} and {on} {b_unl} > 0.5",
         f"          or {c}_f_sub:baseline_mean",
         f"      - record: {c}_f_unlabelled:baseline_var",
         "        expr: |",
-        f"          clamp_min(({t('f2', 'baseline')} - {on} {t('f2_sub', 'baseline')}) / {on} {b_unl}"
+        f"          clamp_min(({t('f2')} - {on} {t('f2_sub')}) / {on} {b_unl}"
         f" - {on} {c}_f_unlabelled:baseline_mean ^ 2, 0) and {on} {b_unl} > 0.5",
         f"          or 0 * {c}_f_sub:baseline_mean",
         f"      - record: {q}:residual_var",
         "        expr: |",
         "          clamp_min(",
-        f"            {t('y2', 'baseline')} / {on} {t('n', 'baseline')} - {on} {c}_y:baseline_mean ^ 2",
-        f"            + {on} {q}:lambda ^ 2 * {on} ({t('f2_sub', 'baseline')} / {on} {t('n', 'baseline')}"
+        f"            {t('y2')} / {on} {t('n')} - {on} {c}_y:baseline_mean ^ 2",
+        f"            + {on} {q}:lambda ^ 2 * {on} ({t('f2_sub')} / {on} {t('n')}"
         f" - {on} {c}_f_sub:baseline_mean ^ 2)",
         f"            - {on} 2 * {q}:lambda * {on} {c}_fy:baseline_cov,",
         f"            {VAR_FLOOR}",
         "          )",
-        "      # Both means with the baseline's weight; the window's unlabelled mean is its f_sub's where it has none.",
+        "      # The baseline's mean with its weight.",
         f"      - record: {q}:baseline_mean",
         f"        expr: {c}_y:baseline_mean + {on} {q}:lambda * {on} ({c}_f_unlabelled:baseline_mean - {on}"
         f" {c}_f_sub:baseline_mean)",
+    ]
+
+
+def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
+    """Where the cascade runs: the PPI++ MAP per window against the baseline's (the baseline group's weight)."""
+    c, q = CASCADE, f"{PREFIX}_ppi"
+    on = f"on ({DS}, window)"
+
+    def t(term: str, side: str) -> str:
+        return f"{c}_{term}:{side}"
+
+    b_unl = f"{c}_unlabelled:baseline"
+    return [
+        "      # The window's mean with the baseline's weight; its unlabelled mean is its f_sub's where it has none.",
         f"      - record: {c}_unlabelled:window",
         f"        expr: {t('count', 'window')} - {on} {t('n', 'window')}",
         f"      - record: {c}_f_sub:mean",
@@ -385,7 +429,6 @@ def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
         f"          and {on} {t('n', 'window')} >= {min_count}",
         f"          and {on} {t('n', 'baseline')} >= {min_count}",
     ]
-    return lines
 
 
 def _chosen_records(z: float, min_count: int) -> list[str]:
@@ -662,9 +705,11 @@ def scenarios() -> str:
         "",
         f"evaluation_interval: {EVAL_MIN}m",
         "",
-        "# The alert reads what the recording group wrote at the same instant: without an order promtool",
-        "# evaluates the groups in a random one, and the alert sometimes reads the previous step's values.",
+        "# Each group reads what the one before it wrote at the same instant (promtool evaluates every group at",
+        "# every step, whatever its interval): without an order promtool evaluates the groups in a random one, and",
+        "# a group sometimes reads the previous step's values.",
         "group_eval_order:",
+        "  - context_precision.detection.baseline",
         "  - context_precision.detection.recording",
         "  - context_precision.detection.alerts",
         "",
