@@ -265,14 +265,18 @@ def recorded_windows(cum: np.ndarray, rules: ModuleType) -> dict[int, np.ndarray
     return out
 
 
-def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int) -> tuple[np.ndarray, np.ndarray]:
+def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int, every: int = 1
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """One window's record at ``at`` and the pooled records on each of the last ``days`` days (the rules' baseline:
-    a day without a record is left out of the pool; NaN where no day has one)."""
+    a day without a record is left out of the pool; NaN where no day has one), as the baseline group last wrote it:
+    it runs every ``every`` minutes (on the minutes divisible by it), so at ``at`` it holds the pool of the last
+    such minute."""
     window = records[:, at]
     base = np.zeros_like(window)
     present = np.zeros(len(at), dtype=bool)
+    pooled_at = at - at % every
     for d in range(1, days + 1):
-        back = at - d * PER_DAY
+        back = pooled_at - d * PER_DAY
         ok = back >= 0
         day = np.full_like(window, np.nan)
         day[:, ok] = records[:, back[ok]]
@@ -287,13 +291,14 @@ def scan_z(per_minute: np.ndarray, at: np.ndarray, rules: ModuleType) -> np.ndar
     """The rules' z per window at minutes ``at`` (rows: windows), from per-minute sums; NaN under the minimum.
 
     Windows and baselines are the window records (``recorded_windows``): the half-window chain and the records at
-    ``offset 1d..7d``, as the rules evaluate them.
+    ``offset 1d..7d``, as the rules evaluate them (the pools as the baseline group last wrote them).
     """
     cum = np.concatenate([np.zeros((3, 1)), np.cumsum(per_minute, axis=1)], axis=1)  # cum[:, t] = up to minute t
     records = recorded_windows(cum, rules)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
-        (n, s, _), (big_n, big_s, big_q) = _window_and_baseline(records[w], at, rules.BASELINE_DAYS)
+        (n, s, _), (big_n, big_s, big_q) = _window_and_baseline(records[w], at, rules.BASELINE_DAYS,
+                                                                rules.BASELINE_EVERY_MIN)
         with np.errstate(divide="ignore", invalid="ignore"):
             mean_b = big_s / big_n
             var = np.maximum(big_q / big_n - mean_b**2, rules.VAR_FLOOR)
@@ -554,9 +559,15 @@ WINDOW_RECORD = re.compile(r":window$")
 def z_expr() -> str:
     """The shipped rules' z for every window as one PromQL expression: the recorded series inlined, except the
     window records themselves, which the crosscheck backfills (``cp-observe deploy backfill``) as an upgrade does."""
-    groups = yaml.safe_load(DETECTION_RULES_FILE.read_text(encoding="utf-8"))["groups"]
-    records = {rule["record"]: " ".join(rule["expr"].split()) for rule in groups[0]["rules"]
+    groups = {g["name"]: g for g in yaml.safe_load(DETECTION_RULES_FILE.read_text(encoding="utf-8"))["groups"]}
+    records = {rule["record"]: " ".join(rule["expr"].split())
+               for rule in groups["context_precision.detection.recording"]["rules"]
                if not WINDOW_RECORD.search(rule["record"])}
+    # The baseline group's records as it last wrote them: evaluated on the minutes divisible by its interval (the
+    # subquery's steps are aligned to them), the latest of those at or before each evaluation of the recording group.
+    every = groups["context_precision.detection.baseline"]["interval"]
+    records.update({rule["record"]: f"last_over_time(({' '.join(rule['expr'].split())})[{every}:{every}])"
+                    for rule in groups["context_precision.detection.baseline"]["rules"]})
     # The score series' z: the crosscheck's streams run no cascade, so the alert reads this one (inlining the
     # chosen record would also inline the PPI++ branch, a hundred times longer and empty here).
     return inline(records["gen_ai_data_source_id_window:context_precision_score_plain:drop_z"], records)
@@ -848,7 +859,7 @@ def scan_z_ppi(terms: np.ndarray, at: np.ndarray, rules: ModuleType) -> np.ndarr
     records = recorded_windows(cum, rules)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
-        win, base = _window_and_baseline(records[w], at, rules.BASELINE_DAYS)
+        win, base = _window_and_baseline(records[w], at, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN)
         c, f, f2, n, y, y2, fs, f2s, fy = base
         wc, wf, _, wn, wy, _, wfs, _, _ = win
         with np.errstate(divide="ignore", invalid="ignore"):

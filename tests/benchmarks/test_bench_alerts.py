@@ -67,7 +67,8 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
     for row, w in enumerate(rules.WINDOWS):
         for col, t in enumerate(at):
             n, s, _ = cum[:, t] - cum[:, t - w]
-            big = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - w] for d in range(1, 8))
+            pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
+            big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
             expected = drop_z(n, s, big[0], big[1], big[2], margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD,
                               min_count=rules.MIN_COUNT)
             assert (expected is None and np.isnan(z[row, col])) or z[row, col] == pytest.approx(expected)
@@ -90,7 +91,8 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
     for row, w in enumerate(rules.WINDOWS):
         for col, t in enumerate(at):
             win = cum[:, t] - cum[:, t - w]
-            big = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - w] for d in range(1, 8))
+            pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
+            big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
             expected = ppi_drop_z(PpiSums(*win), PpiSums(*big), margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD,
                                   min_count=rules.MIN_COUNT)
             if expected is None:

@@ -60,21 +60,39 @@ def test_the_threshold_holds_the_whole_family_to_its_target(gen: ModuleType) -> 
 
 
 def test_groups_alert_and_windows(gen: ModuleType) -> None:
-    """Two groups, one alert; every window doubles the last, from 5m to about a day; one 7-day baseline rule per
-    counter reads the window records at offsets 1d..7d."""
+    """Three groups, one alert; every window doubles the last, from 5m to about a day; one 7-day baseline rule per
+    counter reads the window records at offsets 1d..7d, in the baseline group."""
     groups = load_yaml(DETECTION_RULES_FILE)["groups"]
     assert tuple(g["name"] for g in groups) == DETECTION_RULE_GROUPS
     assert tuple(alert_rules(DETECTION_RULES_FILE)) == DETECTION_ALERT_NAMES
     assert all(b == 2 * a for a, b in zip(gen.WINDOWS, gen.WINDOWS[1:], strict=False))
     assert gen.WINDOWS[0] == 5 and 16 * 60 <= gen.WINDOWS[-1] <= 24 * 60
-    rules = groups[0]["rules"]
+    rules, pools = groups[0]["rules"], groups[1]["rules"]
     for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
         current = [r for r in rules if r["record"] == f"{record}:window"]
         assert [r["labels"]["window"] for r in current] == [f"{w}m" for w in gen.WINDOWS]
-        (baseline,) = [r for r in rules if r["record"] == f"{record}:baseline"]
+        assert not [r for r in rules if r["record"] == f"{record}:baseline"]
+        (baseline,) = [r for r in pools if r["record"] == f"{record}:baseline"]
         offsets = re.findall(rf"label_replace\({re.escape(record)}:window offset (\d+)d", baseline["expr"])
         assert offsets == [str(d) for d in range(1, gen.BASELINE_DAYS + 1)]
         assert "increase" not in baseline["expr"] and "window)" in baseline["expr"]
+
+
+def test_the_baseline_group_reads_no_window_now_and_never_goes_stale(gen: ModuleType) -> None:
+    """The baseline group reads the window records only at whole-day offsets (so no evaluation of it depends on
+    another group's at the same instant), writes only what the pool alone decides, and runs more often than
+    Prometheus's 5-minute lookback at a divisor of a day; the recording group reads its records, none it writes."""
+    recording, pools = load_yaml(DETECTION_RULES_FILE)["groups"][:2]
+    assert pools["interval"] == gen.BASELINE_INTERVAL == f"{gen.BASELINE_EVERY_MIN}m"
+    assert gen.BASELINE_EVERY_MIN < 5 and gen.DAY_MIN % gen.BASELINE_EVERY_MIN == 0
+    written = {r["record"] for r in pools["rules"]}
+    for rule in pools["rules"]:
+        for name, offset in re.findall(r"([\w:]+:window)\b(?:\{[^}]*\})?( offset \d+d)?", rule["expr"]):
+            assert offset, (name, rule["expr"])
+    assert all(r["record"].endswith(("baseline", "baseline_mean", "baseline_var", "baseline_cov", "lambda",
+                                     "residual_var")) for r in pools["rules"])
+    assert not written & {r["record"] for r in recording["rules"]}
+    assert any(name in rule["expr"] for rule in recording["rules"] for name in written)
 
 
 def test_only_the_shortest_window_reads_raw_counters_the_others_add_two_recorded_halves(gen: ModuleType) -> None:
@@ -236,18 +254,22 @@ def test_dashboard_draws_the_statistic_against_the_alerts_threshold(gen: ModuleT
 
 
 def test_sharded_rules_give_each_group_its_data_sources_and_a_last_group_the_rest(gen: ModuleType) -> None:
-    """--shard REGEX (repeated) splits the recording group by data source: every raw counter and record a shard's
-    group reads carries its matcher, the last group the negation of all, and the alert group stays one."""
-    text = gen.shard(gen.rules(), ["kb-[a-m].*", "kb-[n-z].*"])
+    """--shard REGEX (repeated) splits the recording and the baseline group by data source: every raw counter and
+    record a shard's group reads carries its matcher, the last group the negation of all, and the alert group stays
+    one."""
+    text = gen.rules()
+    for name in gen.SHARDED:
+        text = gen.shard(text, ["kb-[a-m].*", "kb-[n-z].*"], name)
     groups = yaml.safe_load(text)["groups"]
     names = [g["name"] for g in groups]
-    assert names == ["context_precision.detection.recording.shard1", "context_precision.detection.recording.shard2",
-                     "context_precision.detection.recording.rest", "context_precision.detection.alerts"]
+    assert names == [f"{group}.{part}" for group in gen.SHARDED for part in ("shard1", "shard2", "rest")] \
+        + ["context_precision.detection.alerts"]
     matchers = ['gen_ai_data_source_id=~"kb-[a-m].*"', 'gen_ai_data_source_id=~"kb-[n-z].*"',
                 'gen_ai_data_source_id!~"(?:kb-[a-m].*)|(?:kb-[n-z].*)"']
-    unsharded = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
-    records = {r["record"] for r in unsharded}
-    for group, matcher in zip(groups[:3], matchers, strict=True):
+    shipped = load_yaml(DETECTION_RULES_FILE)["groups"]
+    records = {r["record"] for g in shipped[:2] for r in g["rules"]}
+    for group, matcher, unsharded in zip(groups[:6], matchers * 2, [shipped[0]["rules"]] * 3 + [shipped[1]["rules"]] * 3,
+                                         strict=True):
         assert len(group["rules"]) == len(unsharded)
         for rule in group["rules"]:
             selectors = re.findall(r"(?<![\w:])([\w:]+)\{([^}]*)\}", rule["expr"])
@@ -256,7 +278,7 @@ def test_sharded_rules_give_each_group_its_data_sources_and_a_last_group_the_res
             assert all(inside.endswith(matcher) for _, inside in read), rule["expr"]
             bare = [n for n in re.findall(r"(?<![\w:])([\w]*:[\w:]+)(?![\w:{])", rule["expr"]) if n in records]
             assert not bare, rule["expr"]
-    assert groups[3] == load_yaml(DETECTION_RULES_FILE)["groups"][1]
+    assert groups[6] == shipped[2]
     assert _printed("--shard", "kb-[a-m].*", "--shard", "kb-[n-z].*") == text
 
 
@@ -265,7 +287,7 @@ def test_sharded_rules_pass_promtool(gen: ModuleType, tmp_path) -> None:
     """The sharded file is valid PromQL and YAML for promtool (its duplicate-rule lint off: the same record names
     in several groups are the point)."""
     path = tmp_path / "sharded.rules.yml"
-    path.write_text(gen.shard(gen.rules(), ["kb-[a-m].*", "kb-[n-z].*"]), encoding="utf-8")
+    path.write_text(_printed("--shard", "kb-[a-m].*", "--shard", "kb-[n-z].*"), encoding="utf-8")
     proc = run_promtool("check", "rules", "--lint=none", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
