@@ -16,7 +16,10 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
   record of half its length now plus the same record ``offset`` half its length (``window_records``): two halves
   that tile the window, so each raw minute counts once and an evaluation reads two samples, not W minutes.
 - **Baseline.** The same W at the same time of day on each of the last BASELINE_DAYS days: the window records at
-  ``offset 1d`` .. ``offset 7d``, pooled: N, S, Q (seven lookups, not seven raw ranges). Prometheus must keep
+  ``offset 1d`` .. ``offset 7d``, pooled: N, S, Q (seven lookups, not seven raw ranges). The pools, and what
+  follows from them alone, are a group of their own evaluated every BASELINE_INTERVAL (they cost more than the rest
+  of the scan together; the minute group reads what it wrote last, a pool up to that much older in the time of
+  day). Prometheus must keep
   9 days; ``cp-observe deploy backfill`` writes the records for past days where the rules are new. Same time of
   day follows the daily rhythm (query mix, traffic); seven days
   average the weekly one out. A day with no data (a new data source) is left out of the pool rather than voiding
