@@ -70,8 +70,8 @@ INTERVAL = "1m"
 #: The baseline group's interval: the seven-day pools (the costliest reads by far) and what follows from them alone.
 #: Shorter than Prometheus's 5-minute lookback, so its records never go stale between evaluations, and a divisor of
 #: a day, so each evaluation's ``offset 1d..7d`` lands on the 1-minute grid the window records are written on.
-BASELINE_INTERVAL = "4m"
 BASELINE_EVERY_MIN = 4
+BASELINE_INTERVAL = f"{BASELINE_EVERY_MIN}m"
 MONTH_MINUTES = 30 * 24 * 60
 INTERVAL_Z = 1.96  # the estimated drop's interval in the annotations: 95 %, two-sided
 DS = "gen_ai_data_source_id"
