@@ -271,14 +271,19 @@ def recorded_windows(cum: np.ndarray, rules: ModuleType) -> dict[int, np.ndarray
     return out
 
 
-def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int) -> tuple[np.ndarray, np.ndarray]:
+def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int, every: int = 1, lag: int = 0
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """One window's record at ``at`` and the pooled records on each of the last ``days`` days (the rules' baseline:
-    a day without a record is left out of the pool; NaN where no day has one)."""
-    window = records[:, at]
+    a day without a record is left out of the pool; NaN where no day has one), as the baseline group last wrote it:
+    it runs every ``every`` minutes (on the minutes divisible by it), so at ``at`` it holds the pool of the last
+    such minute. ``lag`` minutes: the window record that much before ``at`` and the pool of the records that much
+    before each day's of that minute (the rules' ``offset`` and ``:baseline_early`` under --llm-offset)."""
+    window = records[:, at - lag]
     base = np.zeros_like(window)
     present = np.zeros(len(at), dtype=bool)
+    pooled_at = at - at % every - lag
     for d in range(1, days + 1):
-        back = at - d * PER_DAY
+        back = pooled_at - d * PER_DAY
         ok = back >= 0
         day = np.full_like(window, np.nan)
         day[:, ok] = records[:, back[ok]]
@@ -295,6 +300,7 @@ def weekly_shift(records: dict[int, np.ndarray], at: np.ndarray, rules: ModuleTy
     Over the longest window: the record ``offset`` BASELINE_DAYS days (the same weekday a week ago) against the
     pool's mean, times sd^2 / (sd^2 + var(gap)) with sd the level SD, where that day holds MIN_COUNT evaluations.
     """
+    at = at - at % rules.BASELINE_EVERY_MIN  # the baseline group computes it, on its own minutes
     rec = records[rules.WINDOWS[-1]]
     _, (big_n, big_s, big_q) = _window_and_baseline(rec, at, rules.BASELINE_DAYS)
     back = at - rules.BASELINE_DAYS * PER_DAY
@@ -323,7 +329,8 @@ def scan_z(per_minute: np.ndarray, at: np.ndarray, rules: ModuleType, weekly: bo
     shift, shift_var = weekly_shift(records, at, rules) if weekly else (0.0, 0.0)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
-        (n, s, _), (big_n, big_s, big_q) = _window_and_baseline(records[w], at, rules.BASELINE_DAYS)
+        (n, s, _), (big_n, big_s, big_q) = _window_and_baseline(records[w], at, rules.BASELINE_DAYS,
+                                                                rules.BASELINE_EVERY_MIN)
         with np.errstate(divide="ignore", invalid="ignore"):
             pool = big_s / big_n
             var = np.maximum(big_q / big_n - pool**2, rules.VAR_FLOOR)
@@ -668,9 +675,15 @@ WINDOW_RECORD = re.compile(r":window$")
 def z_expr() -> str:
     """The shipped rules' z for every window as one PromQL expression: the recorded series inlined, except the
     window records themselves, which the crosscheck backfills (``cp-observe deploy backfill``) as an upgrade does."""
-    groups = yaml.safe_load(DETECTION_RULES_FILE.read_text(encoding="utf-8"))["groups"]
-    records = {rule["record"]: " ".join(rule["expr"].split()) for rule in groups[0]["rules"]
+    groups = {g["name"]: g for g in yaml.safe_load(DETECTION_RULES_FILE.read_text(encoding="utf-8"))["groups"]}
+    records = {rule["record"]: " ".join(rule["expr"].split())
+               for rule in groups["context_precision.detection.recording"]["rules"]
                if not WINDOW_RECORD.search(rule["record"])}
+    # The baseline group's records as it last wrote them: evaluated on the minutes divisible by its interval (the
+    # subquery's steps are aligned to them), the latest of those at or before each evaluation of the recording group.
+    every = groups["context_precision.detection.baseline"]["interval"]
+    records.update({rule["record"]: f"last_over_time(({' '.join(rule['expr'].split())})[{every}:{every}])"
+                    for rule in groups["context_precision.detection.baseline"]["rules"]})
     # The score series' z: the crosscheck's streams run no cascade, so the alert reads this one (inlining the
     # chosen record would also inline the PPI++ branch, a hundred times longer and empty here).
     return inline(records["gen_ai_data_source_id_window:context_precision_score_plain:drop_z"], records)
@@ -995,9 +1008,9 @@ def scan_z_ppi(terms: np.ndarray, at: np.ndarray, rules: ModuleType, llm_offset:
     records = recorded_windows(cum, rules)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
-        win, base = _window_and_baseline(records[w], at, rules.BASELINE_DAYS)
+        win, base = _window_and_baseline(records[w], at, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN)
         if llm_offset:
-            before = _window_and_baseline(records[w], at - llm_offset, rules.BASELINE_DAYS)
+            before = _window_and_baseline(records[w], at, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN, llm_offset)
             for now, then in zip((win, base), before, strict=True):
                 for total, sub in ((0, 3), (1, 6), (2, 7)):  # count - n, f - f_sub, f2 - f2_sub
                     now[total] = now[sub] + then[total] - then[sub]

@@ -7,17 +7,20 @@ Two rule sets run over the same kind of history, each on its own Prometheus 2.42
   counters at a 1-minute scrape (the score histogram's count and sum and the squares counter; in the "cascade"
   runs the cheap-plus-LLM cascade's nine PPI sums too; one replica per data source).
 - **recorded**: the rule files in this tree: the 5-minute window from the raw counters, each longer window two
-  recorded halves, the baseline the window records at ``offset 1d..7d``. Their history is synthesised: raw counters
-  for the last 1,280 minutes at a 1-minute scrape, and the window records written directly where the rules read
-  them (around now minus each half-window, and around the same time on each of the last 7 days, for the run's
-  length plus the 5-minute lookback), as a week of the rules' own evaluations would have left them. That keeps
-  1,000 data sources to a few million samples; the rules read exactly what they would read in production.
+  recorded halves, the baseline group's pools the window records at ``offset 1d..7d``. Their history is
+  synthesised: raw counters for the last RAW_MINUTES minutes at a 1-minute scrape (the rules read only the last
+  5), and the window records written directly where the rules read them (each window's record half of the next
+  window back, and every window's at the same time on each of the last 7 days; the canary's, which has no
+  baseline days, only the first), for the run's length plus the 5-minute lookback, as a week of the rules' own
+  evaluations would have left them. That keeps 1,000 data sources to a few million samples (about 9 million with
+  the cascade); the rules read exactly what they would read in production.
 
-Both are backfilled up to the current minute with ``promtool tsdb create-blocks-from openmetrics``; the groups'
-intervals are shortened to 15 s so that several evaluations are timed in a minute (an evaluation costs the same
-at any interval). Prometheus's own metrics give each group's last duration (the median over the run is reported).
-The **cost** is the rule-evaluation seconds per minute summed over the detection and canary groups: each group's
-duration × 60 / its shipped interval (1 minute for all of them).
+Both are backfilled with ``promtool tsdb create-blocks-from openmetrics`` up to the minute the run starts: that
+minute lies ahead while the history is written (sized from the samples, BACKFILL_RATE), and the run waits for it.
+The groups' intervals are shortened to 15 s so that several evaluations are timed in a minute (an evaluation
+costs the same at any interval). Prometheus's own metrics give each group's last duration (the median over the
+run is reported). The **cost** is the rule-evaluation seconds per minute summed over the detection and canary
+groups: each group's duration × 60 / its shipped interval (1 minute; the detection's baseline group 4 minutes).
 
     .venv/bin/python benchmarks/alerts/bench_rule_cost.py [--sources 10 100 1000] [--baseline-max 10]
         [--seconds 60] [--quick]
@@ -52,7 +55,8 @@ TERMS = ("count", "f", "f2", "n", "y", "y2", "f_sub", "f2_sub", "fy")
 EVAL_INTERVAL = "15s"
 SETTLE_S = 30
 WINDOWS = (5, 10, 20, 40, 80, 160, 320, 640, 1280)
-RAW_MINUTES = 1280  # the recorded rules' raw history: the longest window's worth (they read only the last 5 min)
+RAW_MINUTES = 30  # the recorded rules' raw history: they read only the last 5 minutes (the rest are records)
+BACKFILL_RATE = 10_000  # samples a second the backfill writes at least (Python and promtool), to size the lead
 DS = "gen_ai_data_source_id"
 SEGMENT = "retriever_version"
 COSTED = ("detection", "canary")  # the groups the targets are about
@@ -86,17 +90,23 @@ def _write_raw(handle, sources: int, start: int, end: int, cascade: bool) -> int
     return written
 
 
-def record_times(end: int, seconds: float) -> list[int]:
-    """The minutes at which the recorded rules read their own window records during a run ending ``seconds`` after
-    ``end``: each half-window back (the chain), each baseline day back, with the 5-minute lookback."""
-    span = range(-6 * 60, int(seconds) + 60, 60)
-    backs = [w * 60 for w in WINDOWS[:-1]] + [d * 86_400 for d in range(1, 8)]
-    return sorted({end - back + k for back in backs for k in span if end - back + k <= end})
+def record_times(end: int, seconds: float, days: bool = True) -> dict[int, list[int]]:
+    """Per window, the minutes at which the recorded rules read its record during a run that starts at ``end`` and
+    lasts ``seconds`` after the settling time: half a window back (the chain reads the window that is half of the
+    next one), and with ``days`` each baseline day back (every window), with the 5-minute lookback."""
+    span = range(-6 * 60, int(seconds) + SETTLE_S + 60, 60)
+    out = {}
+    for w in WINDOWS:
+        backs = ([w * 60] if w != WINDOWS[-1] else []) + ([d * 86_400 for d in range(1, 8)] if days else [])
+        out[w] = sorted({end - back + k for back in backs for k in span if end - back + k <= end})
+    return out
 
 
-def _write_records(handle, sources: int, times: list[int], cascade: bool) -> int:
+def _write_records(handle, sources: int, times: dict[int, list[int]], halves: dict[int, list[int]],
+                   cascade: bool) -> int:
     """The window records (detection: by data source; cascade: by term; canary: by stage and segment value) at
-    ``times``: the counts a 1-minute scrape of 1 evaluation a minute gives (0.6 for sums)."""
+    ``times`` (per window; the canary, which has no baseline days, at ``halves``): the counts a 1-minute scrape of
+    1 evaluation a minute gives (0.6 for sums)."""
     written = 0
     sets = [(f"{DS}_window:context_precision_score_{part}:window", part, None, False)
             for part in ("count", "sum", "squares")]
@@ -113,9 +123,21 @@ def _write_records(handle, sources: int, times: list[int], cascade: bool) -> int
                     (f',term="{term}"' if term else "")
                 for w in WINDOWS:
                     value = repr(w * per_minute)
-                    handle.writelines(f'{name}{{{labels},window="{w}m"}} {value} {t}\n' for t in times)
-                    written += len(times)
+                    at = (halves if canary else times)[w]
+                    handle.writelines(f'{name}{{{labels},window="{w}m"}} {value} {t}\n' for t in at)
+                    written += len(at)
     return written
+
+
+def history_samples(sources: int, cascade: bool, recorded: bool, seconds: float) -> int:
+    """How many samples ``backfill`` writes (to size the lead before the run)."""
+    families = 3 + (len(TERMS) if cascade else 0)
+    if not recorded:
+        return families * sources * (DAYS * 1440 + 1)
+    times, halves = record_times(0, seconds), record_times(0, seconds, days=False)
+    per_source = sum(len(t) for t in times.values()) * (3 + (len(TERMS) if cascade else 0))
+    per_source += sum(len(t) for t in halves.values()) * 3
+    return sources * (families * (RAW_MINUTES + 1) + per_source)
 
 
 def backfill(data: Path, sources: int, end: int, cascade: bool, recorded: bool, seconds: float) -> int:
@@ -124,7 +146,8 @@ def backfill(data: Path, sources: int, end: int, cascade: bool, recorded: bool, 
     with om.open("w", encoding="utf-8") as handle:
         if recorded:
             written = _write_raw(handle, sources, end - RAW_MINUTES * 60, end, cascade)
-            written += _write_records(handle, sources, record_times(end, seconds), cascade)
+            times = record_times(end, seconds)
+            written += _write_records(handle, sources, times, record_times(end, seconds, days=False), cascade)
         else:
             written = _write_raw(handle, sources, end - DAYS * 86_400, end, cascade)
         handle.write("# EOF\n")
@@ -161,12 +184,20 @@ def measure(sources: int, seconds: float, cascade: bool, recorded: bool, ref: st
     """Backfill, run Prometheus over one rule set, and sample the groups' costs for ``seconds``."""
     with tempfile.TemporaryDirectory(prefix="cp-rule-cost-") as tmp:
         work = Path(tmp)
-        end = int(time.time()) // 60 * 60
+        # The history ends at the minute the run starts, in the future while it is written: Prometheus refuses rule
+        # output older than its newest block, and a run that started long after the history ended would read
+        # nothing in between (at 1,000 data sources the backfill takes minutes).
+        lead = 30 + history_samples(sources, cascade, recorded, seconds) / BACKFILL_RATE
+        end = (int(time.time() + lead) // 60 + 1) * 60
         began = time.perf_counter()
         written = backfill(work / "data", sources, end, cascade, recorded, seconds)
         print(f"# {sources} data sources{' with the cascade' if cascade else ''}, "
               f"{'recorded' if recorded else 'baseline'} rules: {written:,} samples backfilled in"
-              f" {time.perf_counter() - began:.0f} s", flush=True)
+              f" {time.perf_counter() - began:.0f} s; {end - time.time():.0f} s left before the run", flush=True)
+        if time.time() > end + 240:  # within the 5-minute lookback the run still reads the history's last samples
+            print(f"# WARNING: the backfill ended {time.time() - end:.0f} s after the history: the last reads of the"
+                  " run may find no record (lower BACKFILL_RATE)", flush=True)
+        time.sleep(max(0.0, end - time.time()))
         files, shipped_interval = [], {}
         for name, text in rule_files(recorded, ref).items():
             rules = yaml.safe_load(text)

@@ -146,7 +146,9 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
         ]
     stage_mean = f"({t}_sum:window / {t}_count:window)"
     variance = f"clamp_min({t}_squares:window / {t}_count:window - {stage_mean} ^ 2, {VAR_FLOOR})"
-    own_variance = f"clamp_min({p}_squares:window / {p}_count:window - {p}:mean ^ 2, {VAR_FLOOR})"
+    # Only where a baseline gap exists (a recorded baseline MAP): without one the branch reads one empty series.
+    own_variance = (f"clamp_min(({p}_squares:window and {on_value} {p}:gap{{against=\"baseline\"}}) / {p}_count:window"
+                    f" - {p}:mean ^ 2, {VAR_FLOOR})")
     lines += [
         "      # Means, the gap (reference - value) against the rest and against the baseline, its standard error, z.",
         f"      - record: {p}:mean",

@@ -55,7 +55,8 @@ def test_z_expression_is_the_shipped_rules_inlined_down_to_the_window_records(be
 
 def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
     """The vectorised z per window equals cp_observe._stats's drop_z on the same sums, with the weekly shift
-    computed here from the raw sums: the longest window a week ago against its 7-day pool, shrunk by its noise."""
+    computed here from the raw sums: the longest window a week ago against its 7-day pool, shrunk by its noise,
+    both as the baseline group last computed them (on a minute divisible by its interval)."""
     from cp_observe._stats._sequential import drop_z
 
     rules = bench._detection_rules()
@@ -63,11 +64,12 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
     minutes = np.arange(9 * bench.PER_DAY)
     sums = bench.draw(bench.healthy_mean(minutes, 0.2), np.full(len(minutes), 3.0), rng)
     at = np.array([8 * bench.PER_DAY + 17, 8 * bench.PER_DAY + 900])
+    assert any(at % rules.BASELINE_EVERY_MIN)  # one evaluation between the baseline group's
     z = bench.scan_z(sums, at, rules)
     cum = np.concatenate([np.zeros((3, 1)), np.cumsum(sums, axis=1)], axis=1)
     longest, tau2 = rules.WINDOWS[-1], rules.LEVEL_SD**2
     shifts = []
-    for t in at:
+    for t in at - at % rules.BASELINE_EVERY_MIN:
         n7, s7, _ = cum[:, t - 7 * bench.PER_DAY] - cum[:, t - 7 * bench.PER_DAY - longest]
         pool = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - longest] for d in range(1, 8))
         mean = pool[1] / pool[0]
@@ -78,7 +80,8 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
     for row, w in enumerate(rules.WINDOWS):
         for col, t in enumerate(at):
             n, s, _ = cum[:, t] - cum[:, t - w]
-            big = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - w] for d in range(1, 8))
+            pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
+            big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
             expected = drop_z(n, s, big[0], big[1], big[2], margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD,
                               min_count=rules.MIN_COUNT, shift=shifts[col][0], shift_var=shifts[col][1])
             assert (expected is None and np.isnan(z[row, col])) or z[row, col] == pytest.approx(expected)
@@ -101,7 +104,8 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
     for row, w in enumerate(rules.WINDOWS):
         for col, t in enumerate(at):
             win = cum[:, t] - cum[:, t - w]
-            big = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - w] for d in range(1, 8))
+            pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
+            big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
             expected = ppi_drop_z(PpiSums(*win), PpiSums(*big), margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD,
                                   min_count=rules.MIN_COUNT)
             if expected is None:
@@ -134,7 +138,8 @@ def test_late_llm_scores_land_later_and_nothing_else_moves(bench: ModuleType) ->
 
 def test_scan_z_ppi_with_an_offset_reads_the_cheap_only_terms_earlier(bench: ModuleType) -> None:
     """scan_z_ppi's llm_offset is the rules' --llm-offset: ppi_drop_z on sums whose cheap-only part (count - n,
-    f - f_sub, f2 - f2_sub) is taken ``llm_offset`` minutes earlier, in the window and in each baseline day."""
+    f - f_sub, f2 - f2_sub) is taken ``llm_offset`` minutes earlier, in the window and in each baseline day (of the
+    pool the baseline group last wrote, on a minute divisible by its interval)."""
     from cp_observe._judging._ppi import PpiSums, ppi_drop_z
 
     rules = bench._detection_rules()
@@ -144,6 +149,7 @@ def test_scan_z_ppi_with_an_offset_reads_the_cheap_only_terms_earlier(bench: Mod
                               late=("flex", np.random.default_rng(9)))
     terms = rows[3:12]
     at = np.array([8 * bench.PER_DAY + 45, 8 * bench.PER_DAY + 700])
+    assert any(at % rules.BASELINE_EVERY_MIN)  # one evaluation between the baseline group's
     z = bench.scan_z_ppi(terms, at, rules, 3)
     cum = np.concatenate([np.zeros((len(bench.PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
 
@@ -156,7 +162,8 @@ def test_scan_z_ppi_with_an_offset_reads_the_cheap_only_terms_earlier(bench: Mod
     checked = 0
     for row, w in enumerate(rules.WINDOWS):
         for col, t in enumerate(at):
-            big = sum(sums(t - d * bench.PER_DAY, w) for d in range(1, 8))
+            pooled = t - t % rules.BASELINE_EVERY_MIN
+            big = sum(sums(pooled - d * bench.PER_DAY, w) for d in range(1, 8))
             expected = ppi_drop_z(PpiSums(*sums(t, w)), PpiSums(*big), margin=rules.MARGIN, var_floor=rules.VAR_FLOOR,
                                   level_sd=rules.LEVEL_SD, min_count=rules.MIN_COUNT)
             if expected is None:

@@ -65,11 +65,19 @@ def test_the_cost_sums_detection_and_canary_groups_at_their_shipped_interval(ben
 
 
 def test_synthesised_records_cover_every_half_window_and_baseline_day_read_during_the_run(bench: ModuleType) -> None:
-    """The recorded rules read their window records half a window back and 1..7 days back, with the 5-minute
-    lookback, for the whole run: the synthesised history holds a record at every such minute."""
+    """The recorded rules read a window's record half of the next window back, and every window's 1..7 days back
+    (the canary's: no days), with the 5-minute lookback, for the whole run after it settles: the synthesised
+    history holds a record at every such minute, none after the run's start, and the count is what the lead is
+    sized from."""
     end, seconds = 1_000_000_020 // 60 * 60, 60.0
-    times = set(bench.record_times(end, seconds))
-    for back in [w * 60 for w in bench.WINDOWS[:-1]] + [d * 86_400 for d in range(1, 8)]:
-        for now in range(end, end + int(seconds) + 1, 15):
-            assert any(now - back - 300 <= t <= now - back for t in times), (back, now)
-    assert all(t <= end for t in times)
+    times, halves = bench.record_times(end, seconds), bench.record_times(end, seconds, days=False)
+    for w in bench.WINDOWS:
+        backs = ([w * 60] if w != bench.WINDOWS[-1] else []) + [d * 86_400 for d in range(1, 8)]
+        for back in backs:
+            for now in range(end, end + bench.SETTLE_S + int(seconds) + 1, 15):
+                assert any(now - back - 300 <= t <= now - back for t in times[w]), (w, back, now)
+                assert back > 86_000 or any(now - back - 300 <= t <= now - back for t in halves[w]), (w, back, now)
+        assert all(t <= end for t in times[w]) and set(halves[w]) <= set(times[w])
+    assert not halves[bench.WINDOWS[-1]]
+    per_source = sum(map(len, times.values())) * 3 + sum(map(len, halves.values())) * 3
+    assert bench.history_samples(10, False, True, seconds) == 10 * (3 * (bench.RAW_MINUTES + 1) + per_source)

@@ -60,21 +60,53 @@ def test_the_threshold_holds_the_whole_family_to_its_target(gen: ModuleType) -> 
 
 
 def test_groups_alert_and_windows(gen: ModuleType) -> None:
-    """Two groups, one alert; every window doubles the last, from 5m to about a day; one 7-day baseline rule per
-    counter reads the window records at offsets 1d..7d."""
+    """Three groups, one alert; every window doubles the last, from 5m to about a day; one 7-day baseline rule per
+    counter reads the window records at offsets 1d..7d, in the baseline group."""
     groups = load_yaml(DETECTION_RULES_FILE)["groups"]
     assert tuple(g["name"] for g in groups) == DETECTION_RULE_GROUPS
     assert tuple(alert_rules(DETECTION_RULES_FILE)) == DETECTION_ALERT_NAMES
     assert all(b == 2 * a for a, b in zip(gen.WINDOWS, gen.WINDOWS[1:], strict=False))
     assert gen.WINDOWS[0] == 5 and 16 * 60 <= gen.WINDOWS[-1] <= 24 * 60
-    rules = groups[0]["rules"]
+    rules, pools = groups[0]["rules"], groups[1]["rules"]
     for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
         current = [r for r in rules if r["record"] == f"{record}:window"]
         assert [r["labels"]["window"] for r in current] == [f"{w}m" for w in gen.WINDOWS]
-        (baseline,) = [r for r in rules if r["record"] == f"{record}:baseline"]
+        assert not [r for r in rules if r["record"] == f"{record}:baseline"]
+        (baseline,) = [r for r in pools if r["record"] == f"{record}:baseline"]
         offsets = re.findall(rf"label_replace\({re.escape(record)}:window offset (\d+)d", baseline["expr"])
         assert offsets == [str(d) for d in range(1, gen.BASELINE_DAYS + 1)]
         assert "increase" not in baseline["expr"] and "window)" in baseline["expr"]
+
+
+def test_the_baseline_group_reads_no_window_now_and_never_goes_stale(gen: ModuleType) -> None:
+    """The baseline group reads the window records only at whole-day offsets (so no evaluation of it depends on
+    another group's at the same instant), writes only what the pool alone decides, and runs more often than
+    Prometheus's 5-minute lookback at a divisor of a day; the recording group reads its records, none it writes."""
+    recording, pools = load_yaml(DETECTION_RULES_FILE)["groups"][:2]
+    assert pools["interval"] == gen.BASELINE_INTERVAL == f"{gen.BASELINE_EVERY_MIN}m"
+    assert gen.BASELINE_EVERY_MIN < 5 and gen.DAY_MIN % gen.BASELINE_EVERY_MIN == 0
+    written = {r["record"] for r in pools["rules"]}
+    for rule in pools["rules"]:
+        for name, offset in re.findall(r"([\w:]+:window)\b(?:\{[^}]*\})?( offset \d+d)?", rule["expr"]):
+            assert offset, (name, rule["expr"])
+    assert all(r["record"].endswith(("baseline", "baseline_mean", "baseline_var", "baseline_cov", "lambda",
+                                     "residual_var", "pool_mean", "weekly_gap", "weekly_gap_var", "weekly_shift",
+                                     "weekly_shift_var")) for r in pools["rules"])
+    assert not written & {r["record"] for r in recording["rules"]}
+    assert any(name in rule["expr"] for rule in recording["rules"] for name in written)
+    # The weekly shift is the pool's (it reads the longest window record a week back) and so is the shifted mean.
+    assert {f"{gen.WEEKLY}:weekly_shift", f"{gen.WEEKLY}:weekly_shift_var", f"{gen.PREFIX}_plain:baseline_mean",
+            f"{gen.PREFIX}_plain:pool_mean"} <= written
+    # With --llm-offset the baseline's cheap-only parts come from a pool of its own, taken that much before each
+    # day's: an offset on the group's own record would read the pool the group wrote 4 minutes before.
+    late_pools = yaml.safe_load(gen.rules(llm_offset=3))["groups"][1]
+    assert late_pools["name"] == "context_precision.detection.baseline"
+    for rule in late_pools["rules"]:
+        assert not re.search(r":baseline(_early)?(\{[^}]*\})? offset", rule["expr"]), rule["expr"]
+        for name, offset in re.findall(r"([\w:]+:window)\b(?:\{[^}]*\})?( offset \d+d(?:\d+m)?)?", rule["expr"]):
+            assert offset, (name, rule["expr"])
+    (early,) = [r for r in late_pools["rules"] if r["record"].endswith(":baseline_early")]
+    assert re.findall(r"offset (\d+d\d+m)", early["expr"]) == [f"{d}d3m" for d in range(1, gen.BASELINE_DAYS + 1)]
 
 
 def test_only_the_shortest_window_reads_raw_counters_the_others_add_two_recorded_halves(gen: ModuleType) -> None:
@@ -238,18 +270,22 @@ def test_dashboard_draws_the_statistic_against_the_alerts_threshold(gen: ModuleT
 
 
 def test_sharded_rules_give_each_group_its_data_sources_and_a_last_group_the_rest(gen: ModuleType) -> None:
-    """--shard REGEX (repeated) splits the recording group by data source: every raw counter and record a shard's
-    group reads carries its matcher, the last group the negation of all, and the alert group stays one."""
-    text = gen.shard(gen.rules(), ["kb-[a-m].*", "kb-[n-z].*"])
+    """--shard REGEX (repeated) splits the recording and the baseline group by data source: every raw counter and
+    record a shard's group reads carries its matcher, the last group the negation of all, and the alert group stays
+    one."""
+    text = gen.rules()
+    for name in gen.SHARDED:
+        text = gen.shard(text, ["kb-[a-m].*", "kb-[n-z].*"], name)
     groups = yaml.safe_load(text)["groups"]
     names = [g["name"] for g in groups]
-    assert names == ["context_precision.detection.recording.shard1", "context_precision.detection.recording.shard2",
-                     "context_precision.detection.recording.rest", "context_precision.detection.alerts"]
+    assert names == [f"{group}.{part}" for group in gen.SHARDED for part in ("shard1", "shard2", "rest")] \
+        + ["context_precision.detection.alerts"]
     matchers = ['gen_ai_data_source_id=~"kb-[a-m].*"', 'gen_ai_data_source_id=~"kb-[n-z].*"',
                 'gen_ai_data_source_id!~"(?:kb-[a-m].*)|(?:kb-[n-z].*)"']
-    unsharded = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
-    records = {r["record"] for r in unsharded}
-    for group, matcher in zip(groups[:3], matchers, strict=True):
+    shipped = load_yaml(DETECTION_RULES_FILE)["groups"]
+    records = {r["record"] for g in shipped[:2] for r in g["rules"]}
+    for group, matcher, unsharded in zip(groups[:6], matchers * 2, [shipped[0]["rules"]] * 3 + [shipped[1]["rules"]] * 3,
+                                         strict=True):
         assert len(group["rules"]) == len(unsharded)
         for rule in group["rules"]:
             selectors = re.findall(r"(?<![\w:])([\w:]+)\{([^}]*)\}", rule["expr"])
@@ -258,7 +294,7 @@ def test_sharded_rules_give_each_group_its_data_sources_and_a_last_group_the_res
             assert all(inside.endswith(matcher) for _, inside in read), rule["expr"]
             bare = [n for n in re.findall(r"(?<![\w:])([\w]*:[\w:]+)(?![\w:{])", rule["expr"]) if n in records]
             assert not bare, rule["expr"]
-    assert groups[3] == load_yaml(DETECTION_RULES_FILE)["groups"][1]
+    assert groups[6] == shipped[2]
     assert _printed("--shard", "kb-[a-m].*", "--shard", "kb-[n-z].*") == text
 
 
@@ -267,7 +303,7 @@ def test_sharded_rules_pass_promtool(gen: ModuleType, tmp_path) -> None:
     """The sharded file is valid PromQL and YAML for promtool (its duplicate-rule lint off: the same record names
     in several groups are the point)."""
     path = tmp_path / "sharded.rules.yml"
-    path.write_text(gen.shard(gen.rules(), ["kb-[a-m].*", "kb-[n-z].*"]), encoding="utf-8")
+    path.write_text(_printed("--shard", "kb-[a-m].*", "--shard", "kb-[n-z].*"), encoding="utf-8")
     proc = run_promtool("check", "rules", "--lint=none", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -299,12 +335,20 @@ def _cheap_only_records(gen: ModuleType) -> set[str]:
 
 def test_the_llm_offset_reads_the_cascades_cheap_only_terms_earlier_and_nothing_else(gen: ModuleType) -> None:
     """--llm-offset N: each term over all evaluations (count, f, f2; window and baseline) is its LLM-judged part
-    now plus its cheap-only part N minutes earlier; every other rule is the shipped one."""
+    now plus its cheap-only part N minutes earlier (the window record ``offset`` N, the baseline's from a pool of
+    the window records N minutes before each day's: the baseline group runs every 4 minutes); every other rule is
+    the shipped one."""
     shipped = {(g["name"], r.get("record", r.get("alert")), str(r.get("labels"))): r
                for g in load_yaml(DETECTION_RULES_FILE)["groups"] for r in g["rules"]}
     offset = {(g["name"], r.get("record", r.get("alert")), str(r.get("labels"))): r
               for g in yaml.safe_load(gen.rules(llm_offset=3))["groups"] for r in g["rules"]}
-    assert shipped.keys() == offset.keys()
+    early = f"{gen.CASCADE_TERMS}:baseline_early"
+    assert offset.keys() - shipped.keys() == {("context_precision.detection.baseline", early, "None")}
+    assert shipped.keys() <= offset.keys()
+    pooled = " ".join(offset["context_precision.detection.baseline", early, "None"]["expr"].split())
+    parts = "|".join(part for pair in gen.CHEAP_ONLY for part in pair)
+    assert pooled == gen._baseline(f'{gen.CASCADE_TERMS}:window{{term=~"{parts}"}}', f"{gen.DS}, term", 3)
+    assert re.findall(r"offset (\S+),", pooled) == [f"{d}d3m" for d in range(1, gen.BASELINE_DAYS + 1)]
     changed = {key[1] for key in shipped if shipped[key] != offset[key]}
     assert changed == _cheap_only_records(gen)
     on = "on (gen_ai_data_source_id, window)"
@@ -313,6 +357,8 @@ def test_the_llm_offset_reads_the_cascades_cheap_only_terms_earlier_and_nothing_
             (expr,) = [r["expr"] for k, r in offset.items() if k[1] == f"{gen.CASCADE}_{total}:{side}"]
 
             def one(term: str, later: str = "", side: str = side) -> str:
+                if later and side == "baseline":
+                    return f'sum without (term) ({early}{{term="{term}"}})'
                 return f'sum without (term) ({gen.CASCADE_TERMS}:{side}{{term="{term}"}}{later})'
 
             def judged(later: str = "") -> str:  # 0 where the LLM has judged nothing: no series for its terms
@@ -335,12 +381,12 @@ def test_the_judge_tier_sets_the_llm_offset_and_standard_is_what_ships(gen: Modu
     assert bad.returncode == 2 and "whole minutes" in bad.stderr
 
 
-def test_query_offset_is_an_option_on_both_groups(gen: ModuleType) -> None:
-    """--query-offset puts Prometheus >= 2.53's query_offset on both groups and changes nothing else; the shipped
+def test_query_offset_is_an_option_on_every_group(gen: ModuleType) -> None:
+    """--query-offset puts Prometheus >= 2.53's query_offset on every group and changes nothing else; the shipped
     rules have none (Prometheus 2.42 rejects the field)."""
     assert all("query_offset" not in g for g in load_yaml(DETECTION_RULES_FILE)["groups"])
     groups = yaml.safe_load(_printed("--query-offset", "2m"))["groups"]
-    assert [g["query_offset"] for g in groups] == ["2m", "2m"]
+    assert [g["query_offset"] for g in groups] == ["2m"] * len(DETECTION_RULE_GROUPS) == ["2m"] * 3
     shipped = load_yaml(DETECTION_RULES_FILE)["groups"]
     assert [{k: v for k, v in g.items() if k != "query_offset"} for g in groups] == shipped
     bad = subprocess.run([sys.executable, str(DETECTION_GENERATOR), "--query-offset", "soon"], capture_output=True,
