@@ -39,7 +39,8 @@ def messages_params(model: str, messages: Sequence[Mapping[str, Any]], params: M
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": _MAX_TOKENS,
-        "messages": [{"role": m.get("role"), "content": m.get("content")} for m in messages if m.get("role") != "system"],
+        "messages": [{"role": m.get("role"), "content": m.get("content")}
+                     for m in messages if m.get("role") != "system"],
     }
     if system:
         body["system"] = system
@@ -61,7 +62,8 @@ class AnthropicBatches(JsonEntries):
         return {"x-api-key": self._endpoint.key, "anthropic-version": _VERSION}
 
     def _entry(self, request: BatchRequest) -> dict[str, Any]:
-        return {"custom_id": request.custom_id, "params": messages_params(self._model, request.messages, request.params)}
+        params = messages_params(self._model, request.messages, request.params)
+        return {"custom_id": request.custom_id, "params": params}
 
     def upload(self, requests: Sequence[BatchRequest]) -> str:
         return ""  # the requests go inline in the create

@@ -31,7 +31,8 @@ _ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
 def generate_content_request(messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
     """The ``GenerateContentRequest`` of one chat completion request."""
     system = "\n\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
-    contents = [{"role": "model" if m.get("role") == "assistant" else "user", "parts": [{"text": str(m.get("content"))}]}
+    contents = [{"role": "model" if m.get("role") == "assistant" else "user",
+                 "parts": [{"text": str(m.get("content"))}]}
                 for m in messages if m.get("role") != "system"]
     config: dict[str, Any] = {}
     if "temperature" in params:

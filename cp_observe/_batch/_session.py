@@ -177,8 +177,8 @@ class BatchSession:
             others = f" (other batches of that size since then: {', '.join(found.ids[1:])})" if found.ids[1:] else ""
             _say(progress, f"batch: warning: {self.provider.name} batches carry no name, so the batch the stopped "
                            f"run was creating is taken by time and size: {batch_id}, {intent.requests} requests, "
-                           f"created after the stopped run began the create{others}. Were it not this run's, its requests come "
-                           "back failed (run again with --batch-retry-failed)")
+                           f"created after the stopped run began the create{others}. Were it not this run's, its "
+                           "requests come back failed (run again with --batch-retry-failed)")
         return batch_id
 
     def _adopt(self, batch_id: str, requests: int, at: float) -> None:

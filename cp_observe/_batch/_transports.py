@@ -9,8 +9,8 @@ it too.
   same calls the second pass will make. Nothing of the first pass is emitted.
 - ``AnsweringTransport`` (second pass) finds each call's result by its ``custom_id``. A call the batch did not
   hold -- the corrective call after a misaligned reply, a per-context call, a call the verdict cache shaped
-  differently -- goes synchronously to the provider's standard API (``SyncCaller``), counted and priced apart. A request the batch failed is
-  a judge error (the evaluation is counted failed), never a silent gap.
+  differently -- goes synchronously to the provider's standard API (``SyncCaller``), counted and priced apart. A
+  request the batch failed is a judge error (the evaluation is counted failed), never a silent gap.
 """
 
 from __future__ import annotations

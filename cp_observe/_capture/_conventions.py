@@ -45,8 +45,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from cp_observe import _names as n
-from cp_observe._capture._answer import answer_of  # re-exported: a span's answer beside its other readers
-from cp_observe._capture._answer import query_in
+from cp_observe._capture._answer import (
+    answer_of,  # re-exported: a span's answer beside its other readers
+    query_in,
+)
 from cp_observe._capture._extract import extract_contexts
 from cp_observe._capture._serialize import MAX_JUDGED_CHARS
 from cp_observe._capture._serialize import json_value as _json

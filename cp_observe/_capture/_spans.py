@@ -27,8 +27,8 @@ from cp_observe import _names as n
 from cp_observe._capture._answer import answer_text, query_text
 from cp_observe._capture._collecting import COLLECTING, in_collection
 from cp_observe._capture._extract import NOT_CAPTURED, Context, extract_contexts
-from cp_observe._capture._serialize import MAX_JUDGED_CHARS, metadata_json, safe_str, type_name
 from cp_observe._capture._payloads import PAYLOADS, Payload
+from cp_observe._capture._serialize import MAX_JUDGED_CHARS, metadata_json, safe_str, type_name
 from cp_observe._config._runtime import RUNTIME_HOLDER, Runtime
 from cp_observe._config._sampling import FORCED, is_forced
 from cp_observe._internal import USER_FAILED, call_user, report_internal_error, report_user_error

@@ -132,7 +132,8 @@ class SettingField:
 
     def shown(self, value: object, *, as_text: bool = False) -> str:
         """``value`` as an error or a log line may quote it: ``***`` for a secret, else a short repr (``as_text``:
-        a string as it is, so a log field holds the text that was set)."""
+        a string as it is, so a log field holds the text that was set).
+        """
         if self.secret:
             return "***"
         return (value if as_text and isinstance(value, str) else repr(value))[:_SHOWN]

@@ -42,7 +42,7 @@ class TraceIdRatio:
         self.rate = float(rate)
         self._bound = round(rate * (1 << _RANDOM_BITS))
 
-    def __call__(self, trace_id: int, key: str | None = None) -> bool:  # noqa: ARG002 - the flat rate ignores it
+    def __call__(self, trace_id: int, key: str | None = None) -> bool:  # the flat rate ignores key
         """True when this trace is in the sampled share."""
         return (trace_id & _MASK) < self._bound
 

@@ -5,8 +5,8 @@ litellm stays the provider layer: it decides what a model string means. For the 
 the wire model name, the headers with the key from the argument or the provider's environment variable) and
 sent on one pooled ``aiohttp`` session per event loop; the price comes once per model from litellm's own price table
 (`_judging/_prices.py`), the cost from the response's ``usage`` and ``service_tier`` (`_judging/_usage.py`).
-Everything else (``route`` returns ``None``) takes ``litellm.acompletion``. ``tests/judging/test_lean_transport.py`` checks that both paths put equal
-requests on the wire and read equal verdicts, usage and cost.
+Everything else (``route`` returns ``None``) takes ``litellm.acompletion``. ``tests/judging/test_lean_transport.py``
+checks that both paths put equal requests on the wire and read equal verdicts, usage and cost.
 """
 
 from __future__ import annotations

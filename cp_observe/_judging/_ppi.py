@@ -36,8 +36,8 @@ __all__ = [
     "PpiDrop",
     "PpiSums",
     "classical_mean",
-    "ppi_mean",
     "ppi_drop_z",
+    "ppi_mean",
     "ppi_mean_from_sums",
     "ppi_sums",
 ]

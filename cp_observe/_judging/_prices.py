@@ -36,8 +36,8 @@ from cp_observe._errors import ConfigurationError
 from cp_observe._names import ENV_LITELLM_LOCAL_COST_MAP
 from cp_observe._types import Usage
 
-__all__ = ["TIERS", "Price", "Rates", "Tier", "batch_price_of", "billed_usd", "cost_of", "model_price", "price_from_entry", "price_of", "require_prices",
-           "table_entry", "tier_of"]
+__all__ = ["TIERS", "Price", "Rates", "Tier", "batch_price_of", "billed_usd", "cost_of", "model_price",
+           "price_from_entry", "price_of", "require_prices", "table_entry", "tier_of"]
 
 Tier = Literal["standard", "flex", "batch", "priority"]
 #: The tiers a reply can be billed on, each priced from its own variant of litellm's keys.

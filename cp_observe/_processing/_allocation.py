@@ -60,7 +60,8 @@ def allocate(traffic: Mapping[str, float], evaluations_per_s: float, ceiling: fl
     no rate below ``flat_rate / FLOOR_DIVISOR``. ``flat_rate`` is the rate a flat sampler spending the same budget
     over the whole period would have (the budget spent evenly, over the last period's mean traffic; not the
     paced rate in force, which a fast morning lowers): pacing spends evenly over the day where a flat rate follows
-    the traffic, so in busy hours the floor may spend more than ``E`` (the pacer takes it back from the quiet hours) and no data source falls behind what the flat rate would have given it then.
+    the traffic, so in busy hours the floor may spend more than ``E`` (the pacer takes it back from the quiet
+    hours) and no data source falls behind what the flat rate would have given it then.
     Without ``flat_rate``, the floor is ``E / Σλ / FLOOR_DIVISOR``. ``floor_spend`` bounds what the floors may
     spend together (evaluations a second): past it they are lowered alike, so a busy hour cannot spend the reserve
     that keeps the rest of the period paced (``RatePlan``).

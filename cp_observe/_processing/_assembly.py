@@ -247,7 +247,8 @@ class Assembler:
 
     def _arrive(self, trace_id: int, span_id: int, now: float) -> None:
         """Note a span of a received trace; kept until turn_timeout_s after the trace's latest span (so at least as
-        long as any turn of the trace waits), the entries in order of that deadline."""
+        long as any turn of the trace waits), the entries in order of that deadline.
+        """
         entry = self._arrived.pop(trace_id, None)
         ids = entry[1] if entry is not None else set()
         if len(ids) < 4 * _MAX_RETRIEVALS_PER_TRACE:
@@ -258,7 +259,8 @@ class Assembler:
 
     def expire(self, now: float) -> Out:
         """Release the retrievals whose agent did not answer in time: judged against their queries, or (received
-        spans whose parent never arrived) skipped as ``parent_missing``."""
+        spans whose parent never arrived) skipped as ``parent_missing``.
+        """
         while self._answers and next(iter(self._answers.values()))[0] <= now:
             self._answers.popitem(last=False)
         while self._seen and next(iter(self._seen.values()))[0] <= now:

@@ -30,9 +30,9 @@ class PeriodBudget(Protocol):
     period_s: float
 
     @property
-    def period_end(self) -> float: ...  # noqa: D102 - the protocol's members are the cap's
-    def left_usd(self) -> float: ...  # noqa: D102
-    def save(self) -> None: ...  # noqa: D102
+    def period_end(self) -> float: ...
+    def left_usd(self) -> float: ...
+    def save(self) -> None: ...
 
 _COST_WEIGHT = 0.1  # the weight of a new judgement's cost in the running mean cost per evaluation
 #: The share of the even pace kept in reserve for the rest of the period: spending above the pace (the

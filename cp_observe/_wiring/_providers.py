@@ -97,8 +97,8 @@ def build_providers(
 
     A created tracer provider gets ``span_processors`` first, then a batch export of ``span_exporter`` (``None``:
     no export; ``build_span_exporter`` names the one the settings ask for), attached unless ``attach_export`` is
-    False (the hold attaches it through the processor instead). A created logger provider exports over OTLP, and a created
-    meter provider reads into OTLP and the ``metrics_port`` endpoint plus ``metric_readers``, when ``otlp``.
+    False (the hold attaches it through the processor instead). A created logger provider exports over OTLP, and a
+    created meter provider reads into OTLP and the ``metrics_port`` endpoint plus ``metric_readers``, when ``otlp``.
     ``tracer_options`` (``sampler``, ``active_span_processor``) go to a created ``TracerProvider``.
     """
     created: list[Any] = []

@@ -22,7 +22,7 @@ from cp_observe._stats._canary_scan import Gap, baseline_gap_z, gap_z
 from cp_observe._stats._moments import Moments as Sums  # a window's count, sum and sum of squares of AP
 from cp_observe.demo._alerts import Z as _Z99
 
-__all__ = ["GAP_SD", "MARGIN", "MIN_COUNT", "VAR_FLOOR", "WINDOWS", "Z", "Sums", "Verdict", "report", "verdict"]
+__all__ = ["GAP_SD", "MARGIN", "MIN_COUNT", "VAR_FLOOR", "WINDOWS", "Sums", "Verdict", "Z", "report", "verdict"]
 
 WINDOWS = (5, 10, 20, 40, 80, 160, 320, 640, 1280)  # minutes: the scan's windows
 Z = 4.8  # the family's threshold (about 0.5 false alarm per value and stage per month)

@@ -151,8 +151,8 @@ def records(url: str, texts: list[str], *, start: int, end: int
     start -= start % EVAL_INTERVAL_S
     for rule in yaml.safe_load(passes[0].text)["groups"][0]["rules"]:
         name, rule_labels = str(rule["record"]), dict(rule.get("labels") or {})
-        for labels, values in _query_range(url, str(rule["expr"]), start, end):
-            labels = {**{k: v for k, v in labels.items() if k != "__name__"}, **rule_labels}
+        for found, values in _query_range(url, str(rule["expr"]), start, end):
+            labels = {**{k: v for k, v in found.items() if k != "__name__"}, **rule_labels}
             by_window = {passes[0].window: values}
             yield name, labels, values
             for half, window in longer.get(name, []):

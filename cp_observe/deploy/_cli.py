@@ -48,8 +48,9 @@ Evaluates the drop detection's and the canary rules' window records over the pas
 length (the 5-minute records as range queries against the Prometheus that holds the raw counters, each longer
 window as its two recorded halves, as the rules add them), and writes TSDB blocks with promtool tsdb
 create-blocks-from openmetrics. Without them, rules that are new compare with nothing for a week (then with the
-days they have). Move the blocks into Prometheus's data directory (docker compose: the prometheus volume; Kubernetes: the
-Prometheus pod's volume), or upload them to Mimir (mimirtool backfill). deploy/README.md: "The first week".
+days they have). Move the blocks into Prometheus's data directory (docker compose: the prometheus volume;
+Kubernetes: the Prometheus pod's volume), or upload them to Mimir (mimirtool backfill). deploy/README.md: "The
+first week".
 Exit status: 0 when written, 1 on an error (promtool missing or failing), 2 for bad options."""
 
 

@@ -28,7 +28,8 @@ ACCEPT_BURST = 128  # connections asyncio accepts per wake-up of the listening s
 
 class Limits:
     """The door's bounds: open connections, the idle time, the time one request may take to arrive, and the time a
-    new connection has to send its first request's headers."""
+    new connection has to send its first request's headers.
+    """
 
     def __init__(self, max_connections: int, idle_timeout_s: float, read_timeout_s: float,
                  first_request_timeout_s: float) -> None:
