@@ -72,11 +72,12 @@ ALERT_NAMES = (
 RULE_GROUPS = ("context_precision.recording", "context_precision.alerts", "context_precision.routing")
 #: The canary rules' alert (its own file, generated per segment label) and groups.
 CANARY_ALERT_NAMES = ("ContextPrecisionVariantRegression",)
-CANARY_RULE_GROUPS = ("context_precision.canary.recording", "context_precision.canary.alerts")
+CANARY_RULE_GROUPS = ("context_precision.canary.recording", "context_precision.canary.long",
+                      "context_precision.canary.alerts")
 #: The drop-detection rules' alert (its own file, generated) and groups.
 DETECTION_ALERT_NAMES = ("ContextPrecisionMAPRegression",)
-DETECTION_RULE_GROUPS = ("context_precision.detection.recording", "context_precision.detection.baseline",
-                         "context_precision.detection.alerts")
+DETECTION_RULE_GROUPS = ("context_precision.detection.recording", "context_precision.detection.long",
+                         "context_precision.detection.baseline", "context_precision.detection.alerts")
 #: The judge budget's alerts (their own file, rules/context_precision_budget.rules.yml) and group.
 BUDGET_RULES_FILE = PROMETHEUS_DIR / "rules" / "context_precision_budget.rules.yml"
 BUDGET_ALERT_NAMES = ("ContextPrecisionBudgetExhausted", "ContextPrecisionPacedBelowUseful")

@@ -3,8 +3,9 @@
 Per-evaluation AP streams shaped like production go through three detectors on the same evaluations:
 
 - **new**: ``ContextPrecisionMAPRegression`` as shipped (``deploy/prometheus/detection_rules.py``): every minute,
-  windows of 5 min doubling to 1280 min, each against the same window at the same time of day on the last 7
-  days, z = (drop - margin) / SE, fires when the largest z exceeds the family's threshold;
+  windows of 5 min doubling to 1280 min (those of 80 min and more every 4 minutes, the long group), each against
+  the same window at the same time of day on the last 7 days, z = (drop - margin) / SE, fires when the largest z
+  exceeds the family's threshold;
 - **old**: the fixed 30-minute rules it replaced, ``ContextPrecisionMAPDrop`` (99 % upper bound below 0.5, for
   5m) and the former ``ContextPrecisionMAPRegression`` (30m against the same hour a day earlier, margin 0.05 at
   99 %, for 10m), quoted in ``old_rules``;
@@ -20,10 +21,11 @@ alarms after the baseline's first week; changes (steps of 0.1, 0.2, 0.3 and a dr
 random minute of the day after a healthy week, and count as caught when a detector fires within a day.
 
 The big grid evaluates the rules' arithmetic in Python (``scan_z``: the same expression from the same counters at
-the same one-minute evaluations, windows and baselines built from the window records as the rules build them:
-``recorded_windows``). ``--crosscheck`` backfills a subset into a **real Prometheus** (``promtool tsdb
-create-blocks-from openmetrics``, then the window records by ``cp-observe deploy backfill``), evaluates the
-shipped recording rules' z for every window there as range queries, and prints the largest difference from Python and whether the firing minutes agree.
+the same evaluations, one a minute, the long group's every 4, windows and baselines built from the window records
+as the rules build them: ``recorded_windows``). ``--crosscheck`` backfills a subset into a **real Prometheus**
+(``promtool tsdb create-blocks-from openmetrics``, then the window records by ``cp-observe deploy backfill``),
+evaluates the shipped recording and long groups' z for every window there as range queries, and prints the largest
+difference from Python and whether the firing minutes agree.
 
 The canary tables (``ContextPrecisionVariantRegression``: one variant, 20 % of the traffic, against the rest of its
 data source) run the canary scan's arithmetic (``deploy/prometheus/canary_rules.py``; ``canary_scan_z``) on the same
@@ -294,6 +296,31 @@ def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int, every: 
     return window, base
 
 
+def _long_scan(rules: ModuleType) -> tuple[tuple[int, ...], int]:
+    """(the windows the rules' long group computes, its interval in minutes) of the drop detection's generator or
+    the canary's (which takes both from the drop detection's, loaded beside it as ``_DETECTION``)."""
+    source = getattr(rules, "_DETECTION", rules)
+    return tuple(source.LONG_WINDOWS), int(source.LONG_EVERY_MIN)
+
+
+def evaluated_at(at: np.ndarray, w: int, rules: ModuleType) -> np.ndarray:
+    """The minutes whose evaluation of window ``w`` the rules hold at minutes ``at``.
+
+    The recording group computes its windows every minute: ``at`` itself. The long group computes the longer ones
+    every LONG_EVERY_MIN minutes (on the minutes divisible by it), and the alert group reads the z it wrote last
+    until the next: its window record and its pool as of that minute (the baseline group runs on the same ones)."""
+    windows, every = _long_scan(rules)
+    return at - at % every if w in windows else at
+
+
+def read_lag(lag: int, w: int, rules: ModuleType) -> int:
+    """How far back an ``offset`` of ``lag`` minutes on window ``w``'s records reads: ``lag`` on the records written
+    every minute; on the long group's, its evaluation at or before, so ``lag`` rounded up to a multiple of its
+    interval (the window record ``offset`` lag, and the baseline group's pool of them ``offset 1d`` + lag ..)."""
+    windows, every = _long_scan(rules)
+    return -(-lag // every) * every if w in windows else lag
+
+
 def weekly_shift(records: dict[int, np.ndarray], at: np.ndarray, rules: ModuleType) -> tuple[np.ndarray, np.ndarray]:
     """The rules' weekly shift of the baseline and its variance at minutes ``at`` (0 where they have none).
 
@@ -322,15 +349,16 @@ def scan_z(per_minute: np.ndarray, at: np.ndarray, rules: ModuleType, weekly: bo
 
     Windows and baselines are the window records (``recorded_windows``): the half-window chain and the records at
     ``offset 1d..7d``, as the rules evaluate them, the pool's mean moved by the weekly shift (``weekly_shift``;
-    ``weekly=False``: the pool alone, the rules before the shift).
+    ``weekly=False``: the pool alone, the rules before the shift). The long group's windows are as of its last
+    evaluation (``evaluated_at``); the weekly shift, the baseline group's, is on the same minutes.
     """
     cum = np.concatenate([np.zeros((3, 1)), np.cumsum(per_minute, axis=1)], axis=1)  # cum[:, t] = up to minute t
     records = recorded_windows(cum, rules)
     shift, shift_var = weekly_shift(records, at, rules) if weekly else (0.0, 0.0)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
-        (n, s, _), (big_n, big_s, big_q) = _window_and_baseline(records[w], at, rules.BASELINE_DAYS,
-                                                                rules.BASELINE_EVERY_MIN)
+        (n, s, _), (big_n, big_s, big_q) = _window_and_baseline(records[w], evaluated_at(at, w, rules),
+                                                                rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN)
         with np.errstate(divide="ignore", invalid="ignore"):
             pool = big_s / big_n
             var = np.maximum(big_q / big_n - pool**2, rules.VAR_FLOOR)
@@ -659,10 +687,23 @@ def firing_times(true_at: set[int], for_s: int) -> list[int]:
 
 
 def inline(expr: str, records: dict[str, str]) -> str:
-    """Replace recorded series by their expressions, until none is left."""
-    pattern = re.compile(r"\b(" + "|".join(re.escape(r) for r in sorted(records, key=len, reverse=True)) + r")\b")
+    """Replace recorded series by their expressions, until none is left.
+
+    A read of a record restricted to some windows (``{window=~"5m|10m"}``: a group reads records that hold every
+    window with its own windows' matcher, so as to compute those alone) is replaced without its matcher: every
+    operation between the records matches on data source and window, and the window records, which are not
+    inlined, keep theirs, so the expression holds the same windows (the crosscheck compares which windows each
+    side judges). A matcher on any other label would change more than that, and is refused."""
+    pattern = re.compile(r"\b(" + "|".join(re.escape(r) for r in sorted(records, key=len, reverse=True))
+                         + r")\b(\{[^}]*\})?")
+
+    def expand(match: re.Match[str]) -> str:
+        if match[2] and not WINDOW_MATCHER.fullmatch(match[2]):
+            raise ValueError(f"a recorded series read with a matcher other than its windows': {match[0]}")
+        return f"({records[match[1]]})"
+
     for _ in range(10):
-        expanded = pattern.sub(lambda m: f"({records[m.group(1)]})", expr)
+        expanded = pattern.sub(expand, expr)
         if expanded == expr:
             return expr
         expr = expanded
@@ -670,23 +711,37 @@ def inline(expr: str, records: dict[str, str]) -> str:
 
 
 WINDOW_RECORD = re.compile(r":window$")
+WINDOW_MATCHER = re.compile(r'\{window=~?"[^"]*"\}')
+PLAIN_Z = "gen_ai_data_source_id_window:context_precision_score_plain:drop_z"
 
 
 def z_expr() -> str:
     """The shipped rules' z for every window as one PromQL expression: the recorded series inlined, except the
-    window records themselves, which the crosscheck backfills (``cp-observe deploy backfill``) as an upgrade does."""
+    window records themselves, which the crosscheck backfills (``cp-observe deploy backfill``) as an upgrade does.
+
+    The short windows' z is the recording group's, the long windows' the long group's: records of the same name
+    in both, so each is inlined with its own group's rules."""
     groups = {g["name"]: g for g in yaml.safe_load(DETECTION_RULES_FILE.read_text(encoding="utf-8"))["groups"]}
-    records = {rule["record"]: " ".join(rule["expr"].split())
-               for rule in groups["context_precision.detection.recording"]["rules"]
-               if not WINDOW_RECORD.search(rule["record"])}
-    # The baseline group's records as it last wrote them: evaluated on the minutes divisible by its interval (the
-    # subquery's steps are aligned to them), the latest of those at or before each evaluation of the recording group.
-    every = groups["context_precision.detection.baseline"]["interval"]
-    records.update({rule["record"]: f"last_over_time(({' '.join(rule['expr'].split())})[{every}:{every}])"
-                    for rule in groups["context_precision.detection.baseline"]["rules"]})
+
+    def records(group: str) -> dict[str, str]:
+        return {rule["record"]: " ".join(rule["expr"].split()) for rule in groups[group]["rules"]
+                if "record" in rule and not WINDOW_RECORD.search(rule["record"])}
+
+    def held(expr: str, group: str) -> str:
+        """``expr`` as a group with an interval longer than the minute last wrote it: evaluated on the minutes
+        divisible by its interval (the subquery's steps are aligned to them), the latest of those at or before
+        each minute."""
+        every = groups[group]["interval"]
+        return f"last_over_time(({expr})[{every}:{every}])"
+
+    baseline = {record: held(expr, "context_precision.detection.baseline")
+                for record, expr in records("context_precision.detection.baseline").items()}
     # The score series' z: the crosscheck's streams run no cascade, so the alert reads this one (inlining the
     # chosen record would also inline the PPI++ branch, a hundred times longer and empty here).
-    return inline(records["gen_ai_data_source_id_window:context_precision_score_plain:drop_z"], records)
+    short = {**baseline, **records("context_precision.detection.recording")}
+    long = {**baseline, **records("context_precision.detection.long")}
+    return (f"({inline(short[PLAIN_Z], short)})"
+            f" or {held(inline(long[PLAIN_Z], long), 'context_precision.detection.long')}")
 
 
 # --- canary: one variant against the rest of its data source, at the same stage ---------------------------------
@@ -717,12 +772,14 @@ def canary_scan_z(value: np.ndarray, rest: np.ndarray, at: np.ndarray, rules: Mo
 
     The rules' arithmetic (``cp_observe/_stats/_canary_scan.gap_z``) vectorised: the stage's variance over the
     window from both sides' sums, SE = sqrt(max(var, floor) (1/n + 1/n_rest) + gap_sd^2), z = (gap - margin) / SE.
+    The long group's windows are as of its last evaluation (``evaluated_at``), as the drop detection's.
     """
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
-        n, s, _ = _windowed(value, at, w)
-        rn, rs, _ = _windowed(rest, at, w)
-        tn, ts, tq = _windowed(value + rest, at, w)
+        held = evaluated_at(at, w, rules)
+        n, s, _ = _windowed(value, held, w)
+        rn, rs, _ = _windowed(rest, held, w)
+        tn, ts, tq = _windowed(value + rest, held, w)
         with np.errstate(divide="ignore", invalid="ignore"):
             var = np.maximum(tq / tn - (ts / tn) ** 2, rules.VAR_FLOOR)
             z = (rs / rn - s / n - rules.MARGIN) / np.sqrt(var * (1 / n + 1 / rn) + rules.GAP_SD**2)
@@ -1003,14 +1060,17 @@ def scan_z_ppi(terms: np.ndarray, at: np.ndarray, rules: ModuleType, llm_offset:
     NaN under the minimum. The arithmetic of ``ppi_drop_z`` (cp_observe/_judging/_ppi.py), vectorised.
 
     ``llm_offset`` (minutes) is the rules' ``--llm-offset``: the evaluations only the cheap judge scored (count - n,
-    f - f_sub, f2 - f2_sub) are read that much earlier, in the window and in its baseline alike."""
+    f - f_sub, f2 - f2_sub) are read that much earlier, in the window and in its baseline alike (on the long group's
+    windows, as of its last evaluation: ``evaluated_at``, that much rounded up to its interval: ``read_lag``)."""
     cum = np.concatenate([np.zeros((len(PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
     records = recorded_windows(cum, rules)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
-        win, base = _window_and_baseline(records[w], at, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN)
+        held = evaluated_at(at, w, rules)
+        win, base = _window_and_baseline(records[w], held, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN)
         if llm_offset:
-            before = _window_and_baseline(records[w], at, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN, llm_offset)
+            before = _window_and_baseline(records[w], held, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN,
+                                          read_lag(llm_offset, w, rules))
             for now, then in zip((win, base), before, strict=True):
                 for total, sub in ((0, 3), (1, 6), (2, 7)):  # count - n, f - f_sub, f2 - f2_sub
                     now[total] = now[sub] + then[total] - then[sub]

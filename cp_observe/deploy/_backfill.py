@@ -60,8 +60,8 @@ def shipped_rule_files() -> list[str]:
 def plan(texts: list[str]) -> list[Pass]:
     """The window records of ``texts`` (rule files), one pass per window length in the order they depend.
 
-    A window record is a recording rule with a ``window`` label whose record name ends in ``:window``; one that
-    reads no other window record (the raw counters' increase) goes in the first pass, one that reads the records
+    A window record is a recording rule with a ``window`` label whose record name ends in ``:window`` and whose
+    expression is the raw counters' increase or two recorded halves; one that reads no other window record (the raw counters' increase) goes in the first pass, one that reads the records
     of window H goes after H's pass.
 
     Raises:
@@ -82,6 +82,8 @@ def plan(texts: list[str]) -> list[Pass]:
             window = (rule.get("labels") or {}).get("window")
             if "record" not in rule or window is None or not str(rule["record"]).endswith(":window"):
                 continue
+            if "increase(" not in str(rule["expr"]) and not _DOUBLING.match(str(rule["expr"])):
+                continue  # a statistic of one window (labelled with it), not a window record
             by_window.setdefault(window, []).append(rule)
             reads.setdefault(window, set()).update(w for _, w in _HALF.findall(str(rule["expr"])))
     if not by_window:

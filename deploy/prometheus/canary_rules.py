@@ -125,9 +125,53 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
         "    rules:",
         f"      # Per data source, stage, {seg} value and window: count, sum and sum of squares of AP over the window.",
     ]
-    lines += _DETECTION.window_records(p, METRICS, group)  # type: ignore[attr-defined]
-    lines.append(f"      # The data source's totals at the stage, and the rest: totals minus the value's (group_right"
-                 f" keeps {seg}).")
+    short, long = _DETECTION.SHORT_WINDOWS, _DETECTION.LONG_WINDOWS  # type: ignore[attr-defined]
+    windowed = re.compile(rf"(?<![\w:])({re.escape(DS)}_{STAGE}(?:_{seg})?_window:[\w:]+)(\{{[^}}]*\}})?")
+    stats = _statistics(seg, baseline, margin, min_count, gap_sd)
+    lines += _DETECTION.window_records(p, METRICS, group, short)  # type: ignore[attr-defined]
+    lines += _DETECTION.only(stats, short, windowed)  # type: ignore[attr-defined]
+    lines += [
+        "",
+        "  - name: context_precision.canary.long",
+        f"    interval: {_DETECTION.LONG_INTERVAL}",  # type: ignore[attr-defined]
+        "    rules:",
+        f"      # The same for the windows of {_DETECTION.LONG_FROM} minutes and more, every"  # type: ignore[attr-defined]
+        f" {_DETECTION.LONG_INTERVAL}, as the drop detection's: each",  # type: ignore[attr-defined]
+        "      # reads the recording group's half-length record at its last evaluation. One rule per window, labelled",
+        "      # with it (a rule of the same name in two groups is told apart by its static labels, promtool's lint).",
+    ]
+    lines += _DETECTION.window_records(p, METRICS, group, long)  # type: ignore[attr-defined]
+    for w in long:
+        lines.append(f"      # The {w}m window.")
+        lines += _labelled(_DETECTION.only([x for x in stats if not x.lstrip().startswith("#")], (w,), windowed),  # type: ignore[attr-defined]
+                           w)
+    return _alerts(lines, seg, p, group, top_series, z, gap_sd, margin)
+
+
+def _labelled(lines: list[str], w: int) -> list[str]:
+    """Rules (``lines``) with the static label ``window``: added to a rule's labels, or as its labels."""
+    out: list[str] = []
+    blocks: list[list[str]] = []
+    for line in lines:
+        if "- record: " in line:
+            blocks.append([])
+        blocks[-1].append(line)
+    for block in blocks:
+        if any(line.startswith("        labels: {") for line in block):
+            out += [line.replace("}", f", window: {w}m}}") if line.startswith("        labels: {") else line
+                    for line in block]
+        else:
+            out += [*block, f"        labels: {{window: {w}m}}"]
+    return out
+
+
+def _statistics(seg: str, baseline: float | None, margin: float, min_count: int, gap_sd: float) -> list[str]:
+    """The statistics of every window: the stage's totals and the rest, means, gaps, their standard errors, z."""
+    p, t, group, _ = _names(seg)
+    on_value = f"on ({group}, window)"
+    on_stage = f"on ({DS}, {STAGE}, window)"
+    lines = [f"      # The data source's totals at the stage, and the rest: totals minus the value's (group_right"
+             f" keeps {seg})."]
     for part in METRICS:
         lines += [
             f"      - record: {t}_{part}:window",
@@ -181,10 +225,13 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
         f"          ({p}:gap{{against=\"baseline\"}} - {margin}) / {p}:gap_stderr{{against=\"baseline\"}}",
         f"          and {on_value} {p}_count:window >= {min_count}",
         "        labels: {against: baseline}",
-        f"      # The family's statistic per data source, stage and value (the dashboard plots it against {z}).",
-        f"      - record: {top_series}",
-        f"        expr: max by ({group}) ({p}:gap_z)",
     ]
+    return lines
+
+
+def _alerts(lines: list[str], seg: str, p: str, group: str, top_series: str, z: float, gap_sd: float, margin: float
+            ) -> str:
+    """The rule file's text: ``lines`` (the recording groups), then the alert group."""
     sel = f'{DS}=\\"%s\\",{STAGE}=\\"%s\\",{seg}=\\"%s\\"'
     top = f"topk(1, {p}:gap_z{{{sel}}})"
     args = f"$labels.{DS} $labels.{STAGE} $labels.{seg}"
@@ -199,6 +246,10 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
         "  - name: context_precision.canary.alerts",
         f"    interval: {INTERVAL}",
         "    rules:",
+        f"      # The family's statistic per data source, stage and value, over both groups' windows (the dashboard"
+        f" plots it against {z}).",
+        f"      - record: {top_series}",
+        f"        expr: max by ({group}) ({p}:gap_z)",
         "      - alert: ContextPrecisionVariantRegression",
         "        expr: |",
         f"          {top_series} > {z}",
@@ -464,6 +515,7 @@ def scenarios() -> str:
         "# evaluates the groups in a random one, and the alert sometimes reads the previous step's values.",
         "group_eval_order:",
         "  - context_precision.canary.recording",
+        "  - context_precision.canary.long",
         "  - context_precision.canary.alerts",
         "",
         "tests:",
@@ -493,7 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     text = scenarios() if args.tests else rules(args.segment, args.baseline, args.margin, args.z, args.min_count,
                                                 args.gap_sd)
     if args.shard and not args.tests:
-        text = _DETECTION.shard(text, args.shard, "context_precision.canary.recording")  # type: ignore[attr-defined]
+        for group in ("context_precision.canary.recording", "context_precision.canary.long"):
+            text = _DETECTION.shard(text, args.shard, group)  # type: ignore[attr-defined]
     sys.stdout.write(text)
     return 0
 

@@ -95,6 +95,18 @@ INTERVAL = "1m"
 #: a day, so each evaluation's ``offset 1d..7d`` lands on the 1-minute grid the window records are written on.
 BASELINE_EVERY_MIN = 4
 BASELINE_INTERVAL = f"{BASELINE_EVERY_MIN}m"
+#: Windows of at least LONG_FROM minutes are the long group's, evaluated every LONG_EVERY_MIN minutes: their
+#: records and statistics move by a few minutes of hours, so a minute's evaluation adds nothing a drop needs
+#: (their delays are tens of minutes and more), and they are more than half of the scan's series. LONG_EVERY_MIN
+#: is the baseline group's interval: inside the 5-minute lookback (the alert group reads their z between two
+#: evaluations), a divisor of a day (their records at ``offset 1d..7d`` land on earlier evaluations) and of every
+#: long window's half (each doubling ``offset`` lands on one too).
+LONG_FROM = 80
+LONG_EVERY_MIN = BASELINE_EVERY_MIN
+LONG_INTERVAL = f"{LONG_EVERY_MIN}m"
+LONG_SCAN = "long"  # the label ``scan`` of the long group's statistics (the recording group's have none)
+SHORT_WINDOWS = tuple(w for w in WINDOWS if w < LONG_FROM)
+LONG_WINDOWS = tuple(w for w in WINDOWS if w >= LONG_FROM)
 MONTH_MINUTES = 30 * 24 * 60
 INTERVAL_Z = 1.96  # the estimated drop's interval in the annotations: 95 %, two-sided
 DS = "gen_ai_data_source_id"
@@ -105,6 +117,8 @@ CASCADE = f"{DS}_window:context_precision_cascade_sums"
 CASCADE_TERMS = f"{DS}_term_window:context_precision_cascade_sums"
 #: The cascade's PPI sums (cp_observe/_names.py, METRIC_CASCADE_SUMS): over all, then over the LLM-judged subsample.
 PPI_TERMS = ("count", "f", "f2", "n", "y", "y2", "f_sub", "f2_sub", "fy")
+#: The terms a window's PPI++ mean and its counts read (its variance terms come from the baseline).
+WINDOW_TERMS = ("count", "f", "n", "y", "f_sub")
 #: The terms over all evaluations, each with its LLM-judged part: the difference is what the cheap judge alone scored.
 CHEAP_ONLY = (("count", "n"), ("f", "f_sub"), ("f2", "f2_sub"))
 #: --llm-offset's default per --judge-tier (the library's judge_service_tier: flex, else standard), in minutes: how
@@ -145,23 +159,29 @@ def _baseline(record: str, by: str = DS, lag: int = 0) -> str:
     return f"sum by ({by}, window) ({days})"
 
 
-def window_records(prefix: str, metrics: dict[str, str], group: str) -> list[str]:
-    """Recording rules of each metric's increase over every window, summed by ``group`` (labelled ``window``).
+def window_records(prefix: str, metrics: dict[str, str], group: str, windows: tuple[int, ...] = WINDOWS
+                   ) -> list[str]:
+    """Recording rules of each metric's increase over each of ``windows``, summed by ``group`` (labelled
+    ``window``).
 
     Only the shortest window reads the raw counters. Each longer window is the recorded window of half its length
     now plus the same record ``offset`` half its length: two lookups, the two halves tiling the window, so every
-    raw minute is counted once (WINDOWS double). The records of one group share its evaluation times, so the
-    offset lands on an earlier evaluation's sample."""
+    raw minute is counted once (WINDOWS double). The offset lands on an earlier evaluation's sample: the record
+    of half the length is written every minute (the recording group) or every LONG_EVERY_MIN minutes, which
+    divides every long window's half (the long group)."""
     assert all(b == 2 * a for a, b in zip(WINDOWS, WINDOWS[1:])), WINDOWS
     lines: list[str] = []
     for part, metric in metrics.items():
         name = f"{prefix}_{part}:window"
-        lines += [
-            f"      - record: {name}",
-            f"        expr: sum by ({group}) (increase({metric}[{WINDOWS[0]}m]))",
-            f"        labels: {{window: {WINDOWS[0]}m}}",
-        ]
+        if WINDOWS[0] in windows:
+            lines += [
+                f"      - record: {name}",
+                f"        expr: sum by ({group}) (increase({metric}[{WINDOWS[0]}m]))",
+                f"        labels: {{window: {WINDOWS[0]}m}}",
+            ]
         for half, w in zip(WINDOWS, WINDOWS[1:]):
+            if w not in windows:
+                continue
             sel = f'{name}{{window="{half}m"}}'
             lines += [f"      - record: {name}", f"        expr: {sel} + {sel} offset {half}m",
                       f"        labels: {{window: {w}m}}"]
@@ -210,11 +230,18 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         "    rules:",
         "      # Per data source and window (the rule's label window): count, sum and sum of squares of AP over the window.",
     ]
-    lines += window_records(p, metrics, DS)
-    lines += _cascade_window_records(llm_offset)
-    lines += _plain_records(margin, min_count, level_sd)
-    lines += _ppi_records(margin, min_count, level_sd)
-    lines += _chosen_records(z, min_count)
+    lines += _scan(p, metrics, SHORT_WINDOWS, margin, z, min_count, level_sd, llm_offset)
+    lines += [
+        "",
+        "  - name: context_precision.detection.long",
+        f"    interval: {LONG_INTERVAL}",
+        *([f"    query_offset: {query_offset}"] if query_offset else []),
+        "    rules:",
+        f"      # The same records and statistics for the windows of {LONG_FROM} minutes and more, every"
+        f" {LONG_INTERVAL}: they move by",
+        "      # a few minutes of hours. Each reads the recording group's half-length record at its last evaluation.",
+    ]
+    lines += _scan(p, metrics, LONG_WINDOWS, margin, z, min_count, level_sd, llm_offset)
     lines += [
         "",
         "  - name: context_precision.detection.baseline",
@@ -239,6 +266,10 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         f"    interval: {INTERVAL}",
         *([f"    query_offset: {query_offset}"] if query_offset else []),
         "    rules:",
+        f"      # The family's statistic per data source, over both groups' windows (the dashboard plots it against"
+        f" {z}).",
+        f"      - record: {DS}:context_precision_score:drop_z_max",
+        f"        expr: max by ({DS}) ({p}:drop_z)",
         "      - alert: ContextPrecisionMAPRegression",
         "        expr: |",
         f"          {DS}:context_precision_score:drop_z_max > {z}",
@@ -253,21 +284,11 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         f" on the last {BASELINE_DAYS} days, shifted for the weekday)",
         f"            at z = {{{{ .Value | printf \"%.1f\" }}}} > {z} ({_spread(level_sd, margin)}).{{{{ end }}}}"
         "{{ end }}",
-        f"            {{{{ with query (printf \"{p}:drop{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
-        f" $labels.{DS} $labels.{DS}) }}}}{{{{ with first . }}}}Estimated drop {{{{ .Value | printf \"%.3f\" }}}}"
-        "{{ end }}{{ end }}",
-        f"            {{{{ with query (printf \"{INTERVAL_Z} * {p}:drop_stderr{{{DS}=\\\"%s\\\"}} and on ({DS}, window)"
-        f" {top}\" $labels.{DS} $labels.{DS}) }}}}{{{{ with first . }}}}± {{{{ .Value | printf \"%.3f\" }}}}"
-        " (95%){{ end }}{{ end }}",
-        f"            {{{{ with query (printf \"{p}:baseline_mean{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
-        f" $labels.{DS} $labels.{DS}) }}}}{{{{ with first . }}}}from a baseline MAP of {{{{ .Value | printf \"%.3f\" }}}}"
-        "{{ end }}{{ end }},",
-        f"            {{{{ with query (printf \"{p}:evaluations{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
-        f" $labels.{DS} $labels.{DS}) }}}}{{{{ with first . }}}}on {{{{ .Value | printf \"%.0f\" }}}} scored"
-        " evaluations{{ end }}{{ end }}",
-        f"            {{{{ with query (printf \"{p}:baseline_evaluations{{{DS}=\\\"%s\\\"}} and on ({DS}, window) {top}\""
-        f" $labels.{DS} $labels.{DS}) }}}}{{{{ with first . }}}}against {{{{ .Value | printf \"%.0f\" }}}} in"
-        " the baseline.{{ end }}{{ end }}",
+        "            " + _figure("drop", "Estimated drop {{ .Value | printf \"%.3f\" }}"),
+        "            " + _figure("drop_stderr", "± {{ .Value | printf \"%.3f\" }} (95%)", f"{INTERVAL_Z} * "),
+        "            " + _figure("baseline_mean", "from a baseline MAP of {{ .Value | printf \"%.3f\" }}") + ",",
+        "            " + _figure("evaluations", "on {{ .Value | printf \"%.0f\" }} scored evaluations"),
+        "            " + _figure("baseline_evaluations", "against {{ .Value | printf \"%.0f\" }} in the baseline."),
         "            Look for an index, embedding, ranking or judge change deployed before the window began (the"
         " dashboard marks judge changes);",
         "            the worst evaluations of the window are the exemplars on the dashboard's MAP panels, or Jaeger"
@@ -282,7 +303,38 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
 
 
 #: The groups ``--shard`` splits by data source: every group that computes per data source.
-SHARDED = ("context_precision.detection.recording", "context_precision.detection.baseline")
+SHARDED = ("context_precision.detection.recording", "context_precision.detection.long",
+           "context_precision.detection.baseline")
+#: A windowed record's name (its series carry a ``window`` label): the score's, the cascade's and its terms'.
+_WINDOWED = re.compile(r"(?<![\w:])(" + re.escape(DS) + r"(?:_term)?_window:[\w:]+)(\{[^}]*\})?")
+
+
+def only(lines: list[str], windows: tuple[int, ...], windowed: re.Pattern[str] = _WINDOWED) -> list[str]:
+    """``lines`` (rules over every window) with each windowed record they read (``windowed``: its name, then any
+    matchers) restricted to ``windows``: the rules of one group compute its windows alone and write series no other
+    group writes."""
+    matcher = f'window="{windows[0]}m"' if len(windows) == 1 else 'window=~"' + "|".join(f"{w}m" for w in windows) + '"'
+
+    def rewrite(line: str) -> str:
+        if "- record: " in line or line.lstrip().startswith("#"):
+            return line
+        return windowed.sub(lambda m: f"{m[1]}{{{m[2][1:-1] + ',' if m[2] else ''}{matcher}}}", line)
+    return [rewrite(line) for line in lines]
+
+
+def _scan(p: str, metrics: dict[str, str], windows: tuple[int, ...], margin: float, z: float, min_count: int,
+          level_sd: float, llm_offset: int) -> list[str]:
+    """One group's part of the scan: the window records of ``windows``, then their statistics (the score series',
+    the cascade's PPI++, the figures the alert reads), restricted to ``windows``. In the long group each statistic
+    carries the label ``scan`` (LONG_SCAN): a rule of the same name in two groups is told apart by its static
+    labels (promtool's lint); every operation that mixes the records matches on data source and window, so the
+    label changes nothing else."""
+    stats = only([*_cascade_terms(llm_offset), *_plain_records(margin, min_count, level_sd),
+                  *_ppi_records(margin, min_count, level_sd), *_chosen_records(z, min_count)], windows)
+    if windows != SHORT_WINDOWS:
+        stats = [out for line in stats
+                 for out in ((line, f"        labels: {{scan: {LONG_SCAN}}}") if "- record: " in line else (line,))]
+    return [*window_records(p, metrics, DS, windows), *_cascade_window_records(windows), *stats]
 
 
 def shard(text: str, shards: list[str], group: str = SHARDED[0]) -> str:
@@ -334,12 +386,10 @@ def _plain_records(margin: float, min_count: int, level_sd: float) -> list[str]:
     p, q, w = PREFIX, f"{PREFIX}_plain", WEEKLY
     on = f"on ({DS}, window)"
     return [
-        "      # The score series: the window's mean, the drop (the baseline group's shifted mean - the window's), its",
+        "      # The score series: the drop (the baseline group's shifted mean - the window's mean), its",
         "      # standard error from the pool's variance and the weekly shift's, z.",
-        f"      - record: {q}:mean",
-        f"        expr: {p}_sum:window / {on} {p}_count:window",
         f"      - record: {q}:drop",
-        f"        expr: {q}:baseline_mean - {on} {q}:mean",
+        f"        expr: {q}:baseline_mean - {on} ({p}_sum:window / {on} {p}_count:window)",
         f"      - record: {q}:drop_stderr",
         "        expr: |",
         "          sqrt(",
@@ -424,20 +474,25 @@ def _term_expr(term: str, side: str, llm_offset: int) -> list[str]:
 
 
 def _terms(side: str, llm_offset: int = 0) -> list[str]:
-    """One series per PPI term of the cascade's ``side`` (window or baseline) record (``_term_expr``)."""
-    return [line for term in PPI_TERMS
+    """One series per PPI term of the cascade's ``side`` (window or baseline) record (``_term_expr``): every term of
+    the baseline, the window's that its PPI++ mean and count read (WINDOW_TERMS)."""
+    return [line for term in (PPI_TERMS if side == "baseline" else WINDOW_TERMS)
             for line in (f"      - record: {CASCADE}_{term}:{side}", *_term_expr(term, side, llm_offset))]
 
 
-def _cascade_window_records(llm_offset: int = 0) -> list[str]:
-    """The cascade's PPI sums over every window (doubling records, all terms in one), then one series per term."""
+def _cascade_window_records(windows: tuple[int, ...] = WINDOWS) -> list[str]:
+    """The cascade's PPI sums over each of ``windows`` (doubling records, all terms in one)."""
     return [
         "      # Where the cheap-plus-LLM cascade runs: its PPI sums (context_precision_cascade_sums_total{term}) over",
-        "      # every window (doubling records, all terms in one), then one series per term.",
+        "      # each window (doubling records, all terms in one).",
         *(line.replace(f"{CASCADE_TERMS}_:", f"{CASCADE_TERMS}:")
-          for line in window_records(CASCADE_TERMS, {"": CASCADE_METRIC}, f"{DS}, term")),
-        *_terms("window", llm_offset),
+          for line in window_records(CASCADE_TERMS, {"": CASCADE_METRIC}, f"{DS}, term", windows)),
     ]
+
+
+def _cascade_terms(llm_offset: int = 0) -> list[str]:
+    """The cascade's window records as one series per term (``_term_expr``)."""
+    return ["      # The cascade's window records, one series per term.", *_terms("window", llm_offset)]
 
 
 def _ppi_baseline_records(llm_offset: int = 0) -> list[str]:
@@ -518,22 +573,20 @@ def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
         return f"{c}_{term}:{side}"
 
     b_unl = f"{c}_unlabelled:baseline"
+    unl = f"({t('count', 'window')} - {on} {t('n', 'window')})"  # the window's unlabelled evaluations
+    f_sub_mean = f"({t('f_sub', 'window')} / {on} {t('n', 'window')})"
     return [
         "      # The window's mean with the baseline's weight; its unlabelled mean is its f_sub's where it has none.",
-        f"      - record: {c}_unlabelled:window",
-        f"        expr: {t('count', 'window')} - {on} {t('n', 'window')}",
-        f"      - record: {c}_f_sub:mean",
-        f"        expr: {t('f_sub', 'window')} / {on} {t('n', 'window')}",
         f"      - record: {q}:mean",
         "        expr: |",
         f"          {t('y', 'window')} / {on} {t('n', 'window')}",
         f"          + {on} {q}:lambda * {on} (",
         "            (",
-        f"              ({t('f', 'window')} - {on} {t('f_sub', 'window')}) / {on} {c}_unlabelled:window"
-        f" and {on} {c}_unlabelled:window > 0.5",
-        f"              or {c}_f_sub:mean",
+        f"              ({t('f', 'window')} - {on} {t('f_sub', 'window')}) / {on} {unl}"
+        f" and {on} {unl} > 0.5",
+        f"              or {on} {f_sub_mean}",
         "            )",
-        f"            - {on} {c}_f_sub:mean",
+        f"            - {on} {f_sub_mean}",
         "          )",
         f"      - record: {q}:drop",
         f"        expr: {q}:baseline_mean - {on} {q}:mean",
@@ -542,7 +595,7 @@ def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
         "          sqrt(",
         f"            {q}:residual_var * {on} (1 / {t('n', 'window')} + {on} 1 / {t('n', 'baseline')})",
         f"            + {on} {q}:lambda ^ 2 * {on} {c}_f_unlabelled:baseline_var",
-        f"              * {on} (1 / clamp_min({c}_unlabelled:window, 1) + {on} 1 / clamp_min({b_unl}, 1))",
+        f"              * {on} (1 / clamp_min{unl[:-1]}, 1) + {on} 1 / clamp_min({b_unl}, 1))",
         f"            + {level_sd ** 2!r}",
         "          )",
         f"      - record: {q}:drop_z",
@@ -554,34 +607,39 @@ def _ppi_records(margin: float, min_count: int, level_sd: float) -> list[str]:
 
 
 def _chosen_records(z: float, min_count: int) -> list[str]:
-    """Per data source and window, the PPI++ figures where they judge, else the score series' where the window holds
-    no cascade evaluation (so a cascade turned off leaves the short windows to the score series at once)."""
+    """Per data source and window, the PPI++ z where it judges, else the score series' where the window holds no
+    cascade evaluation (so a cascade turned off leaves the short windows to the score series at once). The alert's
+    figures follow the same choice at notification time (``_figure``)."""
     p, c = PREFIX, CASCADE
-    on = f"on ({DS}, window)"
-    plain_ok = f"({p}_plain:drop_z unless {on} {c}_count:window > 0)"
-    lines = [
-        "      # What the alert reads, per data source and window: the PPI++ figures where they judge (at least"
+    return [
+        "      # What the alert reads, per data source and window: the PPI++ z where it judges (at least"
         f" {min_count}",
         "      # LLM-judged evaluations in the window and in the baseline), else the score series' where the window"
         " holds",
         "      # no cascade evaluation; neither in a window whose cascade has too few (the first day after it is"
         " turned on).",
         f"      - record: {p}:drop_z",
-        f"        expr: {p}_ppi:drop_z or {plain_ok}",
+        f"        expr: {p}_ppi:drop_z or ({p}_plain:drop_z unless on ({DS}, window) {c}_count:window > 0)",
     ]
-    for name in ("drop", "drop_stderr", "baseline_mean", "mean"):
-        lines += [f"      - record: {p}:{name}",
-                  f"        expr: ({p}_ppi:{name} and {on} {p}_ppi:drop_z) or ({p}_plain:{name} and {on} {plain_ok})"]
-    for name, ppi, plain in (("evaluations", f"{c}_n:window", f"{p}_count:window"),
-                             ("baseline_evaluations", f"{c}_n:baseline", f"{p}_count:baseline")):
-        lines += [f"      - record: {p}:{name}",
-                  f"        expr: ({ppi} and {on} {p}_ppi:drop_z) or ({plain} and {on} {plain_ok})"]
-    lines += [
-        f"      # The family's statistic per data source (the dashboard plots it against {z}).",
-        f"      - record: {DS}:context_precision_score:drop_z_max",
-        f"        expr: max by ({DS}) ({p}:drop_z)",
-    ]
-    return lines
+
+
+#: The alert's figures (``_figure``): per name, the PPI++ record and the score series' (``None``: the record is
+#: the name's, with ``_ppi`` or ``_plain`` after the prefix).
+_FIGURES = {"evaluations": (f"{CASCADE}_n:window", f"{PREFIX}_count:window"),
+            "baseline_evaluations": (f"{CASCADE}_n:baseline", f"{PREFIX}_count:baseline")}
+
+
+def _figure(name: str, text: str, scale: str = "") -> str:
+    """A sentence of the alert's description: ``text`` with the figure ``name`` of the window whose z is the data
+    source's largest, from the branch that z came from (the PPI++ figure where its z exists, else the score
+    series'), queried when the alert is sent rather than recorded every minute."""
+    ppi, plain = _FIGURES.get(name, (f"{PREFIX}_ppi:{name}", f"{PREFIX}_plain:{name}"))
+    one = f'{DS}=\\"%s\\"'  # inside a template's string: quotes escaped
+    on = f"on ({DS}, window)"
+    query = (f"{scale}(({ppi}{{{one}}} and {on} {PREFIX}_ppi:drop_z) or {on} {plain}{{{one}}})"
+             f" and {on} topk(1, {PREFIX}:drop_z{{{one}}})")
+    return (f'{{{{ with query (printf "{query}" $labels.{DS} $labels.{DS} $labels.{DS}) }}}}'
+            f"{{{{ with first . }}}}{text}{{{{ end }}}}{{{{ end }}}}")
 
 
 # --- promtool scenarios: deploy/prometheus/tests/context_precision_detection.test.yml ------------------------------
@@ -951,6 +1009,7 @@ def scenarios() -> str:
         "group_eval_order:",
         "  - context_precision.detection.baseline",
         "  - context_precision.detection.recording",
+        "  - context_precision.detection.long",
         "  - context_precision.detection.alerts",
         "",
         "tests:",
@@ -1017,6 +1076,7 @@ def late_scenarios(llm_offset: int, rule_file: str) -> str:
         "group_eval_order:",
         "  - context_precision.detection.baseline",
         "  - context_precision.detection.recording",
+        "  - context_precision.detection.long",
         "  - context_precision.detection.alerts",
         "",
         "tests:",

@@ -43,14 +43,31 @@ def test_inline_expands_recorded_series_until_none_is_left(bench: ModuleType) ->
     assert bench.inline("a:x:se + a:x:m2 > 1", records) == "(sqrt((sum(rate(x[5m]))))) + ((sum(rate(x[5m]))) * 2) > 1"
 
 
+def test_inline_drops_a_window_matcher_and_refuses_any_other(bench: ModuleType) -> None:
+    """A group's read of a record restricted to its windows is inlined without the matcher (an expression takes
+    none); a matcher on another label would change the result, so it is refused."""
+    records = {"a:x:m": "sum by (window) (x)"}
+    assert bench.inline('a:x:m{window=~"5m|10m"} / a:x:m{window="5m"}', records) == \
+        "(sum by (window) (x)) / (sum by (window) (x))"
+    with pytest.raises(ValueError, match="matcher"):
+        bench.inline('a:x:m{term="n"}', records)
+
+
 def test_z_expression_is_the_shipped_rules_inlined_down_to_the_window_records(bench: ModuleType) -> None:
     """Inlined, the z of every window reads only the window records (which the crosscheck backfills): now, and
-    the same records 1d..7d back; no raw counter."""
+    the same records 1d..7d back; no raw counter. The short windows are the recording group's, evaluated every
+    minute; the long ones the long group's, on its own minutes (a subquery on its interval around them)."""
+    rules = bench._detection_rules()
     expr = bench.z_expr()
     assert set(re.findall(r"\b\w+:\w+:\w+\b", expr)) == {
         f"gen_ai_data_source_id_window:context_precision_score_{part}:window" for part in ("count", "sum", "squares")}
-    assert "increase(" not in expr
+    assert "increase(" not in expr and not re.search(r"\)\{", expr)  # no matcher left on an inlined expression
     assert set(re.findall(r"offset (\d+)d", expr)) == {str(d) for d in range(1, 8)}
+    short, long = expr.split(" or last_over_time(")
+    assert long.endswith(f")[{rules.LONG_INTERVAL}:{rules.LONG_INTERVAL}])")
+    for part, windows in ((short, rules.SHORT_WINDOWS), (long, rules.LONG_WINDOWS)):
+        matcher = 'window=~"' + "|".join(f"{w}m" for w in windows) + '"'
+        assert set(re.findall(r'window=~"[^"]*"', part)) == {matcher}
 
 
 def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
@@ -78,7 +95,8 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
         shifts.append((k * (s7 / n7 - mean), k * k * gap_var))
     assert all(abs(shift) > 1e-3 for shift, _ in shifts)  # the weekly swing is there, and the shift follows it
     for row, w in enumerate(rules.WINDOWS):
-        for col, t in enumerate(at):
+        for col, minute in enumerate(at):
+            t = minute - minute % rules.LONG_EVERY_MIN if w in rules.LONG_WINDOWS else minute  # the long group's
             n, s, _ = cum[:, t] - cum[:, t - w]
             pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
             big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
@@ -101,8 +119,10 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
     z = bench.scan_z_ppi(terms, at, rules)
     cum = np.concatenate([np.zeros((len(bench.PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
     checked = 0
+    assert any(at % rules.LONG_EVERY_MIN)  # one evaluation between the long group's
     for row, w in enumerate(rules.WINDOWS):
-        for col, t in enumerate(at):
+        for col, minute in enumerate(at):
+            t = minute - minute % rules.LONG_EVERY_MIN if w in rules.LONG_WINDOWS else minute  # the long group's
             win = cum[:, t] - cum[:, t - w]
             pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
             big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
@@ -116,6 +136,36 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
     assert checked >= 10
     # The score series carries the LLM's AP where it judged, the cheap judge's elsewhere: its count is every one.
     assert np.array_equal(rows[0], rows[3]) and rows[6].sum() < 0.2 * rows[0].sum()
+
+
+def test_a_long_window_is_held_between_the_long_groups_evaluations(bench: ModuleType) -> None:
+    """The long group writes its windows' z every LONG_EVERY_MIN minutes and the alert reads the last one in
+    between: a long window's z stands still over the minutes after each evaluation and moves at the next; a short
+    window's moves every minute. The canary scan's long windows likewise."""
+    rules = bench._detection_rules()
+    every = rules.LONG_EVERY_MIN
+    rng = np.random.default_rng(12)
+    minutes = np.arange(9 * bench.PER_DAY)
+    sums = bench.draw(bench.healthy_mean(minutes, 0.3), np.full(len(minutes), 20.0), rng)
+    first = 8 * bench.PER_DAY + 600  # an evaluation of the long group
+    assert first % every == 0
+    at = np.arange(first, first + 3 * every)
+    for z in (bench.scan_z(sums, at, rules), bench.scan_z_ppi(
+            bench.draw_cascade(bench.healthy_mean(minutes, 0.3), bench.healthy_mean(minutes, 0.3),
+                               np.full(len(minutes), 60.0), rng)[3:12], at, rules, 3)):
+        assert not np.isnan(z).any()
+        for row, w in enumerate(rules.WINDOWS):
+            steps = np.diff(z[row]) != 0
+            if w in rules.LONG_WINDOWS:
+                assert list(np.flatnonzero(steps) + 1) == [every, 2 * every], w  # moves at each evaluation alone
+            else:
+                assert steps.all(), w
+    canary = bench._canary_rules()
+    value, rest = (bench.draw(np.full(len(minutes), 0.6), np.full(len(minutes), k), rng) for k in (4.0, 16.0))
+    z = bench.canary_scan_z(value, rest, at, canary)
+    for row, w in enumerate(canary.WINDOWS):
+        moved = list(np.flatnonzero(np.diff(z[row]) != 0) + 1)
+        assert moved == ([every, 2 * every] if w in rules.LONG_WINDOWS else list(range(1, len(at)))), w
 
 
 def test_late_llm_scores_land_later_and_nothing_else_moves(bench: ModuleType) -> None:
@@ -139,7 +189,8 @@ def test_late_llm_scores_land_later_and_nothing_else_moves(bench: ModuleType) ->
 def test_scan_z_ppi_with_an_offset_reads_the_cheap_only_terms_earlier(bench: ModuleType) -> None:
     """scan_z_ppi's llm_offset is the rules' --llm-offset: ppi_drop_z on sums whose cheap-only part (count - n,
     f - f_sub, f2 - f2_sub) is taken ``llm_offset`` minutes earlier, in the window and in each baseline day (of the
-    pool the baseline group last wrote, on a minute divisible by its interval)."""
+    pool the baseline group last wrote, on a minute divisible by its interval). A long window is the long group's
+    last evaluation, and its offset lands on that group's evaluation at or before: 3 minutes read 4 back."""
     from cp_observe._judging._ppi import PpiSums, ppi_drop_z
 
     rules = bench._detection_rules()
@@ -153,19 +204,23 @@ def test_scan_z_ppi_with_an_offset_reads_the_cheap_only_terms_earlier(bench: Mod
     z = bench.scan_z_ppi(terms, at, rules, 3)
     cum = np.concatenate([np.zeros((len(bench.PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
 
-    def sums(t: int, w: int) -> np.ndarray:
-        now, then = cum[:, t] - cum[:, t - w], cum[:, t - 3] - cum[:, t - 3 - w]
+    def sums(t: int, w: int, lag: int) -> np.ndarray:
+        now, then = cum[:, t] - cum[:, t - w], cum[:, t - lag] - cum[:, t - lag - w]
         for total, sub in ((0, 3), (1, 6), (2, 7)):
             now[total] = now[sub] + then[total] - then[sub]
         return now
 
+    assert rules.LONG_EVERY_MIN == 4 and any(at % rules.LONG_EVERY_MIN)
     checked = 0
     for row, w in enumerate(rules.WINDOWS):
-        for col, t in enumerate(at):
+        long = w in rules.LONG_WINDOWS
+        lag = 4 if long else 3
+        for col, minute in enumerate(at):
+            t = minute - minute % rules.LONG_EVERY_MIN if long else minute
             pooled = t - t % rules.BASELINE_EVERY_MIN
-            big = sum(sums(pooled - d * bench.PER_DAY, w) for d in range(1, 8))
-            expected = ppi_drop_z(PpiSums(*sums(t, w)), PpiSums(*big), margin=rules.MARGIN, var_floor=rules.VAR_FLOOR,
-                                  level_sd=rules.LEVEL_SD, min_count=rules.MIN_COUNT)
+            big = sum(sums(pooled - d * bench.PER_DAY, w, lag) for d in range(1, 8))
+            expected = ppi_drop_z(PpiSums(*sums(t, w, lag)), PpiSums(*big), margin=rules.MARGIN,
+                                  var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD, min_count=rules.MIN_COUNT)
             if expected is None:
                 assert np.isnan(z[row, col])
             else:

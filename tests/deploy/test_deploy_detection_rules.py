@@ -59,15 +59,24 @@ def test_the_threshold_holds_the_whole_family_to_its_target(gen: ModuleType) -> 
     assert gen.family_z(windows=(5,)) < gen.Z  # one window alone needs less: the family pays for its size
 
 
+def _group(name: str, text: str | None = None) -> dict:
+    """The detection rule group ``name`` (its last part) of the shipped file, or of ``text``."""
+    groups = yaml.safe_load(text)["groups"] if text is not None else load_yaml(DETECTION_RULES_FILE)["groups"]
+    (group,) = [g for g in groups if g["name"] == f"context_precision.detection.{name}"]
+    return group
+
+
 def test_groups_alert_and_windows(gen: ModuleType) -> None:
-    """Three groups, one alert; every window doubles the last, from 5m to about a day; one 7-day baseline rule per
-    counter reads the window records at offsets 1d..7d, in the baseline group."""
+    """Four groups, one alert; every window doubles the last, from 5m to about a day, the short windows' records
+    in the recording group and the long ones' in the long group; one 7-day baseline rule per counter reads the
+    window records at offsets 1d..7d, in the baseline group."""
     groups = load_yaml(DETECTION_RULES_FILE)["groups"]
     assert tuple(g["name"] for g in groups) == DETECTION_RULE_GROUPS
     assert tuple(alert_rules(DETECTION_RULES_FILE)) == DETECTION_ALERT_NAMES
     assert all(b == 2 * a for a, b in zip(gen.WINDOWS, gen.WINDOWS[1:], strict=False))
     assert gen.WINDOWS[0] == 5 and 16 * 60 <= gen.WINDOWS[-1] <= 24 * 60
-    rules, pools = groups[0]["rules"], groups[1]["rules"]
+    assert gen.SHORT_WINDOWS + gen.LONG_WINDOWS == gen.WINDOWS
+    rules, pools = _group("recording")["rules"] + _group("long")["rules"], _group("baseline")["rules"]
     for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
         current = [r for r in rules if r["record"] == f"{record}:window"]
         assert [r["labels"]["window"] for r in current] == [f"{w}m" for w in gen.WINDOWS]
@@ -82,7 +91,7 @@ def test_the_baseline_group_reads_no_window_now_and_never_goes_stale(gen: Module
     """The baseline group reads the window records only at whole-day offsets (so no evaluation of it depends on
     another group's at the same instant), writes only what the pool alone decides, and runs more often than
     Prometheus's 5-minute lookback at a divisor of a day; the recording group reads its records, none it writes."""
-    recording, pools = load_yaml(DETECTION_RULES_FILE)["groups"][:2]
+    recording, pools = _group("recording"), _group("baseline")
     assert pools["interval"] == gen.BASELINE_INTERVAL == f"{gen.BASELINE_EVERY_MIN}m"
     assert gen.BASELINE_EVERY_MIN < 5 and gen.DAY_MIN % gen.BASELINE_EVERY_MIN == 0
     written = {r["record"] for r in pools["rules"]}
@@ -99,7 +108,7 @@ def test_the_baseline_group_reads_no_window_now_and_never_goes_stale(gen: Module
             f"{gen.PREFIX}_plain:pool_mean"} <= written
     # With --llm-offset the baseline's cheap-only parts come from a pool of its own, taken that much before each
     # day's: an offset on the group's own record would read the pool the group wrote 4 minutes before.
-    late_pools = yaml.safe_load(gen.rules(llm_offset=3))["groups"][1]
+    late_pools = _group("baseline", gen.rules(llm_offset=3))
     assert late_pools["name"] == "context_precision.detection.baseline"
     for rule in late_pools["rules"]:
         assert not re.search(r":baseline(_early)?(\{[^}]*\})? offset", rule["expr"]), rule["expr"]
@@ -112,7 +121,7 @@ def test_the_baseline_group_reads_no_window_now_and_never_goes_stale(gen: Module
 def test_only_the_shortest_window_reads_raw_counters_the_others_add_two_recorded_halves(gen: ModuleType) -> None:
     """The 5m window is the raw counters' increase; each longer window is the half-length record now plus the same
     record offset by half a window (the halves tile the window: each raw minute counted once), defined before use."""
-    rules = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
+    rules = _group("recording")["rules"] + _group("long")["rules"]
     for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
         current = [r for r in rules if r["record"] == f"{record}:window"]
         assert re.fullmatch(r"sum by \([^)]*\) \(increase\(\w+\[5m\]\)\)", current[0]["expr"])
@@ -147,21 +156,26 @@ def test_the_ppi_terms_are_the_ones_the_library_exports(gen: ModuleType) -> None
     assert len(dataclasses.fields(PpiSums)) == len(gen.PPI_TERMS)
 
 
-def test_each_window_is_judged_on_the_ppi_figures_or_else_only_without_the_cascade() -> None:
+def test_each_window_is_judged_on_the_ppi_figures_or_else_only_without_the_cascade(gen: ModuleType) -> None:
     """Per data source and window, z is the PPI++ one where it judges, else the score series' where the window holds
-    no cascade evaluation; every figure the alert reads follows the same choice."""
-    rules = load_yaml(DETECTION_RULES_FILE)["groups"][0]["rules"]
-    chosen = {r["record"].rsplit(":", 1)[1]: " ".join(r["expr"].split()) for r in rules
-              if r["record"].startswith("gen_ai_data_source_id_window:context_precision_score:")}
-    assert set(chosen) == {"drop_z", "drop", "drop_stderr", "baseline_mean", "mean", "evaluations",
-                           "baseline_evaluations"}
+    no cascade evaluation (in both groups, each over its windows); every figure the alert states follows the same
+    choice, queried when it is sent."""
     on = "on (gen_ai_data_source_id, window)"
-    plain_ok = (f"(gen_ai_data_source_id_window:context_precision_score_plain:drop_z unless {on}"
-                " gen_ai_data_source_id_window:context_precision_cascade_sums_count:window > 0)")
-    assert chosen.pop("drop_z") == f"gen_ai_data_source_id_window:context_precision_score_ppi:drop_z or {plain_ok}"
-    for expr in chosen.values():
-        assert f"and {on} gen_ai_data_source_id_window:context_precision_score_ppi:drop_z) or (" in expr
-        assert expr.endswith(f"and {on} {plain_ok})")
+    for name, windows in (("recording", gen.SHORT_WINDOWS), ("long", gen.LONG_WINDOWS)):
+        chosen = {r["record"].rsplit(":", 1)[1]: " ".join(r["expr"].split()) for r in _group(name)["rules"]
+                  if r["record"].startswith("gen_ai_data_source_id_window:context_precision_score:")}
+        only = 'window=~"' + "|".join(f"{w}m" for w in windows) + '"'
+        plain_ok = (f"(gen_ai_data_source_id_window:context_precision_score_plain:drop_z{{{only}}} unless {on}"
+                    f" gen_ai_data_source_id_window:context_precision_cascade_sums_count:window{{{only}}} > 0)")
+        assert chosen == {"drop_z": f"gen_ai_data_source_id_window:context_precision_score_ppi:drop_z{{{only}}}"
+                                    f" or {plain_ok}"}
+    description = alert_rules(DETECTION_RULES_FILE)["ContextPrecisionMAPRegression"]["annotations"]["description"]
+    figures = re.findall(r'with query \(printf "(.*?)" \$labels', description)
+    assert len(figures) == 6  # the window's z, then drop, its interval, the baseline mean and both counts
+    for figure in figures[1:]:
+        assert f"and {on} gen_ai_data_source_id_window:context_precision_score_ppi:drop_z) or {on} " in figure
+        assert figure.endswith(f"and {on} topk(1, gen_ai_data_source_id_window:context_precision_score:drop_z"
+                               '{gen_ai_data_source_id=\\"%s\\"})')
 
 
 def test_the_alert_states_window_drop_interval_baseline_and_counts(gen: ModuleType) -> None:
@@ -169,8 +183,8 @@ def test_the_alert_states_window_drop_interval_baseline_and_counts(gen: ModuleTy
     rule = alert_rules(DETECTION_RULES_FILE)["ContextPrecisionMAPRegression"]
     assert " ".join(rule["expr"].split()) == f"gen_ai_data_source_id:context_precision_score:drop_z_max > {gen.Z}"
     description = rule["annotations"]["description"]
-    for needle in (".Labels.window", ":drop{", ":drop_stderr{", ":baseline_mean{", ":evaluations{",
-                   ":baseline_evaluations{", "exemplars", "Jaeger"):
+    for needle in (".Labels.window", "_ppi:drop{", "_plain:drop_stderr{", "_plain:baseline_mean{",
+                   "cascade_sums_n:window{", "score_count:baseline{", "exemplars", "Jaeger"):
         assert needle in description, needle
     assert rule["annotations"]["runbook_url"] == "deploy/README.md#runbook-contextprecisionmapregression"
 
@@ -282,10 +296,10 @@ def test_sharded_rules_give_each_group_its_data_sources_and_a_last_group_the_res
         + ["context_precision.detection.alerts"]
     matchers = ['gen_ai_data_source_id=~"kb-[a-m].*"', 'gen_ai_data_source_id=~"kb-[n-z].*"',
                 'gen_ai_data_source_id!~"(?:kb-[a-m].*)|(?:kb-[n-z].*)"']
-    shipped = load_yaml(DETECTION_RULES_FILE)["groups"]
-    records = {r["record"] for g in shipped[:2] for r in g["rules"]}
-    for group, matcher, unsharded in zip(groups[:6], matchers * 2, [shipped[0]["rules"]] * 3 + [shipped[1]["rules"]] * 3,
-                                         strict=True):
+    shipped = {g["name"]: g for g in load_yaml(DETECTION_RULES_FILE)["groups"]}
+    records = {r["record"] for name in gen.SHARDED for r in shipped[name]["rules"]}
+    unsharded = [shipped[name]["rules"] for name in gen.SHARDED for _ in matchers]
+    for group, matcher, unsharded in zip(groups[:-1], matchers * len(gen.SHARDED), unsharded, strict=True):
         assert len(group["rules"]) == len(unsharded)
         for rule in group["rules"]:
             selectors = re.findall(r"(?<![\w:])([\w:]+)\{([^}]*)\}", rule["expr"])
@@ -294,7 +308,7 @@ def test_sharded_rules_give_each_group_its_data_sources_and_a_last_group_the_res
             assert all(inside.endswith(matcher) for _, inside in read), rule["expr"]
             bare = [n for n in re.findall(r"(?<![\w:])([\w]*:[\w:]+)(?![\w:{])", rule["expr"]) if n in records]
             assert not bare, rule["expr"]
-    assert groups[6] == shipped[2]
+    assert groups[-1] == shipped["context_precision.detection.alerts"]
     assert _printed("--shard", "kb-[a-m].*", "--shard", "kb-[n-z].*") == text
 
 
@@ -317,9 +331,11 @@ def test_sharded_canary_rules_select_their_data_sources_and_pass_promtool(tmp_pa
                           text=True, check=True).stdout
     groups = yaml.safe_load(text)["groups"]
     assert [g["name"] for g in groups] == ["context_precision.canary.recording.shard1",
-                                           "context_precision.canary.recording.rest", "context_precision.canary.alerts"]
-    for group, matcher in zip(groups[:2], ['gen_ai_data_source_id=~"kb-[a-m].*"',
-                                           'gen_ai_data_source_id!~"(?:kb-[a-m].*)"'], strict=True):
+                                           "context_precision.canary.recording.rest",
+                                           "context_precision.canary.long.shard1", "context_precision.canary.long.rest",
+                                           "context_precision.canary.alerts"]
+    for group, matcher in zip(groups[:4], ['gen_ai_data_source_id=~"kb-[a-m].*"',
+                                           'gen_ai_data_source_id!~"(?:kb-[a-m].*)"'] * 2, strict=True):
         for rule in group["rules"]:
             read = re.findall(r"(?<![\w:])((?:context_|gen_ai_)[\w:]+)\{([^}]*)\}", rule["expr"])
             assert read and all(inside.endswith(matcher) for _, inside in read), rule["expr"]
@@ -330,7 +346,8 @@ def test_sharded_canary_rules_select_their_data_sources_and_pass_promtool(tmp_pa
 
 
 def _cheap_only_records(gen: ModuleType) -> set[str]:
-    return {f"{gen.CASCADE}_{total}:{side}" for total, _ in gen.CHEAP_ONLY for side in ("window", "baseline")}
+    return {f"{gen.CASCADE}_{total}:{side}" for total, _ in gen.CHEAP_ONLY for side in ("window", "baseline")
+            if side == "baseline" or total in gen.WINDOW_TERMS}  # a window's f2 is no record: its PPI++ reads none
 
 
 def test_the_llm_offset_reads_the_cascades_cheap_only_terms_earlier_and_nothing_else(gen: ModuleType) -> None:
@@ -354,12 +371,16 @@ def test_the_llm_offset_reads_the_cascades_cheap_only_terms_earlier_and_nothing_
     on = "on (gen_ai_data_source_id, window)"
     for total, sub in gen.CHEAP_ONLY:
         for side in ("window", "baseline"):
-            (expr,) = [r["expr"] for k, r in offset.items() if k[1] == f"{gen.CASCADE}_{total}:{side}"]
+            if f"{gen.CASCADE}_{total}:{side}" not in _cheap_only_records(gen):
+                continue
+            (expr,) = [r["expr"] for k, r in offset.items() if k[1] == f"{gen.CASCADE}_{total}:{side}"
+                       and k[0] != "context_precision.detection.long"]  # the long group's: the same, its windows
+            only = "" if side == "baseline" else ',window=~"' + "|".join(f"{w}m" for w in gen.SHORT_WINDOWS) + '"'
 
-            def one(term: str, later: str = "", side: str = side) -> str:
+            def one(term: str, later: str = "", side: str = side, only: str = only) -> str:
                 if later and side == "baseline":
                     return f'sum without (term) ({early}{{term="{term}"}})'
-                return f'sum without (term) ({gen.CASCADE_TERMS}:{side}{{term="{term}"}}{later})'
+                return f'sum without (term) ({gen.CASCADE_TERMS}:{side}{{term="{term}"{only}}}{later})'
 
             def judged(later: str = "") -> str:  # 0 where the LLM has judged nothing: no series for its terms
                 return f"({one(sub, later)} or 0 * {one(total, later)})"
@@ -386,7 +407,7 @@ def test_query_offset_is_an_option_on_every_group(gen: ModuleType) -> None:
     rules have none (Prometheus 2.42 rejects the field)."""
     assert all("query_offset" not in g for g in load_yaml(DETECTION_RULES_FILE)["groups"])
     groups = yaml.safe_load(_printed("--query-offset", "2m"))["groups"]
-    assert [g["query_offset"] for g in groups] == ["2m"] * len(DETECTION_RULE_GROUPS) == ["2m"] * 3
+    assert [g["query_offset"] for g in groups] == ["2m"] * len(DETECTION_RULE_GROUPS) == ["2m"] * 4
     shipped = load_yaml(DETECTION_RULES_FILE)["groups"]
     assert [{k: v for k, v in g.items() if k != "query_offset"} for g in groups] == shipped
     bad = subprocess.run([sys.executable, str(DETECTION_GENERATOR), "--query-offset", "soon"], capture_output=True,
