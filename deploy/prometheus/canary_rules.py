@@ -36,6 +36,9 @@ How it decides, per data source, stage and segment value v, at every evaluation 
   mix): with few evaluations it is negligible and the whole gap counts; with many, z is at most gap / GAP_SD, so
   a gap of a few hundredths never pages while one of 5 GAP_SD does. MARGIN (0 by default) is for a user who
   wants gaps smaller than it ignored however sure they are.
+- **Groups.** The windows up to 40 min every minute (``context_precision.canary.recording``), those of 80 min and
+  more every 4 minutes (``context_precision.canary.long``, one rule per window), as the drop detection's; the alert
+  group takes the largest z over both.
 - **Threshold.** The alert fires when the largest z over windows (and branches) exceeds Z, with no ``for``: the
   threshold is set for the whole family of windows as the drop detection's is (``detection_rules.family_z``,
   about FALSE_ALARMS_PER_MONTH false alarm per value and stage per month under no difference).
@@ -212,8 +215,6 @@ def _statistics(seg: str, baseline: float | None, margin: float, min_count: int,
         f"      - record: {p}:gap_stderr",
         f"        expr: sqrt({own_variance} / {p}_count:window + {gap_sd ** 2!r})",
         "        labels: {against: baseline}",
-        f"      - record: {p}:reference_mean",
-        f"        expr: {p}:gap + ignoring (against) group_left {p}:mean",
         f"      - record: {p}:gap_z",
         "        expr: |",
         f"          ({p}:gap{{against=\"rest\"}} - {margin}) / {p}:gap_stderr{{against=\"rest\"}}",
@@ -237,7 +238,8 @@ def _alerts(lines: list[str], seg: str, p: str, group: str, top_series: str, z: 
     args = f"$labels.{DS} $labels.{STAGE} $labels.{seg}"
 
     def picked(series: str, match: str, text: str) -> str:
-        return (f"{{{{ with query (printf \"{series} and on ({group}, {match}) {top}\" {args} {args}) }}}}"
+        every = " ".join([args] * (series.count(sel) + 1))  # the printf's arguments: each selector's, then top's
+        return (f"{{{{ with query (printf \"{series} and on ({group}, {match}) {top}\" {every}) }}}}"
                 f"{{{{ with first . }}}}{text}{{{{ end }}}}{{{{ end }}}}")
 
     who = f"{{{{ $labels.{DS} }}}} at its {{{{ $labels.{STAGE} }}}} stage for {seg}={{{{ $labels.{seg} }}}}"
@@ -270,7 +272,8 @@ def _alerts(lines: list[str], seg: str, p: str, group: str, top_series: str, z: 
                                 "Estimated gap {{ .Value | printf \"%.3f\" }}"),
         "            " + picked(f"{INTERVAL_Z} * {p}:gap_stderr{{{sel}}}", "window, against",
                                 "± {{ .Value | printf \"%.3f\" }} (95%)"),
-        "            " + picked(f"{p}:reference_mean{{{sel}}}", "window, against",
+        "            " + picked(f"({p}:gap{{{sel}}} + ignoring (against) group_left {p}:mean{{{sel}}})",
+                                "window, against",
                                 "below a MAP of {{ .Value | printf \"%.3f\" }}") + ",",
         "            " + picked(f"{p}_count:window{{{sel}}}", "window",
                                 "on {{ .Value | printf \"%.0f\" }} scored evaluations of the value"),

@@ -14,7 +14,11 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
   replica exports (``context_precision_score_{count,sum}``, ``context_precision_score_squares_total``), summed
   across replicas by data source. Only the 5-minute window reads them (``increase``); each longer window is the
   record of half its length now plus the same record ``offset`` half its length (``window_records``): two halves
-  that tile the window, so each raw minute counts once and an evaluation reads two samples, not W minutes.
+  that tile the window, so each raw minute counts once and an evaluation reads two samples, not W minutes. The
+  windows of LONG_FROM minutes and more, their records and statistics, are a group of their own evaluated every
+  LONG_INTERVAL (``context_precision.detection.long``): they move by minutes of hours, so a minute's evaluation
+  adds nothing a drop needs, and they are more than half of the scan's series. The alert group takes the largest z
+  over both groups' windows; the alert's figures (drop, interval, baseline, counts) are queried when it is sent.
 - **Baseline.** The same W at the same time of day on each of the last BASELINE_DAYS days: the window records at
   ``offset 1d`` .. ``offset 7d``, pooled: N, S, Q (seven lookups, not seven raw ranges). The pools, and what
   follows from them alone, are a group of their own evaluated every BASELINE_INTERVAL (they cost more than the rest
@@ -623,8 +627,8 @@ def _chosen_records(z: float, min_count: int) -> list[str]:
     ]
 
 
-#: The alert's figures (``_figure``): per name, the PPI++ record and the score series' (``None``: the record is
-#: the name's, with ``_ppi`` or ``_plain`` after the prefix).
+#: The alert's counts (``_figure``): per name, the PPI++ record and the score series'. Every other figure is the
+#: record of its name after ``_ppi`` or ``_plain``.
 _FIGURES = {"evaluations": (f"{CASCADE}_n:window", f"{PREFIX}_count:window"),
             "baseline_evaluations": (f"{CASCADE}_n:baseline", f"{PREFIX}_count:baseline")}
 

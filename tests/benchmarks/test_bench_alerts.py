@@ -276,3 +276,29 @@ def test_streams_drop_on_odd_days_only(bench: ModuleType) -> None:
     assert stream.mean_at(3600 + 60, 0) == bench.HEALTHY
     assert stream.mean_at(bench.DAY + 3600 + 60, 0) == pytest.approx(bench.HEALTHY - 0.2)
     assert bench.Stream("t", 10, 0.05, 0.0, 4).episodes(0) == []
+
+
+def test_the_poisson_interval_is_garwoods(bench: ModuleType) -> None:
+    """The exact two-sided 95 % interval: [0, 3.689] after none, [1.623, 11.668] after 5 (published tables)."""
+    assert bench.poisson_interval(0) == (0.0, pytest.approx(3.689, abs=1e-3))
+    low, high = bench.poisson_interval(5)
+    assert low == pytest.approx(1.623, abs=1e-3) and high == pytest.approx(11.668, abs=1e-3)
+
+
+def test_the_paired_comparison_holds_only_the_long_windows(bench: ModuleType) -> None:
+    """every_minute() is the shipped rules with every window evaluated every minute: the short windows' z are the
+    same, the long ones' differ between the long group's evaluations; the shipped module is left as it is."""
+    rules = bench._detection_rules()
+    before = bench.every_minute(rules)
+    assert rules.LONG_WINDOWS and before.LONG_WINDOWS == () and before.Z == rules.Z
+    rng = np.random.default_rng(9)
+    minutes = 9 * bench.PER_DAY
+    per_minute = bench.draw(np.full(minutes, 0.65), np.full(minutes, 20.0), rng)
+    at = np.arange(8 * bench.PER_DAY + 1, 8 * bench.PER_DAY + 41)
+    shipped, each = bench.scan_z(per_minute, at, rules), bench.scan_z(per_minute, at, before)
+    short = [k for k, w in enumerate(rules.WINDOWS) if w not in rules.LONG_WINDOWS]
+    long = [k for k, w in enumerate(rules.WINDOWS) if w in rules.LONG_WINDOWS]
+    assert np.array_equal(shipped[short], each[short], equal_nan=True)
+    held = at % rules.LONG_EVERY_MIN == 0
+    assert np.allclose(shipped[long][:, held], each[long][:, held], equal_nan=True)
+    assert not np.allclose(shipped[long][:, ~held], each[long][:, ~held], equal_nan=True)
