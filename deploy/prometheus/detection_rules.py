@@ -228,19 +228,13 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
            "# scores reach the counters that much later)."] if llm_offset else []),
         "",
         "groups:",
-        "  - name: context_precision.detection.recording",
-        f"    interval: {INTERVAL}",
-        *([f"    query_offset: {query_offset}"] if query_offset else []),
-        "    rules:",
+        *_group("recording", INTERVAL, query_offset),
         "      # Per data source and window (the rule's label window): count, sum and sum of squares of AP over the window.",
     ]
     lines += _scan(p, metrics, SHORT_WINDOWS, margin, z, min_count, level_sd, llm_offset)
     lines += [
         "",
-        "  - name: context_precision.detection.long",
-        f"    interval: {LONG_INTERVAL}",
-        *([f"    query_offset: {query_offset}"] if query_offset else []),
-        "    rules:",
+        *_group("long", LONG_INTERVAL, query_offset),
         f"      # The same records and statistics for the windows of {LONG_FROM} minutes and more, every"
         f" {LONG_INTERVAL}: they move by",
         "      # a few minutes of hours. Each reads the recording group's half-length record at its last evaluation.",
@@ -248,10 +242,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
     lines += _scan(p, metrics, LONG_WINDOWS, margin, z, min_count, level_sd, llm_offset)
     lines += [
         "",
-        "  - name: context_precision.detection.baseline",
-        f"    interval: {BASELINE_INTERVAL}",
-        *([f"    query_offset: {query_offset}"] if query_offset else []),
-        "    rules:",
+        *_group("baseline", BASELINE_INTERVAL, query_offset),
         f"      # Every window at the same time of day on each of the last {BASELINE_DAYS} days, pooled (the window"
         " records'",
         f"      # offsets: every window in one rule), and what depends on the pool alone. Every {BASELINE_INTERVAL}, not"
@@ -266,10 +257,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
     pick = f'{{{{ with query (printf "{top}" $labels.{DS}) }}}}{{{{ with first . }}}}'
     lines += [
         "",
-        "  - name: context_precision.detection.alerts",
-        f"    interval: {INTERVAL}",
-        *([f"    query_offset: {query_offset}"] if query_offset else []),
-        "    rules:",
+        *_group("alerts", INTERVAL, query_offset),
         f"      # The family's statistic per data source, over both groups' windows (the dashboard plots it against"
         f" {z}).",
         f"      - record: {DS}:context_precision_score:drop_z_max",
@@ -304,6 +292,12 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
     ]
     return "\n".join(lines)
 
+
+
+def _group(name: str, interval: str, query_offset: str | None) -> list[str]:
+    """A rule group's first lines: its name, interval, any ``query_offset``, and the start of its rules."""
+    return [f"  - name: context_precision.detection.{name}", f"    interval: {interval}",
+            *([f"    query_offset: {query_offset}"] if query_offset else []), "    rules:"]
 
 
 #: The groups ``--shard`` splits by data source: every group that computes per data source.
