@@ -431,12 +431,17 @@ def poisson_upper(k: int, level: float = 0.95) -> float:
     lo, hi = 0.0, 10.0 + 10 * k
     for _ in range(80):
         mid = (lo + hi) / 2
-        term = cdf = math.exp(-mid)
-        for i in range(1, k + 1):
-            term *= mid / i
-            cdf += term
-        lo, hi = (mid, hi) if cdf > 1 - level else (lo, mid)
+        lo, hi = (mid, hi) if _poisson_cdf(k, mid) > 1 - level else (lo, mid)
     return hi
+
+
+def _poisson_cdf(k: int, mean: float) -> float:
+    """P(X <= k) for a Poisson mean ``mean``."""
+    term = cdf = math.exp(-mean)
+    for i in range(1, k + 1):
+        term *= mean / i
+        cdf += term
+    return cdf
 
 
 @dataclass(frozen=True)
@@ -989,27 +994,18 @@ def grid(cells: Sequence[Cell], months: float, episodes: int, seed: int, rules: 
     return alarm_rows, detect_rows
 
 
-def _poisson_cdf(k: int, mean: float) -> float:
-    term = cdf = math.exp(-mean)
-    for i in range(1, k + 1):
-        term *= mean / i
-        cdf += term
-    return cdf
-
-
 def poisson_interval(k: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact two-sided interval (Garwood) of a Poisson mean after observing ``k`` events."""
+    """The exact two-sided interval (Garwood) of a Poisson mean after observing ``k`` events: each tail
+    (1 - level) / 2; the upper bound is ``poisson_upper`` at that tail."""
     tail = (1 - level) / 2
-
-    def solve(below: bool) -> float:
-        lo, hi = 0.0, 10.0 + 10 * k
-        for _ in range(80):
-            mid = (lo + hi) / 2
-            # lower bound: P(X >= k | mid) = tail; upper bound: P(X <= k | mid) = tail
-            high = (1 - _poisson_cdf(k - 1, mid)) > tail if below else _poisson_cdf(k, mid) > tail
-            lo, hi = (lo, mid) if (high if below else not high) else (mid, hi)
-        return (lo + hi) / 2
-    return (0.0 if k == 0 else solve(True)), solve(False)
+    upper = poisson_upper(k, 1 - tail)
+    if k == 0:
+        return 0.0, upper
+    lo, hi = 0.0, upper
+    for _ in range(80):  # the lower bound: where P(X >= k), which grows with the mean, reaches the tail
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 1 - _poisson_cdf(k - 1, mid) < tail else (lo, mid)
+    return hi, upper
 
 
 def every_minute(rules: ModuleType) -> ModuleType:
