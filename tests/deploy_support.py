@@ -76,8 +76,8 @@ CANARY_RULE_GROUPS = ("context_precision.canary.recording", "context_precision.c
                       "context_precision.canary.alerts")
 #: The drop-detection rules' alert (its own file, generated) and groups.
 DETECTION_ALERT_NAMES = ("ContextPrecisionMAPRegression",)
-DETECTION_RULE_GROUPS = ("context_precision.detection.recording", "context_precision.detection.long",
-                         "context_precision.detection.baseline", "context_precision.detection.alerts")
+DETECTION_RULE_GROUPS = ("context_precision.detection.recording", "context_precision.detection.baseline",
+                         "context_precision.detection.alerts")
 #: The judge budget's alerts (their own file, rules/context_precision_budget.rules.yml) and group.
 BUDGET_RULES_FILE = PROMETHEUS_DIR / "rules" / "context_precision_budget.rules.yml"
 BUDGET_ALERT_NAMES = ("ContextPrecisionBudgetExhausted", "ContextPrecisionPacedBelowUseful")

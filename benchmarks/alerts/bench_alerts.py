@@ -3,7 +3,7 @@
 Per-evaluation AP streams shaped like production go through three detectors on the same evaluations:
 
 - **new**: ``ContextPrecisionMAPRegression`` as shipped (``deploy/prometheus/detection_rules.py``): every minute,
-  windows of 5 min doubling to 1280 min (those of 80 min and more every 4 minutes, the long group), each against
+  windows of 5 min doubling to 1280 min, each against
   the same window at the same time of day on the last 7 days, z = (drop - margin) / SE, fires when the largest z
   exceeds the family's threshold;
 - **old**: the fixed 30-minute rules it replaced, ``ContextPrecisionMAPDrop`` (99 % upper bound below 0.5, for
@@ -21,10 +21,10 @@ alarms after the baseline's first week; changes (steps of 0.1, 0.2, 0.3 and a dr
 random minute of the day after a healthy week, and count as caught when a detector fires within a day.
 
 The big grid evaluates the rules' arithmetic in Python (``scan_z``: the same expression from the same counters at
-the same evaluations, one a minute, the long group's every 4, windows and baselines built from the window records
-as the rules build them: ``recorded_windows``). ``--crosscheck`` backfills a subset into a **real Prometheus**
+the same evaluations, one a minute, the baseline group's every 4, windows and baselines built from the window
+records as the rules build them: ``recorded_windows``). ``--crosscheck`` backfills a subset into a **real Prometheus**
 (``promtool tsdb create-blocks-from openmetrics``, then the window records by ``cp-observe deploy backfill``),
-evaluates the shipped recording and long groups' z for every window there as range queries, and prints the largest
+evaluates the shipped recording group's z for every window there as range queries, and prints the largest
 difference from Python and whether the firing minutes agree.
 
 The canary tables (``ContextPrecisionVariantRegression``: one variant, 20 % of the traffic, against the rest of its
@@ -297,10 +297,9 @@ def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int, every: 
 
 
 def _long_scan(rules: ModuleType) -> tuple[tuple[int, ...], int]:
-    """(the windows the rules' long group computes, its interval in minutes) of the drop detection's generator or
-    the canary's (which takes both from the drop detection's, loaded beside it as ``_DETECTION``)."""
-    source = getattr(rules, "_DETECTION", rules)
-    return tuple(source.LONG_WINDOWS), int(source.LONG_EVERY_MIN)
+    """(the windows the rules' long group computes, its interval in minutes): the canary's generator has one; the
+    drop detection's computes every window every minute."""
+    return tuple(getattr(rules, "LONG_WINDOWS", ())), int(getattr(rules, "LONG_EVERY_MIN", 1))
 
 
 def evaluated_at(at: np.ndarray, w: int, rules: ModuleType) -> np.ndarray:
@@ -349,8 +348,8 @@ def scan_z(per_minute: np.ndarray, at: np.ndarray, rules: ModuleType, weekly: bo
 
     Windows and baselines are the window records (``recorded_windows``): the half-window chain and the records at
     ``offset 1d..7d``, as the rules evaluate them, the pool's mean moved by the weekly shift (``weekly_shift``;
-    ``weekly=False``: the pool alone, the rules before the shift). The long group's windows are as of its last
-    evaluation (``evaluated_at``); the weekly shift, the baseline group's, is on the same minutes.
+    ``weekly=False``: the pool alone, the rules before the shift). Every window is the minute's; the pools and the
+    weekly shift are the baseline group's, as of its last evaluation.
     """
     cum = np.concatenate([np.zeros((3, 1)), np.cumsum(per_minute, axis=1)], axis=1)  # cum[:, t] = up to minute t
     records = recorded_windows(cum, rules)
@@ -724,8 +723,7 @@ def z_expr() -> str:
     """The shipped rules' z for every window as one PromQL expression: the recorded series inlined, except the
     window records themselves, which the crosscheck backfills (``cp-observe deploy backfill``) as an upgrade does.
 
-    The short windows' z is the recording group's, the long windows' the long group's: records of the same name
-    in both, so each is inlined with its own group's rules."""
+    Every window's z is the recording group's; the pools are the baseline group's, held between its evaluations."""
     groups = {g["name"]: g for g in yaml.safe_load(DETECTION_RULES_FILE.read_text(encoding="utf-8"))["groups"]}
 
     def records(group: str) -> dict[str, str]:
@@ -743,10 +741,8 @@ def z_expr() -> str:
                 for record, expr in records("context_precision.detection.baseline").items()}
     # The score series' z: the crosscheck's streams run no cascade, so the alert reads this one (inlining the
     # chosen record would also inline the PPI++ branch, a hundred times longer and empty here).
-    short = {**baseline, **records("context_precision.detection.recording")}
-    long = {**baseline, **records("context_precision.detection.long")}
-    return (f"({inline(short[PLAIN_Z], short)})"
-            f" or {held(inline(long[PLAIN_Z], long), 'context_precision.detection.long')}")
+    minute = {**baseline, **records("context_precision.detection.recording")}
+    return inline(minute[PLAIN_Z], minute)
 
 
 # --- canary: one variant against the rest of its data source, at the same stage ---------------------------------
@@ -1009,19 +1005,21 @@ def poisson_interval(k: int, level: float = 0.95) -> tuple[float, float]:
 
 
 def every_minute(rules: ModuleType) -> ModuleType:
-    """``rules`` as they were before the long group: every window computed every minute."""
+    """``rules`` with every record computed every minute, as the rules before the recordings computed them: the
+    pools and the weekly shift too (shipped: the baseline group's, every BASELINE_EVERY_MIN minutes)."""
     copy = ModuleType(f"{rules.__name__}_every_minute")
     copy.__dict__.update({k: v for k, v in rules.__dict__.items() if k != "__name__"})
     copy.LONG_WINDOWS = ()  # type: ignore[attr-defined]
+    copy.BASELINE_EVERY_MIN = 1  # type: ignore[attr-defined]
     return copy
 
 
 def paired_rows(cells: Sequence[Cell], months: float, episodes: int, seed: int, rules: ModuleType) -> list[list]:
-    """Per cell and change: the shipped rules against the same rules with every window evaluated every minute (the
-    rules before the long group), on the same streams (the grid's seeds): false alarms with both 95 % Poisson
-    intervals, and median delays."""
+    """Per cell and change: the shipped rules against the same rules with every record computed every minute (the
+    schedule of the rules before the recordings), on the same streams (the grid's seeds): false alarms with both
+    95 % Poisson intervals, and median delays, the allowance being the slowest group's interval."""
     before = every_minute(rules)
-    _, every = _long_scan(rules)
+    every = max(rules.BASELINE_EVERY_MIN, _long_scan(rules)[1])
     rows = []
     for cell in cells:
         cell_seed = seed * 1_000 + cell.rate * 100 + round(cell.sampling * 100)
@@ -1447,7 +1445,7 @@ def main() -> int:
     parser.add_argument("--crosscheck-only", action="store_true", help="only the comparison with a real Prometheus")
     parser.add_argument("--canary-only", action="store_true", help="only the canary tables (no Prometheus needed)")
     parser.add_argument("--paired", action="store_true",
-                        help="only the shipped rules against every window evaluated every minute, on the same streams")
+                        help="only the shipped rules against every record computed every minute, on the same streams")
     parser.add_argument("--cascade-only", action="store_true", help="only the cascade table (no Prometheus needed)")
     parser.add_argument("--late-only", action="store_true",
                         help="only the cascade's late-LLM-score tables (no Prometheus needed)")
@@ -1493,11 +1491,11 @@ def main() -> int:
     if args.paired:
         began = time.perf_counter()
         rows = paired_rows(cells, months, episodes, args.seed, rules)
-        print(f"\n### The long group against every window every minute, on the same streams"
+        print(f"\n### The shipped schedule against every record every minute, on the same streams"
               f" ({time.perf_counter() - began:.0f} s)\n")
-        print(markdown_table(["req/s", "sampled", "false alarms, every minute [95 %]", "false alarms, long group [95 %]",
+        print(markdown_table(["req/s", "sampled", "false alarms, every minute [95 %]", "false alarms, shipped [95 %]",
                               "each within the other's interval", "change", "every minute: caught, median",
-                              "long group: caught, median", "median later by", "within one long interval",
+                              "shipped: caught, median", "median later by", "within the slowest interval",
                               "per episode: median / largest later by", "episodes later by more"], rows))
         return 0
     phase_episodes = 4 if args.quick else args.phase_episodes

@@ -21,7 +21,7 @@ The groups' intervals are shortened to 15 s so that several evaluations are time
 costs the same at any interval). Prometheus's own metrics give each group's last duration (the median over the
 run is reported). The **cost** is the rule-evaluation seconds per minute summed over the detection and canary
 groups: each group's duration × 60 / its shipped interval (1 minute; 4 minutes for the detection's baseline
-group and the long windows' groups).
+group and the canary's long windows' group).
 
     .venv/bin/python benchmarks/alerts/bench_rule_cost.py [--sources 10 100 1000] [--baseline-max 10]
         [--seconds 60] [--quick]

@@ -36,9 +36,12 @@ How it decides, per data source, stage and segment value v, at every evaluation 
   mix): with few evaluations it is negligible and the whole gap counts; with many, z is at most gap / GAP_SD, so
   a gap of a few hundredths never pages while one of 5 GAP_SD does. MARGIN (0 by default) is for a user who
   wants gaps smaller than it ignored however sure they are.
-- **Groups.** The windows up to 40 min every minute (``context_precision.canary.recording``), those of 80 min and
-  more every 4 minutes (``context_precision.canary.long``, one rule per window), as the drop detection's; the alert
-  group takes the largest z over both.
+- **Groups.** The windows shorter than LONG_FROM minutes every minute (``context_precision.canary.recording``),
+  the longer ones every LONG_EVERY_MIN minutes (``context_precision.canary.long``, one rule per window): they are
+  more than half of the series, and a canary is watched over minutes to hours after a rollout, where the short
+  windows decide. The drop detection computes every window every minute (a long window's brief excursions past
+  the threshold decide a slow drift there); here that would cost about a third more (benchmarks/README.md). The
+  alert group takes the largest z over both.
 - **Threshold.** The alert fires when the largest z over windows (and branches) exceeds Z, with no ``for``: the
   threshold is set for the whole family of windows as the drop detection's is (``detection_rules.family_z``,
   about FALSE_ALARMS_PER_MONTH false alarm per value and stage per month under no difference).
@@ -76,6 +79,15 @@ GAP_SD = 0.01  # how far apart equally good values' MAPs stray (routing is rarel
 MIN_COUNT = 20  # scored evaluations in the window, on each side
 VAR_FLOOR = 0.01  # AP variance is never taken below 0.1^2 (constant scores would give an infinite z)
 INTERVAL = "1m"
+#: Windows of at least LONG_FROM minutes are the long group's, evaluated every LONG_EVERY_MIN minutes: inside the
+#: 5-minute lookback (the alert group reads their z between two evaluations) and a divisor of every long window's
+#: half (each doubling ``offset`` lands on an earlier evaluation).
+LONG_FROM = 80
+LONG_EVERY_MIN = 4
+LONG_INTERVAL = f"{LONG_EVERY_MIN}m"
+SHORT_WINDOWS = tuple(w for w in WINDOWS if w < LONG_FROM)
+LONG_WINDOWS = tuple(w for w in WINDOWS if w >= LONG_FROM)
+assert all((w // 2) % LONG_EVERY_MIN == 0 for w in LONG_WINDOWS), LONG_WINDOWS
 INTERVAL_Z = 1.96  # the estimated gap's interval in the annotations: 95 %, two-sided
 DEFAULT_SEGMENT = "retriever.version"
 DS = "gen_ai_data_source_id"
@@ -128,7 +140,7 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
         "    rules:",
         f"      # Per data source, stage, {seg} value and window: count, sum and sum of squares of AP over the window.",
     ]
-    short, long = _DETECTION.SHORT_WINDOWS, _DETECTION.LONG_WINDOWS  # type: ignore[attr-defined]
+    short, long = SHORT_WINDOWS, LONG_WINDOWS
     windowed = re.compile(rf"(?<![\w:])({re.escape(DS)}_{STAGE}(?:_{seg})?_window:[\w:]+)(\{{[^}}]*\}})?")
     stats = _statistics(seg, baseline, margin, min_count, gap_sd)
     lines += _DETECTION.window_records(p, METRICS, group, short)  # type: ignore[attr-defined]
@@ -136,10 +148,9 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
     lines += [
         "",
         "  - name: context_precision.canary.long",
-        f"    interval: {_DETECTION.LONG_INTERVAL}",  # type: ignore[attr-defined]
+        f"    interval: {LONG_INTERVAL}",
         "    rules:",
-        f"      # The same for the windows of {_DETECTION.LONG_FROM} minutes and more, every"  # type: ignore[attr-defined]
-        f" {_DETECTION.LONG_INTERVAL}, as the drop detection's: each",  # type: ignore[attr-defined]
+        f"      # The same for the windows of {LONG_FROM} minutes and more, every {LONG_INTERVAL}: each",
         "      # reads the recording group's half-length record at its last evaluation. One rule per window, labelled",
         "      # with it (a rule of the same name in two groups is told apart by its static labels, promtool's lint).",
     ]

@@ -14,11 +14,11 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
   replica exports (``context_precision_score_{count,sum}``, ``context_precision_score_squares_total``), summed
   across replicas by data source. Only the 5-minute window reads them (``increase``); each longer window is the
   record of half its length now plus the same record ``offset`` half its length (``window_records``): two halves
-  that tile the window, so each raw minute counts once and an evaluation reads two samples, not W minutes. The
-  windows of LONG_FROM minutes and more, their records and statistics, are a group of their own evaluated every
-  LONG_INTERVAL (``context_precision.detection.long``): they move by minutes of hours, so a minute's evaluation
-  adds nothing a drop needs, and they are more than half of the scan's series. The alert group takes the largest z
-  over both groups' windows; the alert's figures (drop, interval, baseline, counts) are queried when it is sent.
+  that tile the window, so each raw minute counts once and an evaluation reads two samples, not W minutes. Every
+  window is computed every minute, the long ones too: a long window's z crosses the threshold in brief excursions
+  near it, and evaluated every 4 minutes (tried) it missed some, which put the median delay of a slow drift 14-20
+  minutes later in 4 of 36 cells (benchmarks/README.md). The alert group takes the largest z over the windows; the
+  alert's figures (drop, interval, baseline, counts) are queried when it is sent.
 - **Baseline.** The same W at the same time of day on each of the last BASELINE_DAYS days: the window records at
   ``offset 1d`` .. ``offset 7d``, pooled: N, S, Q (seven lookups, not seven raw ranges). The pools, and what
   follows from them alone, are a group of their own evaluated every BASELINE_INTERVAL (they cost more than the rest
@@ -99,18 +99,6 @@ INTERVAL = "1m"
 #: a day, so each evaluation's ``offset 1d..7d`` lands on the 1-minute grid the window records are written on.
 BASELINE_EVERY_MIN = 4
 BASELINE_INTERVAL = f"{BASELINE_EVERY_MIN}m"
-#: Windows of at least LONG_FROM minutes are the long group's, evaluated every LONG_EVERY_MIN minutes: their
-#: records and statistics move by a few minutes of hours, so a minute's evaluation adds nothing a drop needs
-#: (their delays are tens of minutes and more), and they are more than half of the scan's series. LONG_EVERY_MIN
-#: is the baseline group's interval: inside the 5-minute lookback (the alert group reads their z between two
-#: evaluations), a divisor of a day (their records at ``offset 1d..7d`` land on earlier evaluations) and of every
-#: long window's half (each doubling ``offset`` lands on one too).
-LONG_FROM = 80
-LONG_EVERY_MIN = BASELINE_EVERY_MIN
-LONG_INTERVAL = f"{LONG_EVERY_MIN}m"
-LONG_SCAN = "long"  # the label ``scan`` of the long group's statistics (the recording group's have none)
-SHORT_WINDOWS = tuple(w for w in WINDOWS if w < LONG_FROM)
-LONG_WINDOWS = tuple(w for w in WINDOWS if w >= LONG_FROM)
 MONTH_MINUTES = 30 * 24 * 60
 INTERVAL_Z = 1.96  # the estimated drop's interval in the annotations: 95 %, two-sided
 DS = "gen_ai_data_source_id"
@@ -171,8 +159,8 @@ def window_records(prefix: str, metrics: dict[str, str], group: str, windows: tu
     Only the shortest window reads the raw counters. Each longer window is the recorded window of half its length
     now plus the same record ``offset`` half its length: two lookups, the two halves tiling the window, so every
     raw minute is counted once (WINDOWS double). The offset lands on an earlier evaluation's sample: the record
-    of half the length is written every minute (the recording group) or every LONG_EVERY_MIN minutes, which
-    divides every long window's half (the long group)."""
+    of half the length is written every minute, or (the canary's long group) on an interval that divides every
+    half it reads."""
     assert all(b == 2 * a for a, b in zip(WINDOWS, WINDOWS[1:])), WINDOWS
     lines: list[str] = []
     for part, metric in metrics.items():
@@ -231,15 +219,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         *_group("recording", INTERVAL, query_offset),
         "      # Per data source and window (the rule's label window): count, sum and sum of squares of AP over the window.",
     ]
-    lines += _scan(p, metrics, SHORT_WINDOWS, margin, z, min_count, level_sd, llm_offset)
-    lines += [
-        "",
-        *_group("long", LONG_INTERVAL, query_offset),
-        f"      # The same records and statistics for the windows of {LONG_FROM} minutes and more, every"
-        f" {LONG_INTERVAL}: they move by",
-        "      # a few minutes of hours. Each reads the recording group's half-length record at its last evaluation.",
-    ]
-    lines += _scan(p, metrics, LONG_WINDOWS, margin, z, min_count, level_sd, llm_offset)
+    lines += _scan(p, metrics, margin, z, min_count, level_sd, llm_offset)
     lines += [
         "",
         *_group("baseline", BASELINE_INTERVAL, query_offset),
@@ -258,7 +238,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
     lines += [
         "",
         *_group("alerts", INTERVAL, query_offset),
-        f"      # The family's statistic per data source, over both groups' windows (the dashboard plots it against"
+        f"      # The family's statistic per data source, over its windows (the dashboard plots it against"
         f" {z}).",
         f"      - record: {DS}:context_precision_score:drop_z_max",
         f"        expr: max by ({DS}) ({p}:drop_z)",
@@ -301,8 +281,7 @@ def _group(name: str, interval: str, query_offset: str | None) -> list[str]:
 
 
 #: The groups ``--shard`` splits by data source: every group that computes per data source.
-SHARDED = ("context_precision.detection.recording", "context_precision.detection.long",
-           "context_precision.detection.baseline")
+SHARDED = ("context_precision.detection.recording", "context_precision.detection.baseline")
 #: A windowed record's name (its series carry a ``window`` label): the score's, the cascade's and its terms'.
 _WINDOWED = re.compile(r"(?<![\w:])(" + re.escape(DS) + r"(?:_term)?_window:[\w:]+)(\{[^}]*\})?")
 
@@ -320,19 +299,13 @@ def only(lines: list[str], windows: tuple[int, ...], windowed: re.Pattern[str] =
     return [rewrite(line) for line in lines]
 
 
-def _scan(p: str, metrics: dict[str, str], windows: tuple[int, ...], margin: float, z: float, min_count: int,
-          level_sd: float, llm_offset: int) -> list[str]:
-    """One group's part of the scan: the window records of ``windows``, then their statistics (the score series',
-    the cascade's PPI++, the figures the alert reads), restricted to ``windows``. In the long group each statistic
-    carries the label ``scan`` (LONG_SCAN): a rule of the same name in two groups is told apart by its static
-    labels (promtool's lint); every operation that mixes the records matches on data source and window, so the
-    label changes nothing else."""
-    stats = only([*_cascade_terms(llm_offset), *_plain_records(margin, min_count, level_sd),
-                  *_ppi_records(margin, min_count, level_sd), *_chosen_records(z, min_count)], windows)
-    if windows != SHORT_WINDOWS:
-        stats = [out for line in stats
-                 for out in ((line, f"        labels: {{scan: {LONG_SCAN}}}") if "- record: " in line else (line,))]
-    return [*window_records(p, metrics, DS, windows), *_cascade_window_records(windows), *stats]
+def _scan(p: str, metrics: dict[str, str], margin: float, z: float, min_count: int, level_sd: float,
+          llm_offset: int) -> list[str]:
+    """The minute group's rules: the window records, then their statistics (the score series', the cascade's
+    PPI++, the figures the alert reads)."""
+    return [*window_records(p, metrics, DS), *_cascade_window_records(), *_cascade_terms(llm_offset),
+            *_plain_records(margin, min_count, level_sd), *_ppi_records(margin, min_count, level_sd),
+            *_chosen_records(z, min_count)]
 
 
 def shard(text: str, shards: list[str], group: str = SHARDED[0]) -> str:
@@ -1007,7 +980,6 @@ def scenarios() -> str:
         "group_eval_order:",
         "  - context_precision.detection.baseline",
         "  - context_precision.detection.recording",
-        "  - context_precision.detection.long",
         "  - context_precision.detection.alerts",
         "",
         "tests:",
@@ -1074,7 +1046,6 @@ def late_scenarios(llm_offset: int, rule_file: str) -> str:
         "group_eval_order:",
         "  - context_precision.detection.baseline",
         "  - context_precision.detection.recording",
-        "  - context_precision.detection.long",
         "  - context_precision.detection.alerts",
         "",
         "tests:",

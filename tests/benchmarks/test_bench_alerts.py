@@ -55,19 +55,17 @@ def test_inline_drops_a_window_matcher_and_refuses_any_other(bench: ModuleType) 
 
 def test_z_expression_is_the_shipped_rules_inlined_down_to_the_window_records(bench: ModuleType) -> None:
     """Inlined, the z of every window reads only the window records (which the crosscheck backfills): now, and
-    the same records 1d..7d back; no raw counter. The short windows are the recording group's, evaluated every
-    minute; the long ones the long group's, on its own minutes (a subquery on its interval around them)."""
+    the same records 1d..7d back; no raw counter. Every window is the recording group's, evaluated every minute;
+    the pools are the baseline group's, on its own minutes (a subquery on its interval around them)."""
     rules = bench._detection_rules()
     expr = bench.z_expr()
     assert set(re.findall(r"\b\w+:\w+:\w+\b", expr)) == {
         f"gen_ai_data_source_id_window:context_precision_score_{part}:window" for part in ("count", "sum", "squares")}
     assert "increase(" not in expr and not re.search(r"\)\{", expr)  # no matcher left on an inlined expression
     assert set(re.findall(r"offset (\d+)d", expr)) == {str(d) for d in range(1, 8)}
-    short, long = expr.split(" or last_over_time(")
-    assert long.endswith(f")[{rules.LONG_INTERVAL}:{rules.LONG_INTERVAL}])")
-    for part, windows in ((short, rules.SHORT_WINDOWS), (long, rules.LONG_WINDOWS)):
-        matcher = 'window=~"' + "|".join(f"{w}m" for w in windows) + '"'
-        assert set(re.findall(r'window=~"[^"]*"', part)) == {matcher}
+    assert "window=~" not in expr  # every window, in one group
+    held = re.findall(r"\)\[(\w+):(\w+)\]\)", expr)
+    assert held and set(held) == {(rules.BASELINE_INTERVAL, rules.BASELINE_INTERVAL)}
 
 
 def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
@@ -96,7 +94,7 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
     assert all(abs(shift) > 1e-3 for shift, _ in shifts)  # the weekly swing is there, and the shift follows it
     for row, w in enumerate(rules.WINDOWS):
         for col, minute in enumerate(at):
-            t = minute - minute % rules.LONG_EVERY_MIN if w in rules.LONG_WINDOWS else minute  # the long group's
+            t = minute  # every window is the minute's
             n, s, _ = cum[:, t] - cum[:, t - w]
             pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
             big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
@@ -119,10 +117,10 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
     z = bench.scan_z_ppi(terms, at, rules)
     cum = np.concatenate([np.zeros((len(bench.PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
     checked = 0
-    assert any(at % rules.LONG_EVERY_MIN)  # one evaluation between the long group's
+    assert any(at % rules.BASELINE_EVERY_MIN)  # one evaluation between the baseline group's
     for row, w in enumerate(rules.WINDOWS):
         for col, minute in enumerate(at):
-            t = minute - minute % rules.LONG_EVERY_MIN if w in rules.LONG_WINDOWS else minute  # the long group's
+            t = minute  # every window is the minute's
             win = cum[:, t] - cum[:, t - w]
             pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
             big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
@@ -138,12 +136,14 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
     assert np.array_equal(rows[0], rows[3]) and rows[6].sum() < 0.2 * rows[0].sum()
 
 
-def test_a_long_window_is_held_between_the_long_groups_evaluations(bench: ModuleType) -> None:
-    """The long group writes its windows' z every LONG_EVERY_MIN minutes and the alert reads the last one in
-    between: a long window's z stands still over the minutes after each evaluation and moves at the next; a short
-    window's moves every minute. The canary scan's long windows likewise."""
-    rules = bench._detection_rules()
-    every = rules.LONG_EVERY_MIN
+def test_every_detection_window_moves_every_minute_and_the_canarys_long_ones_are_held(bench: ModuleType) -> None:
+    """The drop detection computes every window every minute: each window's z moves every minute (its pool only
+    at the baseline group's evaluations). The canary's long group writes its windows' z every LONG_EVERY_MIN
+    minutes and the alert reads the last one in between: those stand still after each evaluation and move at the
+    next; its short windows move every minute."""
+    rules, canary = bench._detection_rules(), bench._canary_rules()
+    assert not bench._long_scan(rules)[0] and bench._long_scan(canary) == (canary.LONG_WINDOWS, canary.LONG_EVERY_MIN)
+    every = canary.LONG_EVERY_MIN
     rng = np.random.default_rng(12)
     minutes = np.arange(9 * bench.PER_DAY)
     sums = bench.draw(bench.healthy_mean(minutes, 0.3), np.full(len(minutes), 20.0), rng)
@@ -154,18 +154,13 @@ def test_a_long_window_is_held_between_the_long_groups_evaluations(bench: Module
             bench.draw_cascade(bench.healthy_mean(minutes, 0.3), bench.healthy_mean(minutes, 0.3),
                                np.full(len(minutes), 60.0), rng)[3:12], at, rules, 3)):
         assert not np.isnan(z).any()
-        for row, w in enumerate(rules.WINDOWS):
-            steps = np.diff(z[row]) != 0
-            if w in rules.LONG_WINDOWS:
-                assert list(np.flatnonzero(steps) + 1) == [every, 2 * every], w  # moves at each evaluation alone
-            else:
-                assert steps.all(), w
-    canary = bench._canary_rules()
+        assert (np.diff(z, axis=1) != 0).all()
     value, rest = (bench.draw(np.full(len(minutes), 0.6), np.full(len(minutes), k), rng) for k in (4.0, 16.0))
     z = bench.canary_scan_z(value, rest, at, canary)
+    assert canary.LONG_WINDOWS
     for row, w in enumerate(canary.WINDOWS):
         moved = list(np.flatnonzero(np.diff(z[row]) != 0) + 1)
-        assert moved == ([every, 2 * every] if w in rules.LONG_WINDOWS else list(range(1, len(at)))), w
+        assert moved == ([every, 2 * every] if w in canary.LONG_WINDOWS else list(range(1, len(at)))), w
 
 
 def test_late_llm_scores_land_later_and_nothing_else_moves(bench: ModuleType) -> None:
@@ -189,8 +184,7 @@ def test_late_llm_scores_land_later_and_nothing_else_moves(bench: ModuleType) ->
 def test_scan_z_ppi_with_an_offset_reads_the_cheap_only_terms_earlier(bench: ModuleType) -> None:
     """scan_z_ppi's llm_offset is the rules' --llm-offset: ppi_drop_z on sums whose cheap-only part (count - n,
     f - f_sub, f2 - f2_sub) is taken ``llm_offset`` minutes earlier, in the window and in each baseline day (of the
-    pool the baseline group last wrote, on a minute divisible by its interval). A long window is the long group's
-    last evaluation, and its offset lands on that group's evaluation at or before: 3 minutes read 4 back."""
+    pool the baseline group last wrote, on a minute divisible by its interval), for every window alike."""
     from cp_observe._judging._ppi import PpiSums, ppi_drop_z
 
     rules = bench._detection_rules()
@@ -210,13 +204,11 @@ def test_scan_z_ppi_with_an_offset_reads_the_cheap_only_terms_earlier(bench: Mod
             now[total] = now[sub] + then[total] - then[sub]
         return now
 
-    assert rules.LONG_EVERY_MIN == 4 and any(at % rules.LONG_EVERY_MIN)
     checked = 0
     for row, w in enumerate(rules.WINDOWS):
-        long = w in rules.LONG_WINDOWS
-        lag = 4 if long else 3
+        lag = 3
         for col, minute in enumerate(at):
-            t = minute - minute % rules.LONG_EVERY_MIN if long else minute
+            t = minute
             pooled = t - t % rules.BASELINE_EVERY_MIN
             big = sum(sums(pooled - d * bench.PER_DAY, w, lag) for d in range(1, 8))
             expected = ppi_drop_z(PpiSums(*sums(t, w, lag)), PpiSums(*big), margin=rules.MARGIN,
@@ -285,20 +277,18 @@ def test_the_poisson_interval_is_garwoods(bench: ModuleType) -> None:
     assert low == pytest.approx(1.623, abs=1e-3) and high == pytest.approx(11.668, abs=1e-3)
 
 
-def test_the_paired_comparison_holds_only_the_long_windows(bench: ModuleType) -> None:
-    """every_minute() is the shipped rules with every window evaluated every minute: the short windows' z are the
-    same, the long ones' differ between the long group's evaluations; the shipped module is left as it is."""
+def test_the_paired_comparison_differs_only_in_the_pools_schedule(bench: ModuleType) -> None:
+    """every_minute() is the shipped rules with the pools (and the weekly shift) computed every minute, as the
+    rules before the recordings computed them: z is the same on the baseline group's minutes and differs between
+    them; the shipped module is left as it is."""
     rules = bench._detection_rules()
     before = bench.every_minute(rules)
-    assert rules.LONG_WINDOWS and before.LONG_WINDOWS == () and before.Z == rules.Z
+    assert rules.BASELINE_EVERY_MIN == 4 and before.BASELINE_EVERY_MIN == 1 and before.Z == rules.Z
     rng = np.random.default_rng(9)
     minutes = 9 * bench.PER_DAY
-    per_minute = bench.draw(np.full(minutes, 0.65), np.full(minutes, 20.0), rng)
+    per_minute = bench.draw(bench.healthy_mean(np.arange(minutes), 0.3), np.full(minutes, 20.0), rng)
     at = np.arange(8 * bench.PER_DAY + 1, 8 * bench.PER_DAY + 41)
     shipped, each = bench.scan_z(per_minute, at, rules), bench.scan_z(per_minute, at, before)
-    short = [k for k, w in enumerate(rules.WINDOWS) if w not in rules.LONG_WINDOWS]
-    long = [k for k, w in enumerate(rules.WINDOWS) if w in rules.LONG_WINDOWS]
-    assert np.array_equal(shipped[short], each[short], equal_nan=True)
-    held = at % rules.LONG_EVERY_MIN == 0
-    assert np.allclose(shipped[long][:, held], each[long][:, held], equal_nan=True)
-    assert not np.allclose(shipped[long][:, ~held], each[long][:, ~held], equal_nan=True)
+    held = at % rules.BASELINE_EVERY_MIN == 0
+    assert np.array_equal(shipped[:, held], each[:, held], equal_nan=True)
+    assert not np.allclose(shipped[:, ~held], each[:, ~held], equal_nan=True)

@@ -49,8 +49,8 @@ def test_the_vectorised_scan_is_the_shared_statistic(bench: ModuleType, rules: M
     z = bench.canary_scan_z(v2, v1, at, rules)
     for row, w in enumerate(rules.WINDOWS):
         for col, t in enumerate(at):
-            if w in rules._DETECTION.LONG_WINDOWS:
-                t -= t % rules._DETECTION.LONG_EVERY_MIN
+            if w in rules.LONG_WINDOWS:
+                t -= t % rules.LONG_EVERY_MIN
             value = tuple(v2[:, max(t - w, 0):t].sum(axis=1))
             total = tuple((v1 + v2)[:, max(t - w, 0):t].sum(axis=1))
             found = gap_z(value, total, margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, min_count=rules.MIN_COUNT,

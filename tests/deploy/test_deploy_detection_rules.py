@@ -67,16 +67,17 @@ def _group(name: str, text: str | None = None) -> dict:
 
 
 def test_groups_alert_and_windows(gen: ModuleType) -> None:
-    """Four groups, one alert; every window doubles the last, from 5m to about a day, the short windows' records
-    in the recording group and the long ones' in the long group; one 7-day baseline rule per counter reads the
-    window records at offsets 1d..7d, in the baseline group."""
+    """Three groups, one alert; every window doubles the last, from 5m to about a day, every window's records in the
+    recording group (every minute: a long window evaluated less often misses its brief excursions past the
+    threshold); one 7-day baseline rule per counter reads the window records at offsets 1d..7d, in the baseline
+    group."""
     groups = load_yaml(DETECTION_RULES_FILE)["groups"]
     assert tuple(g["name"] for g in groups) == DETECTION_RULE_GROUPS
     assert tuple(alert_rules(DETECTION_RULES_FILE)) == DETECTION_ALERT_NAMES
     assert all(b == 2 * a for a, b in zip(gen.WINDOWS, gen.WINDOWS[1:], strict=False))
     assert gen.WINDOWS[0] == 5 and 16 * 60 <= gen.WINDOWS[-1] <= 24 * 60
-    assert gen.SHORT_WINDOWS + gen.LONG_WINDOWS == gen.WINDOWS
-    rules, pools = _group("recording")["rules"] + _group("long")["rules"], _group("baseline")["rules"]
+    assert _group("recording")["interval"] == gen.INTERVAL == "1m"
+    rules, pools = _group("recording")["rules"], _group("baseline")["rules"]
     for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
         current = [r for r in rules if r["record"] == f"{record}:window"]
         assert [r["labels"]["window"] for r in current] == [f"{w}m" for w in gen.WINDOWS]
@@ -121,7 +122,7 @@ def test_the_baseline_group_reads_no_window_now_and_never_goes_stale(gen: Module
 def test_only_the_shortest_window_reads_raw_counters_the_others_add_two_recorded_halves(gen: ModuleType) -> None:
     """The 5m window is the raw counters' increase; each longer window is the half-length record now plus the same
     record offset by half a window (the halves tile the window: each raw minute counted once), defined before use."""
-    rules = _group("recording")["rules"] + _group("long")["rules"]
+    rules = _group("recording")["rules"]
     for record in [f"{gen.PREFIX}_{part}" for part in ("count", "sum", "squares")] + [gen.CASCADE_TERMS]:
         current = [r for r in rules if r["record"] == f"{record}:window"]
         assert re.fullmatch(r"sum by \([^)]*\) \(increase\(\w+\[5m\]\)\)", current[0]["expr"])
@@ -158,17 +159,13 @@ def test_the_ppi_terms_are_the_ones_the_library_exports(gen: ModuleType) -> None
 
 def test_each_window_is_judged_on_the_ppi_figures_or_else_only_without_the_cascade(gen: ModuleType) -> None:
     """Per data source and window, z is the PPI++ one where it judges, else the score series' where the window holds
-    no cascade evaluation (in both groups, each over its windows); every figure the alert states follows the same
-    choice, queried when it is sent."""
+    no cascade evaluation; every figure the alert states follows the same choice, queried when it is sent."""
     on = "on (gen_ai_data_source_id, window)"
-    for name, windows in (("recording", gen.SHORT_WINDOWS), ("long", gen.LONG_WINDOWS)):
-        chosen = {r["record"].rsplit(":", 1)[1]: " ".join(r["expr"].split()) for r in _group(name)["rules"]
-                  if r["record"].startswith("gen_ai_data_source_id_window:context_precision_score:")}
-        only = 'window=~"' + "|".join(f"{w}m" for w in windows) + '"'
-        plain_ok = (f"(gen_ai_data_source_id_window:context_precision_score_plain:drop_z{{{only}}} unless {on}"
-                    f" gen_ai_data_source_id_window:context_precision_cascade_sums_count:window{{{only}}} > 0)")
-        assert chosen == {"drop_z": f"gen_ai_data_source_id_window:context_precision_score_ppi:drop_z{{{only}}}"
-                                    f" or {plain_ok}"}
+    chosen = {r["record"].rsplit(":", 1)[1]: " ".join(r["expr"].split()) for r in _group("recording")["rules"]
+              if r["record"].startswith("gen_ai_data_source_id_window:context_precision_score:")}
+    plain_ok = (f"(gen_ai_data_source_id_window:context_precision_score_plain:drop_z unless {on}"
+                " gen_ai_data_source_id_window:context_precision_cascade_sums_count:window > 0)")
+    assert chosen == {"drop_z": f"gen_ai_data_source_id_window:context_precision_score_ppi:drop_z or {plain_ok}"}
     description = alert_rules(DETECTION_RULES_FILE)["ContextPrecisionMAPRegression"]["annotations"]["description"]
     figures = re.findall(r'with query \(printf "(.*?)" \$labels', description)
     assert len(figures) == 6  # the window's z, then drop, its interval, the baseline mean and both counts
@@ -373,14 +370,12 @@ def test_the_llm_offset_reads_the_cascades_cheap_only_terms_earlier_and_nothing_
         for side in ("window", "baseline"):
             if f"{gen.CASCADE}_{total}:{side}" not in _cheap_only_records(gen):
                 continue
-            (expr,) = [r["expr"] for k, r in offset.items() if k[1] == f"{gen.CASCADE}_{total}:{side}"
-                       and k[0] != "context_precision.detection.long"]  # the long group's: the same, its windows
-            only = "" if side == "baseline" else ',window=~"' + "|".join(f"{w}m" for w in gen.SHORT_WINDOWS) + '"'
+            (expr,) = [r["expr"] for k, r in offset.items() if k[1] == f"{gen.CASCADE}_{total}:{side}"]
 
-            def one(term: str, later: str = "", side: str = side, only: str = only) -> str:
+            def one(term: str, later: str = "", side: str = side) -> str:
                 if later and side == "baseline":
                     return f'sum without (term) ({early}{{term="{term}"}})'
-                return f'sum without (term) ({gen.CASCADE_TERMS}:{side}{{term="{term}"{only}}}{later})'
+                return f'sum without (term) ({gen.CASCADE_TERMS}:{side}{{term="{term}"}}{later})'
 
             def judged(later: str = "") -> str:  # 0 where the LLM has judged nothing: no series for its terms
                 return f"({one(sub, later)} or 0 * {one(total, later)})"
@@ -407,7 +402,7 @@ def test_query_offset_is_an_option_on_every_group(gen: ModuleType) -> None:
     rules have none (Prometheus 2.42 rejects the field)."""
     assert all("query_offset" not in g for g in load_yaml(DETECTION_RULES_FILE)["groups"])
     groups = yaml.safe_load(_printed("--query-offset", "2m"))["groups"]
-    assert [g["query_offset"] for g in groups] == ["2m"] * len(DETECTION_RULE_GROUPS) == ["2m"] * 4
+    assert [g["query_offset"] for g in groups] == ["2m"] * len(DETECTION_RULE_GROUPS) == ["2m"] * 3
     shipped = load_yaml(DETECTION_RULES_FILE)["groups"]
     assert [{k: v for k, v in g.items() if k != "query_offset"} for g in groups] == shipped
     bad = subprocess.run([sys.executable, str(DETECTION_GENERATOR), "--query-offset", "soon"], capture_output=True,
