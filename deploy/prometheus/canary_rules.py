@@ -155,10 +155,12 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
         "      # with it (a rule of the same name in two groups is told apart by its static labels, promtool's lint).",
     ]
     lines += _DETECTION.window_records(p, METRICS, group, long)  # type: ignore[attr-defined]
+    # The constant baseline (--baseline) is the recording group's alone: a second series of it per data source and
+    # stage would make every gap against it a many-to-many match.
+    long_stats = [x for x in _statistics(seg, None, margin, min_count, gap_sd) if not x.lstrip().startswith("#")]
     for w in long:
         lines.append(f"      # The {w}m window.")
-        lines += _labelled(_DETECTION.only([x for x in stats if not x.lstrip().startswith("#")], (w,), windowed),  # type: ignore[attr-defined]
-                           w)
+        lines += _labelled(_DETECTION.only(long_stats, (w,), windowed), w)  # type: ignore[attr-defined]
     return _alerts(lines, seg, p, group, top_series, z, gap_sd, margin)
 
 

@@ -139,6 +139,32 @@ def test_rules_for_another_label_pass_promtool(tmp_path: Path, baseline: float |
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install-system-deps.sh)")
+def test_a_constant_baseline_is_recorded_once_and_every_window_compares_with_it(tmp_path: Path) -> None:
+    """--baseline 0.7 records the baseline MAP once per data source and stage (a second series of it, one per
+    group, would make every gap against it a many-to-many match that Prometheus refuses), and a value scoring 0.5
+    is 0.2 below it in a short window and in a long one (the long group's)."""
+    gen = _generator()
+    text = gen.rules(CANARY_SEGMENT, 0.7)
+    assert text.count(f"- record: {gen.BASELINE_SERIES}\n") == 1
+    (tmp_path / "canary.rules.yml").write_text(text, encoding="utf-8")
+    labels = 'gen_ai_data_source_id="kb",stage="retrieval",retriever_version="v2"'
+    gap = "gen_ai_data_source_id_stage_retriever_version_window:context_precision_score:gap"
+    series = "\n".join(
+        f"      - series: '{name}{{{labels}}}'\n        values: '0+{step}x120'"
+        for name, step in (("context_precision_score_count", 1), ("context_precision_score_sum", 0.5),
+                           ("context_precision_score_squares_total", 0.25)))
+    checks = "\n".join(
+        f"      - expr: round(1000 * {gap}{{against=\"baseline\",window=\"{w}\"}})\n        eval_time: 100m\n"
+        f"        exp_samples:\n          - labels: '{{against=\"baseline\",{labels},window=\"{w}\"}}'\n"
+        "            value: 200" for w in ("5m", "80m"))
+    (tmp_path / "canary.test.yml").write_text(
+        "rule_files:\n  - canary.rules.yml\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
+        f"{series}\n    promql_expr_test:\n{checks}\n", encoding="utf-8")
+    proc = run_promtool("test", "rules", "canary.test.yml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_deploy_readme_states_the_canary_parameters() -> None:
     """deploy/README.md's alert table row for the canary alert gives the generator's windows, gap SD, z, minimum."""
     import re
