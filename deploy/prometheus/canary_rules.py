@@ -37,7 +37,8 @@ How it decides, per data source, stage and segment value v, at every evaluation 
   a gap of a few hundredths never pages while one of 5 GAP_SD does. MARGIN (0 by default) is for a user who
   wants gaps smaller than it ignored however sure they are.
 - **Groups.** The windows shorter than LONG_FROM minutes every minute (``context_precision.canary.recording``),
-  the longer ones every LONG_EVERY_MIN minutes (``context_precision.canary.long``, one rule per window): they are
+  the longer ones every LONG_EVERY_MIN minutes (``context_precision.canary.long``, its statistics labelled
+  ``scan="long"``: a rule of the same name in two groups is told apart by its static labels): they are
   more than half of the series, and a canary is watched over minutes to hours after a rollout, where the short
   windows decide. The drop detection computes every window every minute (a long window's brief excursions past
   the threshold decide a slow drift there); here that would cost about a third more (benchmarks/README.md). The
@@ -151,21 +152,24 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
         f"    interval: {LONG_INTERVAL}",
         "    rules:",
         f"      # The same for the windows of {LONG_FROM} minutes and more, every {LONG_INTERVAL}: each",
-        "      # reads the recording group's half-length record at its last evaluation. One rule per window, labelled",
-        "      # with it (a rule of the same name in two groups is told apart by its static labels, promtool's lint).",
+        "      # reads the recording group's half-length record at its last evaluation. The statistics carry the label",
+        f"      # scan=\"{LONG_SCAN}\" (a rule of the same name in two groups is told apart by its static labels, promtool's"
+        " lint).",
     ]
     lines += _DETECTION.window_records(p, METRICS, group, long)  # type: ignore[attr-defined]
     # The constant baseline (--baseline) is the recording group's alone: a second series of it per data source and
     # stage would make every gap against it a many-to-many match.
     long_stats = [x for x in _statistics(seg, None, margin, min_count, gap_sd) if not x.lstrip().startswith("#")]
-    for w in long:
-        lines.append(f"      # The {w}m window.")
-        lines += _labelled(_DETECTION.only(long_stats, (w,), windowed), w)  # type: ignore[attr-defined]
+    lines += _labelled(_DETECTION.only(long_stats, long, windowed))  # type: ignore[attr-defined]
     return _alerts(lines, seg, p, group, top_series, z, gap_sd, margin)
 
 
-def _labelled(lines: list[str], w: int) -> list[str]:
-    """Rules (``lines``) with the static label ``window``: added to a rule's labels, or as its labels."""
+LONG_SCAN = "long"  # the static label ``scan`` of the long group's statistics (the recording group's have none)
+
+
+def _labelled(lines: list[str]) -> list[str]:
+    """Rules (``lines``) with the static label ``scan`` (LONG_SCAN): added to a rule's labels, or as its labels.
+    Every operation that mixes them with the window records matches on the value's labels and window."""
     out: list[str] = []
     blocks: list[list[str]] = []
     for line in lines:
@@ -174,10 +178,10 @@ def _labelled(lines: list[str], w: int) -> list[str]:
         blocks[-1].append(line)
     for block in blocks:
         if any(line.startswith("        labels: {") for line in block):
-            out += [line.replace("}", f", window: {w}m}}") if line.startswith("        labels: {") else line
+            out += [line.replace("}", f", scan: {LONG_SCAN}}}") if line.startswith("        labels: {") else line
                     for line in block]
         else:
-            out += [*block, f"        labels: {{window: {w}m}}"]
+            out += [*block, f"        labels: {{scan: {LONG_SCAN}}}"]
     return out
 
 
@@ -208,7 +212,7 @@ def _statistics(seg: str, baseline: float | None, margin: float, min_count: int,
     variance = f"clamp_min({t}_squares:window / {t}_count:window - {stage_mean} ^ 2, {VAR_FLOOR})"
     # Only where a baseline gap exists (a recorded baseline MAP): without one the branch reads one empty series.
     own_variance = (f"clamp_min(({p}_squares:window and {on_value} {p}:gap{{against=\"baseline\"}}) / {p}_count:window"
-                    f" - {p}:mean ^ 2, {VAR_FLOOR})")
+                    f" - {on_value} {p}:mean ^ 2, {VAR_FLOOR})")
     lines += [
         "      # Means, the gap (reference - value) against the rest and against the baseline, its standard error, z.",
         f"      - record: {p}:mean",
@@ -222,7 +226,7 @@ def _statistics(seg: str, baseline: float | None, margin: float, min_count: int,
         f"        expr: {BASELINE_SERIES} - on ({DS}, {STAGE}) group_right {p}:mean",
         "        labels: {against: baseline}",
         f"      - record: {p}:gap_stderr",
-        f"        expr: sqrt((1 / {p}_count:window + 1 / {p}_count:rest) * {on_stage} group_left {variance}"
+        f"        expr: sqrt((1 / {p}_count:window + {on_value} 1 / {p}_count:rest) * {on_stage} group_left {variance}"
         f" + {gap_sd ** 2!r})",
         "        labels: {against: rest}",
         f"      - record: {p}:gap_stderr",

@@ -292,3 +292,15 @@ def test_the_paired_comparison_differs_only_in_the_pools_schedule(bench: ModuleT
     held = at % rules.BASELINE_EVERY_MIN == 0
     assert np.array_equal(shipped[:, held], each[:, held], equal_nan=True)
     assert not np.allclose(shipped[:, ~held], each[:, ~held], equal_nan=True)
+
+
+def test_the_median_difference_interval_resamples_episodes_in_pairs(bench: ModuleType) -> None:
+    """The bootstrap keeps each episode's two delays together: the same delays give [0, 0], every delay 5 minutes
+    later gives [5, 5]; delays shuffled between episodes widen it; a side that caught nothing gives none."""
+    rng = np.random.default_rng(1)
+    before = [int(x) for x in rng.integers(10, 500, 64)]
+    assert bench.median_difference_interval(before, before, rng, 200) == (0.0, 0.0)
+    assert bench.median_difference_interval(before, [b + 5 for b in before], rng, 200) == (5.0, 5.0)
+    low, high = bench.median_difference_interval(before, list(rng.permutation(before)), rng, 200)
+    assert low < 0 < high
+    assert bench.median_difference_interval(before, [None] * 64, rng, 50) is None

@@ -156,8 +156,8 @@ def test_a_constant_baseline_is_recorded_once_and_every_window_compares_with_it(
                            ("context_precision_score_squares_total", 0.25)))
     checks = "\n".join(
         f"      - expr: round(1000 * {gap}{{against=\"baseline\",window=\"{w}\"}})\n        eval_time: 100m\n"
-        f"        exp_samples:\n          - labels: '{{against=\"baseline\",{labels},window=\"{w}\"}}'\n"
-        "            value: 200" for w in ("5m", "80m"))
+        f"        exp_samples:\n          - labels: '{{against=\"baseline\",{labels}{scan},window=\"{w}\"}}'\n"
+        "            value: 200" for w, scan in (("5m", ""), ("80m", f',scan="{gen.LONG_SCAN}"')))
     (tmp_path / "canary.test.yml").write_text(
         "rule_files:\n  - canary.rules.yml\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
         f"{series}\n    promql_expr_test:\n{checks}\n", encoding="utf-8")
