@@ -273,17 +273,18 @@ def recorded_windows(cum: np.ndarray, rules: ModuleType) -> dict[int, np.ndarray
     return out
 
 
-def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int, every: int = 1, lag: int = 0
-                         ) -> tuple[np.ndarray, np.ndarray]:
+def _window_and_baseline(records: np.ndarray, at: np.ndarray, days: int, every: int = 1, lag: int = 0,
+                         lead: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """One window's record at ``at`` and the pooled records on each of the last ``days`` days (the rules' baseline:
     a day without a record is left out of the pool; NaN where no day has one), as the baseline group last wrote it:
-    it runs every ``every`` minutes (on the minutes divisible by it), so at ``at`` it holds the pool of the last
-    such minute. ``lag`` minutes: the window record that much before ``at`` and the pool of the records that much
-    before each day's of that minute (the rules' ``offset`` and ``:baseline_early`` under --llm-offset)."""
+    it runs every ``every`` minutes (on the minutes divisible by it) and pools the time of day ``lead`` minutes
+    ahead of its evaluation, so at ``at`` it holds the pool of the last such minute plus ``lead``. ``lag``
+    minutes: the window record that much before ``at`` and the pool of the records that much before each day's of
+    that minute (the rules' ``offset`` and ``:baseline_early`` under --llm-offset)."""
     window = records[:, at - lag]
     base = np.zeros_like(window)
     present = np.zeros(len(at), dtype=bool)
-    pooled_at = at - at % every - lag
+    pooled_at = at - at % every + lead - lag
     for d in range(1, days + 1):
         back = pooled_at - d * PER_DAY
         ok = back >= 0
@@ -326,10 +327,11 @@ def weekly_shift(records: dict[int, np.ndarray], at: np.ndarray, rules: ModuleTy
     Over the longest window: the record ``offset`` BASELINE_DAYS days (the same weekday a week ago) against the
     pool's mean, times sd^2 / (sd^2 + var(gap)) with sd the level SD, where that day holds MIN_COUNT evaluations.
     """
-    at = at - at % rules.BASELINE_EVERY_MIN  # the baseline group computes it, on its own minutes
     rec = records[rules.WINDOWS[-1]]
-    _, (big_n, big_s, big_q) = _window_and_baseline(rec, at, rules.BASELINE_DAYS)
-    back = at - rules.BASELINE_DAYS * PER_DAY
+    _, (big_n, big_s, big_q) = _window_and_baseline(rec, at, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN,
+                                                    lead=rules.BASELINE_LEAD_MIN)
+    # the baseline group's, on its own minutes, at its pool's time of day
+    back = at - at % rules.BASELINE_EVERY_MIN + rules.BASELINE_LEAD_MIN - rules.BASELINE_DAYS * PER_DAY
     then = np.full((3, len(at)), np.nan)
     then[:, back >= 0] = rec[:, back[back >= 0]]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -357,7 +359,8 @@ def scan_z(per_minute: np.ndarray, at: np.ndarray, rules: ModuleType, weekly: bo
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
         (n, s, _), (big_n, big_s, big_q) = _window_and_baseline(records[w], evaluated_at(at, w, rules),
-                                                                rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN)
+                                                                rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN,
+                                                                lead=rules.BASELINE_LEAD_MIN)
         with np.errstate(divide="ignore", invalid="ignore"):
             pool = big_s / big_n
             var = np.maximum(big_q / big_n - pool**2, rules.VAR_FLOOR)
@@ -739,9 +742,14 @@ def z_expr() -> str:
 
     baseline = {record: held(expr, "context_precision.detection.baseline")
                 for record, expr in records("context_precision.detection.baseline").items()}
+    # The minute group reads the baseline group's records through last_over_time over a little more than its
+    # interval: the value it wrote last, which the held expression is.
+    last = re.compile(r"last_over_time\(((?:" + "|".join(re.escape(r) for r in baseline)
+                      + r")(?:\{[^}]*\})?)\[\d+m\]\)")
     # The score series' z: the crosscheck's streams run no cascade, so the alert reads this one (inlining the
     # chosen record would also inline the PPI++ branch, a hundred times longer and empty here).
-    minute = {**baseline, **records("context_precision.detection.recording")}
+    minute = {**baseline, **{record: last.sub(r"\1", expr)
+                             for record, expr in records("context_precision.detection.recording").items()}}
     return inline(minute[PLAIN_Z], minute)
 
 
@@ -1011,6 +1019,7 @@ def every_minute(rules: ModuleType) -> ModuleType:
     copy.__dict__.update({k: v for k, v in rules.__dict__.items() if k != "__name__"})
     copy.LONG_WINDOWS = ()  # type: ignore[attr-defined]
     copy.BASELINE_EVERY_MIN = 1  # type: ignore[attr-defined]
+    copy.BASELINE_LEAD_MIN = 0  # type: ignore[attr-defined]
     return copy
 
 
@@ -1143,17 +1152,17 @@ def scan_z_ppi(terms: np.ndarray, at: np.ndarray, rules: ModuleType, llm_offset:
     NaN under the minimum. The arithmetic of ``ppi_drop_z`` (cp_observe/_judging/_ppi.py), vectorised.
 
     ``llm_offset`` (minutes) is the rules' ``--llm-offset``: the evaluations only the cheap judge scored (count - n,
-    f - f_sub, f2 - f2_sub) are read that much earlier, in the window and in its baseline alike (on the long group's
-    windows, as of its last evaluation: ``evaluated_at``, that much rounded up to its interval: ``read_lag``)."""
+    f - f_sub, f2 - f2_sub) are read that much earlier, in the window and in its baseline alike."""
     cum = np.concatenate([np.zeros((len(PPI_TERMS), 1)), np.cumsum(terms, axis=1)], axis=1)
     records = recorded_windows(cum, rules)
     out = np.full((len(rules.WINDOWS), len(at)), np.nan)
     for row, w in enumerate(rules.WINDOWS):
         held = evaluated_at(at, w, rules)
-        win, base = _window_and_baseline(records[w], held, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN)
+        win, base = _window_and_baseline(records[w], held, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN,
+                                         lead=rules.BASELINE_LEAD_MIN)
         if llm_offset:
             before = _window_and_baseline(records[w], held, rules.BASELINE_DAYS, rules.BASELINE_EVERY_MIN,
-                                          read_lag(llm_offset, w, rules))
+                                          read_lag(llm_offset, w, rules), rules.BASELINE_LEAD_MIN)
             for now, then in zip((win, base), before, strict=True):
                 for total, sub in ((0, 3), (1, 6), (2, 7)):  # count - n, f - f_sub, f2 - f2_sub
                     now[total] = now[sub] + then[total] - then[sub]

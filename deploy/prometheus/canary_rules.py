@@ -153,8 +153,8 @@ def rules(segment: str = DEFAULT_SEGMENT, baseline: float | None = None, margin:
         "    rules:",
         f"      # The same for the windows of {LONG_FROM} minutes and more, every {LONG_INTERVAL}: each",
         "      # reads the recording group's half-length record at its last evaluation. The statistics carry the label",
-        f"      # scan=\"{LONG_SCAN}\" (a rule of the same name in two groups is told apart by its static labels, promtool's"
-        " lint).",
+        f"      # scan=\"{LONG_SCAN}\" (a rule of the same name in two groups is told apart by its static labels,"
+        " promtool's lint).",
     ]
     lines += _DETECTION.window_records(p, METRICS, group, long)  # type: ignore[attr-defined]
     # The constant baseline (--baseline) is the recording group's alone: a second series of it per data source and

@@ -22,8 +22,9 @@ How it decides, per data source, at every evaluation (every ``INTERVAL``):
 - **Baseline.** The same W at the same time of day on each of the last BASELINE_DAYS days: the window records at
   ``offset 1d`` .. ``offset 7d``, pooled: N, S, Q (seven lookups, not seven raw ranges). The pools, and what
   follows from them alone, are a group of their own evaluated every BASELINE_INTERVAL (they cost more than the rest
-  of the scan together; the minute group reads what it wrote last, a pool up to that much older in the time of
-  day). Prometheus must keep
+  of the scan together), each evaluation for the time of day BASELINE_LEAD_MIN minutes ahead (its offsets that much
+  short of whole days: ``day_offset``), so the minutes that read it, through ``last_over_time`` (``_held``), see a
+  pool at most that far off their time of day either way. Prometheus must keep
   9 days; ``cp-observe deploy backfill`` writes the records for past days where the rules are new. Same time of
   day follows the daily rhythm (query mix, traffic). A day with no data (a new data source) is left out of the
   pool rather than voiding it.
@@ -95,10 +96,17 @@ VAR_FLOOR = 0.01  # AP variance is never taken below 0.1^2 (a constant baseline 
 FALSE_ALARMS_PER_MONTH = 0.5  # the design target for the family, per data source (the table shows the measured)
 INTERVAL = "1m"
 #: The baseline group's interval: the seven-day pools (the costliest reads by far) and what follows from them alone.
-#: Shorter than Prometheus's 5-minute lookback, so its records never go stale between evaluations, and a divisor of
-#: a day, so each evaluation's ``offset 1d..7d`` lands on the 1-minute grid the window records are written on.
-BASELINE_EVERY_MIN = 4
+#: A divisor of a day, so each evaluation's offsets land on the 1-minute grid the window records are written on.
+#: Longer than Prometheus's 5-minute lookback: every other group reads its records through ``last_over_time`` over
+#: BASELINE_HOLD (``_held``). Each evaluation pools the time of day BASELINE_LEAD_MIN minutes ahead of it (its
+#: offsets are that much short of whole days: the records there are days old), so over the minutes that read it
+#: the pool's time of day is at most BASELINE_LEAD_MIN minutes off either way, as a 4-minute group's would be
+#: behind.
+DAY_MIN = 1440
+BASELINE_EVERY_MIN = 8
 BASELINE_INTERVAL = f"{BASELINE_EVERY_MIN}m"
+BASELINE_LEAD_MIN = BASELINE_EVERY_MIN // 2
+BASELINE_HOLD = f"{BASELINE_EVERY_MIN + 1}m"  # one minute more than the interval: an evaluation a little late
 MONTH_MINUTES = 30 * 24 * 60
 INTERVAL_Z = 1.96  # the estimated drop's interval in the annotations: 95 %, two-sided
 DS = "gen_ai_data_source_id"
@@ -139,16 +147,38 @@ def family_z(target: float = FALSE_ALARMS_PER_MONTH, windows: tuple[int, ...] = 
 Z = family_z()
 
 
+def day_offset(days: int, lag: int = 0) -> str:
+    """The baseline group's ``offset`` for ``days`` days back at its pool's time of day (BASELINE_LEAD_MIN minutes
+    ahead of the evaluation), ``lag`` minutes earlier still: ``1d`` is ``23h56m`` with the 4-minute lead."""
+    minutes = days * DAY_MIN - BASELINE_LEAD_MIN + lag
+    d, rest = divmod(minutes, DAY_MIN)
+    h, m = divmod(rest, 60)
+    return "".join(f"{n}{unit}" for n, unit in ((d, "d"), (h, "h"), (m, "m")) if n) or "0m"
+
+
 def _baseline(record: str, by: str = DS, lag: int = 0) -> str:
-    """The pooled baseline of every window at once: the window record at ``offset 1d`` .. ``offset 7d``, summed
-    (``lag`` minutes earlier still: ``offset 1d3m`` ..).
+    """The pooled baseline of every window at once: the window record on each of the last BASELINE_DAYS days at the
+    pool's time of day (``day_offset``), summed (``lag`` minutes earlier still).
 
     A day whose record is missing (a data source newer than that day, or recordings younger than it) is left out
     of the pool rather than voiding it: a new installation compares with the days it has."""
-    extra = f"{lag}m" if lag else ""
-    days = " or ".join(f'label_replace({record} offset {d}d{extra}, "day", "{d}", "", "")'
+    days = " or ".join(f'label_replace({record} offset {day_offset(d, lag)}, "day", "{d}", "", "")'
                        for d in range(1, BASELINE_DAYS + 1))
     return f"sum by ({by}, window) ({days})"
+
+
+def _held(lines: list[str], names: set[str]) -> list[str]:
+    """``lines`` (rules of a group other than the baseline group) with each read of a record in ``names`` (the
+    baseline group's) as ``last_over_time(record[BASELINE_HOLD])``: the value it wrote last, which a plain read
+    would find stale once Prometheus's 5-minute lookback has passed."""
+    pattern = re.compile(r"(?<![\w:])(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+                         + r")(?![\w:])(\{[^}]*\})?")
+
+    def rewrite(line: str) -> str:
+        if "- record: " in line or line.lstrip().startswith("#"):
+            return line
+        return pattern.sub(lambda m: f"last_over_time({m[1]}{m[2] or ''}[{BASELINE_HOLD}])", line)
+    return [rewrite(line) for line in lines]
 
 
 def window_records(prefix: str, metrics: dict[str, str], group: str, windows: tuple[int, ...] = WINDOWS
@@ -204,8 +234,9 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         + (f" --llm-offset {llm_offset}" if llm_offset != TIER_LLM_OFFSET[JUDGE_TIER] else "")
         + (f" --query-offset {query_offset}" if query_offset else "")
         + " (do not edit: regenerate).",
-        f"# Windows: {windows}. Baseline: offsets 1d..{BASELINE_DAYS}d, pooled, shifted by the weekday"
-        f" {BASELINE_DAYS}d ago against the pool.",
+        f"# Windows: {windows}. Baseline: the last {BASELINE_DAYS} days at the same time of day, pooled every"
+        f" {BASELINE_INTERVAL} (for {BASELINE_LEAD_MIN}m ahead),",
+        f"# shifted by the weekday {BASELINE_DAYS}d ago against the pool.",
         f"# Level SD {level_sd}, margin {margin}, z > {z} (the whole",
         f"# family: about {FALSE_ALARMS_PER_MONTH} false alarm per data source per month under no change), minimum"
         f" {min_count} scored",
@@ -219,23 +250,29 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         *_group("recording", INTERVAL, query_offset),
         "      # Per data source and window (the rule's label window): count, sum and sum of squares of AP over the window.",
     ]
-    lines += _scan(p, metrics, margin, z, min_count, level_sd, llm_offset)
-    lines += [
+    scan = _scan(p, metrics, margin, z, min_count, level_sd, llm_offset)
+    pools = [
         "",
         *_group("baseline", BASELINE_INTERVAL, query_offset),
         f"      # Every window at the same time of day on each of the last {BASELINE_DAYS} days, pooled (the window"
         " records'",
         f"      # offsets: every window in one rule), and what depends on the pool alone. Every {BASELINE_INTERVAL}, not"
         " every minute:",
-        "      # the pool moves by a few minutes of seven days, and its reads cost more than the rest of the scan.",
+        "      # the pool moves by a few minutes of seven days, and its reads cost more than the rest of the scan."
+        " Each",
+        f"      # evaluation pools the time of day {BASELINE_LEAD_MIN}m ahead of it (offsets {BASELINE_LEAD_MIN}m short"
+        " of whole days), the middle of",
+        f"      # the minutes that read it; they read it through last_over_time over {BASELINE_HOLD}.",
     ]
     for part in metrics:
-        lines += [f"      - record: {p}_{part}:baseline", f"        expr: {_baseline(f'{p}_{part}:window')}"]
-    lines += _plain_baseline_records(min_count, level_sd)
-    lines += _ppi_baseline_records(llm_offset)
+        pools += [f"      - record: {p}_{part}:baseline", f"        expr: {_baseline(f'{p}_{part}:window')}"]
+    pools += _plain_baseline_records(min_count, level_sd)
+    pools += _ppi_baseline_records(llm_offset)
+    held = {line.split("record: ", 1)[1] for line in pools if "- record: " in line}
+    lines += _held(scan, held) + pools
     top = f'topk(1, {p}:drop_z{{{DS}=\\"%s\\"}})'  # inside a template's string: quotes escaped
     pick = f'{{{{ with query (printf "{top}" $labels.{DS}) }}}}{{{{ with first . }}}}'
-    lines += [
+    lines += _held([
         "",
         *_group("alerts", INTERVAL, query_offset),
         f"      # The family's statistic per data source, over its windows (the dashboard plots it against"
@@ -269,7 +306,7 @@ def rules(margin: float = MARGIN, z: float = Z, min_count: int = MIN_COUNT, leve
         f"{{{{ $labels.{DS} }}}}'",
         "          runbook_url: 'deploy/README.md#runbook-contextprecisionmapregression'",
         "",
-    ]
+    ], held)
     return "\n".join(lines)
 
 
@@ -383,7 +420,7 @@ def _plain_baseline_records(min_count: int, level_sd: float) -> list[str]:
     p, q, w = PREFIX, f"{PREFIX}_plain", WEEKLY
     on = f"on ({DS}, window)"
     longest = f'window="{WINDOWS[-1]}m"'
-    week = f"offset {BASELINE_DAYS}d"
+    week = f"offset {day_offset(BASELINE_DAYS)}"
     tau2 = level_sd**2
     return [
         "      # The score series: the pool's mean, then today's weekly shift from the longest window: how the same",
@@ -615,7 +652,6 @@ def _figure(name: str, text: str, scale: str = "") -> str:
 
 # --- promtool scenarios: deploy/prometheus/tests/context_precision_detection.test.yml ------------------------------
 
-DAY_MIN = 1440
 SCENARIO_DAYS = 9  # the checks fall on day 8, when every baseline window lies within the data
 CASCADE_DAYS = 3  # the cascade's scenarios: checked on day 2, against a pool of the two days before
 STEP_MIN = 5  # the scenarios' scrape interval

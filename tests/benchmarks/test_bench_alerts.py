@@ -62,7 +62,8 @@ def test_z_expression_is_the_shipped_rules_inlined_down_to_the_window_records(be
     assert set(re.findall(r"\b\w+:\w+:\w+\b", expr)) == {
         f"gen_ai_data_source_id_window:context_precision_score_{part}:window" for part in ("count", "sum", "squares")}
     assert "increase(" not in expr and not re.search(r"\)\{", expr)  # no matcher left on an inlined expression
-    assert set(re.findall(r"offset (\d+)d", expr)) == {str(d) for d in range(1, 8)}
+    assert set(re.findall(r"offset (\w+)\b", expr)) - {f"{w}m" for w in rules.WINDOWS} == {
+        rules.day_offset(d) for d in range(1, 8)}
     assert "window=~" not in expr  # every window, in one group
     held = re.findall(r"\)\[(\w+):(\w+)\]\)", expr)
     assert held and set(held) == {(rules.BASELINE_INTERVAL, rules.BASELINE_INTERVAL)}
@@ -84,7 +85,7 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
     cum = np.concatenate([np.zeros((3, 1)), np.cumsum(sums, axis=1)], axis=1)
     longest, tau2 = rules.WINDOWS[-1], rules.LEVEL_SD**2
     shifts = []
-    for t in at - at % rules.BASELINE_EVERY_MIN:
+    for t in at - at % rules.BASELINE_EVERY_MIN + rules.BASELINE_LEAD_MIN:
         n7, s7, _ = cum[:, t - 7 * bench.PER_DAY] - cum[:, t - 7 * bench.PER_DAY - longest]
         pool = sum(cum[:, t - d * bench.PER_DAY] - cum[:, t - d * bench.PER_DAY - longest] for d in range(1, 8))
         mean = pool[1] / pool[0]
@@ -96,7 +97,7 @@ def test_scan_z_is_the_shared_statistic(bench: ModuleType) -> None:
         for col, minute in enumerate(at):
             t = minute  # every window is the minute's
             n, s, _ = cum[:, t] - cum[:, t - w]
-            pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
+            pooled = t - t % rules.BASELINE_EVERY_MIN + rules.BASELINE_LEAD_MIN  # its last evaluation's time of day
             big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
             expected = drop_z(n, s, big[0], big[1], big[2], margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD,
                               min_count=rules.MIN_COUNT, shift=shifts[col][0], shift_var=shifts[col][1])
@@ -122,7 +123,7 @@ def test_scan_z_ppi_is_the_shared_ppi_statistic(bench: ModuleType) -> None:
         for col, minute in enumerate(at):
             t = minute  # every window is the minute's
             win = cum[:, t] - cum[:, t - w]
-            pooled = t - t % rules.BASELINE_EVERY_MIN  # the baseline group's last evaluation
+            pooled = t - t % rules.BASELINE_EVERY_MIN + rules.BASELINE_LEAD_MIN  # its last evaluation's time of day
             big = sum(cum[:, pooled - d * bench.PER_DAY] - cum[:, pooled - d * bench.PER_DAY - w] for d in range(1, 8))
             expected = ppi_drop_z(PpiSums(*win), PpiSums(*big), margin=rules.MARGIN, var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD,
                                   min_count=rules.MIN_COUNT)
@@ -209,7 +210,7 @@ def test_scan_z_ppi_with_an_offset_reads_the_cheap_only_terms_earlier(bench: Mod
         lag = 3
         for col, minute in enumerate(at):
             t = minute
-            pooled = t - t % rules.BASELINE_EVERY_MIN
+            pooled = t - t % rules.BASELINE_EVERY_MIN + rules.BASELINE_LEAD_MIN
             big = sum(sums(pooled - d * bench.PER_DAY, w, lag) for d in range(1, 8))
             expected = ppi_drop_z(PpiSums(*sums(t, w, lag)), PpiSums(*big), margin=rules.MARGIN,
                                   var_floor=rules.VAR_FLOOR, level_sd=rules.LEVEL_SD, min_count=rules.MIN_COUNT)
@@ -279,17 +280,17 @@ def test_the_poisson_interval_is_garwoods(bench: ModuleType) -> None:
 
 def test_the_paired_comparison_differs_only_in_the_pools_schedule(bench: ModuleType) -> None:
     """every_minute() is the shipped rules with the pools (and the weekly shift) computed every minute, as the
-    rules before the recordings computed them: z is the same on the baseline group's minutes and differs between
-    them; the shipped module is left as it is."""
+    rules before the recordings computed them: z is the same on the minutes whose time of day the baseline group
+    pools and differs on the others; the shipped module is left as it is."""
     rules = bench._detection_rules()
     before = bench.every_minute(rules)
-    assert rules.BASELINE_EVERY_MIN == 4 and before.BASELINE_EVERY_MIN == 1 and before.Z == rules.Z
+    assert rules.BASELINE_EVERY_MIN == 8 and before.BASELINE_EVERY_MIN == 1 and before.Z == rules.Z
     rng = np.random.default_rng(9)
     minutes = 9 * bench.PER_DAY
     per_minute = bench.draw(bench.healthy_mean(np.arange(minutes), 0.3), np.full(minutes, 20.0), rng)
     at = np.arange(8 * bench.PER_DAY + 1, 8 * bench.PER_DAY + 41)
     shipped, each = bench.scan_z(per_minute, at, rules), bench.scan_z(per_minute, at, before)
-    held = at % rules.BASELINE_EVERY_MIN == 0
+    held = at % rules.BASELINE_EVERY_MIN == rules.BASELINE_LEAD_MIN  # where its pool's time of day is the minute's
     assert np.array_equal(shipped[:, held], each[:, held], equal_nan=True)
     assert not np.allclose(shipped[:, ~held], each[:, ~held], equal_nan=True)
 

@@ -83,40 +83,54 @@ def test_groups_alert_and_windows(gen: ModuleType) -> None:
         assert [r["labels"]["window"] for r in current] == [f"{w}m" for w in gen.WINDOWS]
         assert not [r for r in rules if r["record"] == f"{record}:baseline"]
         (baseline,) = [r for r in pools if r["record"] == f"{record}:baseline"]
-        offsets = re.findall(rf"label_replace\({re.escape(record)}:window offset (\d+)d", baseline["expr"])
-        assert offsets == [str(d) for d in range(1, gen.BASELINE_DAYS + 1)]
+        offsets = re.findall(rf"label_replace\({re.escape(record)}:window offset (\w+),", baseline["expr"])
+        assert offsets == [gen.day_offset(d) for d in range(1, gen.BASELINE_DAYS + 1)]
         assert "increase" not in baseline["expr"] and "window)" in baseline["expr"]
 
 
-def test_the_baseline_group_reads_no_window_now_and_never_goes_stale(gen: ModuleType) -> None:
-    """The baseline group reads the window records only at whole-day offsets (so no evaluation of it depends on
-    another group's at the same instant), writes only what the pool alone decides, and runs more often than
-    Prometheus's 5-minute lookback at a divisor of a day; the recording group reads its records, none it writes."""
-    recording, pools = _group("recording"), _group("baseline")
+def test_the_baseline_group_reads_no_window_now_and_is_read_as_it_last_wrote(gen: ModuleType) -> None:
+    """The baseline group reads the window records only days back (so no evaluation of it depends on another
+    group's at the same instant), at the time of day half its interval ahead of its evaluation (the middle of the
+    minutes that read it), writes only what the pool alone decides, and runs at a divisor of a day; every other
+    group reads its records through last_over_time over a little more than its interval (it runs less often than
+    Prometheus's 5-minute lookback), and none of them a record it writes."""
+    pools = _group("baseline")
     assert pools["interval"] == gen.BASELINE_INTERVAL == f"{gen.BASELINE_EVERY_MIN}m"
-    assert gen.BASELINE_EVERY_MIN < 5 and gen.DAY_MIN % gen.BASELINE_EVERY_MIN == 0
+    assert gen.DAY_MIN % gen.BASELINE_EVERY_MIN == 0 and gen.BASELINE_LEAD_MIN == gen.BASELINE_EVERY_MIN // 2
+    assert gen.day_offset(1) == "23h56m" and gen.day_offset(7) == "6d23h56m" and gen.day_offset(1, 3) == "23h59m"
     written = {r["record"] for r in pools["rules"]}
     for rule in pools["rules"]:
-        for name, offset in re.findall(r"([\w:]+:window)\b(?:\{[^}]*\})?( offset \d+d)?", rule["expr"]):
-            assert offset, (name, rule["expr"])
+        for name, offset in re.findall(r"([\w:]+:window)\b(?:\{[^}]*\})?( offset \w+)?", rule["expr"]):
+            assert offset.strip() in {f"offset {gen.day_offset(d)}" for d in range(1, gen.BASELINE_DAYS + 1)}, \
+                (name, rule["expr"])
     assert all(r["record"].endswith(("baseline", "baseline_mean", "baseline_var", "baseline_cov", "lambda",
                                      "residual_var", "pool_mean", "weekly_gap", "weekly_gap_var", "weekly_shift",
                                      "weekly_shift_var")) for r in pools["rules"])
-    assert not written & {r["record"] for r in recording["rules"]}
-    assert any(name in rule["expr"] for rule in recording["rules"] for name in written)
+    others = [r for g in load_yaml(DETECTION_RULES_FILE)["groups"] if g["name"] != pools["name"] for r in g["rules"]]
+    assert not written & {r.get("record") for r in others}
+    reads = 0
+    for rule in others:
+        text = rule["expr"] + " ".join((rule.get("annotations") or {}).values())
+        for name in written:
+            for found in re.finditer(rf"(?<![\w:]){re.escape(name)}(?![\w:])(\{{[^}}]*\}})?(\[\w+\])?", text):
+                assert found[2] == f"[{gen.BASELINE_HOLD}]" and text[:found.start()].endswith("last_over_time("), \
+                    (name, rule.get("record", rule.get("alert")))
+                reads += 1
+    assert reads >= 15
     # The weekly shift is the pool's (it reads the longest window record a week back) and so is the shifted mean.
     assert {f"{gen.WEEKLY}:weekly_shift", f"{gen.WEEKLY}:weekly_shift_var", f"{gen.PREFIX}_plain:baseline_mean",
             f"{gen.PREFIX}_plain:pool_mean"} <= written
     # With --llm-offset the baseline's cheap-only parts come from a pool of its own, taken that much before each
-    # day's: an offset on the group's own record would read the pool the group wrote 4 minutes before.
+    # day's: an offset on the group's own record would read the pool the group wrote an interval before.
     late_pools = _group("baseline", gen.rules(llm_offset=3))
     assert late_pools["name"] == "context_precision.detection.baseline"
     for rule in late_pools["rules"]:
         assert not re.search(r":baseline(_early)?(\{[^}]*\})? offset", rule["expr"]), rule["expr"]
-        for name, offset in re.findall(r"([\w:]+:window)\b(?:\{[^}]*\})?( offset \d+d(?:\d+m)?)?", rule["expr"]):
+        for name, offset in re.findall(r"([\w:]+:window)\b(?:\{[^}]*\})?( offset \w+)?", rule["expr"]):
             assert offset, (name, rule["expr"])
     (early,) = [r for r in late_pools["rules"] if r["record"].endswith(":baseline_early")]
-    assert re.findall(r"offset (\d+d\d+m)", early["expr"]) == [f"{d}d3m" for d in range(1, gen.BASELINE_DAYS + 1)]
+    assert re.findall(r"offset (\w+),", early["expr"]) == [gen.day_offset(d, 3)
+                                                           for d in range(1, gen.BASELINE_DAYS + 1)]
 
 
 def test_only_the_shortest_window_reads_raw_counters_the_others_add_two_recorded_halves(gen: ModuleType) -> None:
@@ -362,7 +376,7 @@ def test_the_llm_offset_reads_the_cascades_cheap_only_terms_earlier_and_nothing_
     pooled = " ".join(offset["context_precision.detection.baseline", early, "None"]["expr"].split())
     parts = "|".join(part for pair in gen.CHEAP_ONLY for part in pair)
     assert pooled == gen._baseline(f'{gen.CASCADE_TERMS}:window{{term=~"{parts}"}}', f"{gen.DS}, term", 3)
-    assert re.findall(r"offset (\S+),", pooled) == [f"{d}d3m" for d in range(1, gen.BASELINE_DAYS + 1)]
+    assert re.findall(r"offset (\S+),", pooled) == [gen.day_offset(d, 3) for d in range(1, gen.BASELINE_DAYS + 1)]
     changed = {key[1] for key in shipped if shipped[key] != offset[key]}
     assert changed == _cheap_only_records(gen)
     on = "on (gen_ai_data_source_id, window)"
