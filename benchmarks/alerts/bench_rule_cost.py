@@ -20,8 +20,8 @@ minute lies ahead while the history is written (sized from the samples, BACKFILL
 The groups' intervals are shortened to 15 s so that several evaluations are timed in a minute (an evaluation
 costs the same at any interval). Prometheus's own metrics give each group's last duration (the median over the
 run is reported). The **cost** is the rule-evaluation seconds per minute summed over the detection and canary
-groups: each group's duration × 60 / its shipped interval (1 minute; 4 minutes for the detection's baseline
-group and the canary's long windows' group).
+groups: each group's duration × 60 / its shipped interval (1 minute; 4 minutes for the canary's long windows'
+group, 8 for the detection's baseline group).
 
     .venv/bin/python benchmarks/alerts/bench_rule_cost.py [--sources 10 100 1000] [--baseline-max 10]
         [--seconds 60] [--quick]
@@ -50,6 +50,19 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules"
 #: The commit before the window records: its detection rules read every window and baseline from raw counters.
 BASELINE_REF = "0aa65b9"
+
+
+def _pool_lead_s() -> int:
+    """How far ahead of its evaluation the baseline group pools, in seconds (detection_rules.BASELINE_LEAD_MIN)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("detection_rules", RULES.parent / "detection_rules.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return int(module.BASELINE_LEAD_MIN) * 60
+
+
+POOL_LEAD_S = _pool_lead_s()
 SCRAPE_S = 60
 DAYS = 8
 TERMS = ("count", "f", "f2", "n", "y", "y2", "f_sub", "f2_sub", "fy")
@@ -94,11 +107,13 @@ def _write_raw(handle, sources: int, start: int, end: int, cascade: bool) -> int
 def record_times(end: int, seconds: float, days: bool = True) -> dict[int, list[int]]:
     """Per window, the minutes at which the recorded rules read its record during a run that starts at ``end`` and
     lasts ``seconds`` after the settling time: half a window back (the chain reads the window that is half of the
-    next one), and with ``days`` each baseline day back (every window), with the 5-minute lookback."""
+    next one), and with ``days`` each baseline day back (every window) at the pools' time of day, POOL_LEAD_S
+    ahead of the evaluation, with the 5-minute lookback."""
     span = range(-6 * 60, int(seconds) + SETTLE_S + 60, 60)
     out = {}
     for w in WINDOWS:
-        backs = ([w * 60] if w != WINDOWS[-1] else []) + ([d * 86_400 for d in range(1, 8)] if days else [])
+        backs = ([w * 60] if w != WINDOWS[-1] else []) + ([d * 86_400 - POOL_LEAD_S for d in range(1, 8)] if days
+                                                           else [])
         out[w] = sorted({end - back + k for back in backs for k in span if end - back + k <= end})
     return out
 

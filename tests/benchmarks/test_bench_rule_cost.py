@@ -72,7 +72,7 @@ def test_synthesised_records_cover_every_half_window_and_baseline_day_read_durin
     end, seconds = 1_000_000_020 // 60 * 60, 60.0
     times, halves = bench.record_times(end, seconds), bench.record_times(end, seconds, days=False)
     for w in bench.WINDOWS:
-        backs = ([w * 60] if w != bench.WINDOWS[-1] else []) + [d * 86_400 for d in range(1, 8)]
+        backs = ([w * 60] if w != bench.WINDOWS[-1] else []) + [d * 86_400 - bench.POOL_LEAD_S for d in range(1, 8)]
         for back in backs:
             for now in range(end, end + bench.SETTLE_S + int(seconds) + 1, 15):
                 assert any(now - back - 300 <= t <= now - back for t in times[w]), (w, back, now)
