@@ -24,7 +24,7 @@ groups: each group's duration × 60 / its shipped interval (1 minute; 4 minutes 
 group, 8 for the detection's baseline group).
 
     .venv/bin/python benchmarks/alerts/bench_rule_cost.py [--sources 10 100 1000] [--baseline-max 10]
-        [--seconds 60] [--quick]
+        [--seconds 60] [--repeat 3] [--quick]
 """
 
 from __future__ import annotations
@@ -286,6 +286,9 @@ def main() -> int:
                         help="run the baseline rules only up to this many data sources (8 raw days each)")
     parser.add_argument("--baseline-ref", default=BASELINE_REF, help="git ref of the baseline rule files")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to sample each run")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure each case this many times, baseline and recorded alternating (the ratio's"
+                             " spread between runs on a shared machine); the summary gives each run and the median")
     parser.add_argument("--quick", action="store_true", help="one data source, 30 s")
     args = parser.parse_args()
     if args.quick:
@@ -300,29 +303,37 @@ def main() -> int:
     groups, summary = [], []
     for sources in args.sources:
         for cascade in (False, True):
-            costs = {}
-            for recorded in ((False, True) if sources <= args.baseline_max else (True,)):
-                found = measure(sources, args.seconds, cascade, recorded, args.baseline_ref)
-                label = "recorded" if recorded else "baseline"
-                costs[label] = cost_per_minute(found)
-                for group in sorted(found):
-                    values = found[group]
-                    if not any(f".{name}." in f".{group}." for name in COSTED):
-                        continue
-                    groups.append([sources, "yes" if cascade else "no", label, group,
-                                   f"{values.get('rules', 0):.0f}", f"{values.get('samples', 0):,.0f}",
-                                   f"{values['median'] * 1000:.1f} ms",
-                                   f"{values['median'] / values['shipped_interval']:.1%}", values["evaluations"]])
-            ratio = f"{costs['recorded'] / costs['baseline']:.3f}×" if "baseline" in costs else "—"
-            summary.append([sources, "yes" if cascade else "no",
-                            f"{costs['baseline'] * 1000:.0f} ms" if "baseline" in costs else "—",
-                            f"{costs['recorded'] * 1000:.0f} ms", ratio,
-                            f"{costs['recorded'] * 1000 / sources:.2f} ms"])
+            ratios, per_source = [], []
+            for run in range(1, args.repeat + 1):
+                costs = {}
+                for recorded in ((False, True) if sources <= args.baseline_max else (True,)):
+                    found = measure(sources, args.seconds, cascade, recorded, args.baseline_ref)
+                    label = "recorded" if recorded else "baseline"
+                    costs[label] = cost_per_minute(found)
+                    for group in sorted(found):
+                        values = found[group]
+                        if not any(f".{name}." in f".{group}." for name in COSTED):
+                            continue
+                        groups.append([sources, "yes" if cascade else "no", run, label, group,
+                                       f"{values.get('rules', 0):.0f}", f"{values.get('samples', 0):,.0f}",
+                                       f"{values['median'] * 1000:.1f} ms",
+                                       f"{values['median'] / values['shipped_interval']:.1%}", values["evaluations"]])
+                if "baseline" in costs:
+                    ratios.append(costs["recorded"] / costs["baseline"])
+                per_source.append(costs["recorded"] * 1000 / sources)
+                summary.append([sources, "yes" if cascade else "no", f"{run}/{args.repeat}",
+                                f"{costs['baseline'] * 1000:.0f} ms" if "baseline" in costs else "—",
+                                f"{costs['recorded'] * 1000:.0f} ms", f"{ratios[-1]:.3f}×" if ratios else "—",
+                                f"{per_source[-1]:.2f} ms"])
+            if args.repeat > 1:
+                summary.append([sources, "yes" if cascade else "no", "median", "", "",
+                                f"{statistics.median(ratios):.3f}×" if ratios else "—",
+                                f"{statistics.median(per_source):.2f} ms"])
     print()
-    print(markdown_table(["data sources", "cascade", "rules", "group", "rules in group", "samples written",
+    print(markdown_table(["data sources", "cascade", "run", "rules", "group", "rules in group", "samples written",
                           "median evaluation", "share of its interval", "evaluations timed"], groups))
     print()
-    print(markdown_table(["data sources", "cascade", "baseline cost / min", "recorded cost / min",
+    print(markdown_table(["data sources", "cascade", "run", "baseline cost / min", "recorded cost / min",
                           "recorded / baseline", "recorded per data source / min"], summary))
     print(f"\nNon-loopback network attempts refused during the run: {blocked.total} {blocked.attempts or ''}")
     return 0
