@@ -142,22 +142,32 @@ def test_rules_for_another_label_pass_promtool(tmp_path: Path, baseline: float |
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (scripts/install-system-deps.sh)")
 def test_a_constant_baseline_is_recorded_once_and_every_window_compares_with_it(tmp_path: Path) -> None:
     """--baseline 0.7 records the baseline MAP once per data source and stage (a second series of it, one per
-    group, would make every gap against it a many-to-many match that Prometheus refuses), and a value scoring 0.5
-    is 0.2 below it in a short window and in a long one (the long group's)."""
+    group, would make every gap against it a many-to-many match that Prometheus refuses). A value v2 scoring 0.5
+    beside v1 scoring 0.7 is 0.2 below the baseline in a short window and in a long one (the long group's), and
+    the long group's z against the rest and against the baseline are those of the same arithmetic: its statistics
+    carry the label scan, which every operation mixing them with the window records matches past."""
     gen = _generator()
     text = gen.rules(CANARY_SEGMENT, 0.7)
     assert text.count(f"- record: {gen.BASELINE_SERIES}\n") == 1
     (tmp_path / "canary.rules.yml").write_text(text, encoding="utf-8")
-    labels = 'gen_ai_data_source_id="kb",stage="retrieval",retriever_version="v2"'
-    gap = "gen_ai_data_source_id_stage_retriever_version_window:context_precision_score:gap"
+    source = 'gen_ai_data_source_id="kb",stage="retrieval"'
+    v2 = f'{source},retriever_version="v2"'
+    stat = "gen_ai_data_source_id_stage_retriever_version_window:context_precision_score"
     series = "\n".join(
-        f"      - series: '{name}{{{labels}}}'\n        values: '0+{step}x120'"
-        for name, step in (("context_precision_score_count", 1), ("context_precision_score_sum", 0.5),
-                           ("context_precision_score_squares_total", 0.25)))
+        f"      - series: '{name}{{{source},retriever_version=\"{value}\"}}'\n        values: '0+{step}x120'"
+        for value, mean in (("v2", 0.5), ("v1", 0.7))
+        for name, step in (("context_precision_score_count", 1), ("context_precision_score_sum", mean),
+                           ("context_precision_score_squares_total", round(mean * mean, 2))))
+    long = f',scan="{gen.LONG_SCAN}"'
+    # gap 0.2; against the baseline SE = sqrt(floor 0.01 / 80 + 0.01^2) = 0.015, z 13.3; against the rest, the
+    # stage's variance 0.37 - 0.6^2 = 0.01, SE = sqrt(0.01 (1/80 + 1/80) + 0.01^2) = 0.0187, z 10.7
+    expected = [("gap", "baseline", "5m", "", 1000, 200), ("gap", "baseline", "80m", long, 1000, 200),
+                ("gap_z", "baseline", "80m", long, 1, 13), ("gap_z", "rest", "80m", long, 1, 11)]
     checks = "\n".join(
-        f"      - expr: round(1000 * {gap}{{against=\"baseline\",window=\"{w}\"}})\n        eval_time: 100m\n"
-        f"        exp_samples:\n          - labels: '{{against=\"baseline\",{labels}{scan},window=\"{w}\"}}'\n"
-        "            value: 200" for w, scan in (("5m", ""), ("80m", f',scan="{gen.LONG_SCAN}"')))
+        f"      - expr: round({scale} * {stat}:{name}{{{v2},against=\"{against}\",window=\"{w}\"}})\n"
+        f"        eval_time: 100m\n        exp_samples:\n"
+        f"          - labels: '{{against=\"{against}\",{v2}{scan},window=\"{w}\"}}'\n            value: {value}"
+        for name, against, w, scan, scale, value in expected)
     (tmp_path / "canary.test.yml").write_text(
         "rule_files:\n  - canary.rules.yml\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
         f"{series}\n    promql_expr_test:\n{checks}\n", encoding="utf-8")
